@@ -1,0 +1,48 @@
+# bk-spark: the two commands a new user needs are `make demo` and `make test`.
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+BK     := $(VENV)/bin/bk
+STAMP  := $(VENV)/.installed
+
+.PHONY: install demo test test-unit test-integration bench lint proto faults clean java
+
+install: $(STAMP)
+
+# Java runs the embedded ZooKeeper; install a JRE from Debian when it is missing.
+java:
+	@command -v java >/dev/null 2>&1 || { \
+	  echo "java not found: installing openjdk-17-jre-headless (Debian)"; \
+	  apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; }
+
+$(STAMP): pyproject.toml | java
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[dev]"
+	@touch $(STAMP)
+
+demo: install
+	@bash scripts/demo.sh
+
+test: install
+	$(PY) -m pytest -q -p no:cacheprovider tests
+
+test-unit: install
+	$(PY) -m pytest -q tests/unit
+
+test-integration: install
+	$(PY) -m pytest -q tests/integration
+
+bench: install
+	$(PY) -m bench
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check bk_spark/core bk_spark/errors.py || true
+
+# Regenerate protobuf/gRPC code; tests/unit/test_proto_fresh.py fails when it is stale.
+proto: install
+	$(PY) -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. \
+	  bk_spark/proto/bookie.proto
+
+clean:
+	rm -rf $(VENV) .bk-sandbox .demo-sandbox build *.egg-info

@@ -1,0 +1,235 @@
+"""The ``bk`` command line: run bookies and the sandbox, inspect the cluster.
+
+Errors are one clear line on stderr and a non-zero exit code, never a
+traceback (set ``BK_DEBUG=1`` to see one).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from bk_spark.errors import BKError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="bk-spark: a replicated, durable log in the design of Apache BookKeeper.")
+sandbox_app = typer.Typer(help="The embedded sandbox: ZooKeeper plus bookies on 127.0.0.1.",
+                          invoke_without_command=True)
+app.add_typer(sandbox_app, name="sandbox")
+
+console = Console()
+err_console = Console(stderr=True)
+
+UriOpt = Annotated[str | None, typer.Option(
+    "--metadata-service-uri", "-m", envvar="BK_METADATA_SERVICE_URI",
+    help="zk://host:port/root (default: the sandbox's zk://127.0.0.1:2181/ledgers)")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+DEFAULT_SANDBOX_DIR = Path(os.environ.get("BK_SANDBOX_DIR", ".bk-sandbox"))
+
+
+def _fail(msg: str, code: int = 1) -> None:
+    err_console.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _print_json(obj: object) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+# --------------------------------------------------------------------------- bookie
+@app.command()
+def bookie(
+    data_dir: Annotated[Path, typer.Option("--data-dir", help="journal and entry logs")],
+    port: Annotated[int, typer.Option("--port", help="gRPC port")] = 3181,
+    metadata_service_uri: UriOpt = None,
+    host: Annotated[str, typer.Option(help="address to listen on and register")] = "127.0.0.1",
+    metrics_port: Annotated[int | None, typer.Option(
+        "--metrics-port", help="Prometheus /metrics HTTP port (0: any free port)")] = None,
+    max_entry_size: Annotated[int, typer.Option(help="bytes")] = 5 * 1024 * 1024,
+    journal_max_group_wait_ms: Annotated[float, typer.Option(help="group-commit wait")] = 0.0,
+    journal_file_size_mb: Annotated[int, typer.Option(help="journal file size (MiB)")] = 64,
+    entry_log_size_mb: Annotated[int, typer.Option(help="entry log rotation size (MiB)")] = 256,
+    gc_interval: Annotated[float, typer.Option(help="entry-log GC period, seconds")] = 30.0,
+    checkpoint_interval: Annotated[float, typer.Option(help="checkpoint period, seconds")] = 10.0,
+    disk_usage_threshold: Annotated[float, typer.Option(
+        help="readonly above this fraction of the file system")] = 0.95,
+    max_disk_bytes: Annotated[int | None, typer.Option(
+        help="readonly when the data dir holds more than this many bytes")] = None,
+    tls_cert: Annotated[Path | None, typer.Option("--tls-cert", help="PEM certificate")] = None,
+    tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key")] = None,
+    no_register: Annotated[bool, typer.Option(help="do not register in ZooKeeper")] = False,
+) -> None:
+    """Run one bookie in the foreground until SIGTERM or Ctrl-C."""
+    from bk_spark.metadata_uri import parse_metadata_service_uri
+    from bookie_server.config import BookieConfig, MiB
+    from bookie_server.server import BookieServer
+
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    uri = None if no_register else parse_metadata_service_uri(metadata_service_uri).uri
+    cfg = BookieConfig(
+        data_dir=data_dir, host=host, port=port, metadata_service_uri=uri,
+        metrics_port=metrics_port, max_entry_size=max_entry_size,
+        journal_max_group_wait_ms=journal_max_group_wait_ms,
+        journal_file_size=journal_file_size_mb * MiB, entry_log_size=entry_log_size_mb * MiB,
+        gc_interval_s=gc_interval, checkpoint_interval_s=checkpoint_interval,
+        disk_usage_threshold=disk_usage_threshold, max_disk_bytes=max_disk_bytes,
+        tls_cert=tls_cert, tls_key=tls_key)
+    BookieServer(cfg).serve_forever()
+
+
+# --------------------------------------------------------------------------- sandbox
+SandboxDir = Annotated[Path, typer.Option("--data-dir", help="where the sandbox keeps its data")]
+
+
+def _make_sandbox(data_dir: Path, bookies: int, zk_port: int, bookie_port: int):
+    from bk_spark.sandbox import Sandbox
+
+    return Sandbox(data_dir, n_bookies=bookies, zk_port=zk_port, first_bookie_port=bookie_port)
+
+
+@sandbox_app.callback()
+def sandbox(
+    ctx: typer.Context,
+    bookies: Annotated[int, typer.Option("--bookies", help="bookie processes")] = 3,
+    data_dir: SandboxDir = DEFAULT_SANDBOX_DIR,
+    zk_port: Annotated[int, typer.Option("--zk-port")] = 2181,
+    bookie_port: Annotated[int, typer.Option("--bookie-port", help="first bookie port")] = 3181,
+) -> None:
+    """Run ZooKeeper and bookies in the foreground; Ctrl-C stops everything."""
+    if ctx.invoked_subcommand is not None:
+        return
+    sb = _make_sandbox(data_dir, bookies, zk_port, bookie_port)
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    sb.start()
+    try:
+        console.print(f"sandbox running: metadataServiceUri = [bold]{sb.metadata_service_uri}[/]")
+        console.print(f"  {len(sb.bookies)} bookies: "
+                      + ", ".join(b.bookie_id for b in sb.bookies))
+        console.print("  Ctrl-C stops it.")
+        while not done.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sb.stop()
+        console.print("sandbox stopped")
+
+
+@sandbox_app.command("start")
+def sandbox_start(
+    bookies: Annotated[int, typer.Option("--bookies", help="bookie processes")] = 3,
+    data_dir: SandboxDir = DEFAULT_SANDBOX_DIR,
+    zk_port: Annotated[int, typer.Option("--zk-port")] = 2181,
+    bookie_port: Annotated[int, typer.Option("--bookie-port", help="first bookie port")] = 3181,
+) -> None:
+    """Start the sandbox detached (for scripts); its PIDs go to <data-dir>/sandbox.json."""
+    from bk_spark.sandbox import pid_alive, read_state, write_state
+
+    o = {"bookies": bookies, "data_dir": data_dir, "zk_port": zk_port,
+         "bookie_port": bookie_port}
+    existing = read_state(o["data_dir"])
+    if existing is not None and pid_alive(existing.zk_pid):
+        _fail(f"a sandbox already runs from {o['data_dir']} "
+              f"({existing.metadata_service_uri}); `bk sandbox stop` first")
+    sb = _make_sandbox(o["data_dir"], o["bookies"], o["zk_port"], o["bookie_port"])
+    state = sb.start(detached=True)
+    write_state(o["data_dir"], state)
+    console.print(state.metadata_service_uri)
+
+
+@sandbox_app.command("status")
+def sandbox_status(data_dir: SandboxDir = DEFAULT_SANDBOX_DIR, as_json: JsonOpt = False
+                   ) -> None:
+    """Show whether the detached sandbox runs, with its processes."""
+    from bk_spark.sandbox import pid_alive, read_state
+
+    state = read_state(data_dir)
+    if state is None:
+        _fail(f"no sandbox started from {data_dir}")
+    assert state is not None
+    procs = [{"process": "zookeeper", "pid": state.zk_pid, "address": f"127.0.0.1:{state.zk_port}",
+              "alive": pid_alive(state.zk_pid)}]
+    procs += [{"process": "bookie", "pid": b["pid"], "address": b["id"],
+               "alive": pid_alive(int(b["pid"]))} for b in state.bookies]
+    if as_json:
+        _print_json({"metadata_service_uri": state.metadata_service_uri, "processes": procs})
+    else:
+        console.print(f"metadataServiceUri = {state.metadata_service_uri}")
+        t = Table("process", "pid", "address", "alive")
+        for p in procs:
+            t.add_row(p["process"], str(p["pid"]), p["address"], "yes" if p["alive"] else "NO")
+        console.print(t)
+    if not all(p["alive"] for p in procs):
+        raise typer.Exit(1)
+
+
+@sandbox_app.command("stop")
+def sandbox_stop(data_dir: SandboxDir = DEFAULT_SANDBOX_DIR) -> None:
+    """Stop the detached sandbox (by the PIDs it recorded)."""
+    from bk_spark.sandbox import stop_detached
+
+    state = stop_detached(data_dir)
+    if state is None:
+        console.print(f"no sandbox running from {data_dir}")
+    else:
+        console.print(f"stopped sandbox {state.metadata_service_uri}")
+
+
+# --------------------------------------------------------------------------- bookies
+@app.command()
+def bookies(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False) -> None:
+    """List registered bookies and whether each is writable or readonly."""
+    from bk_spark.registration import list_bookies
+
+    found = list_bookies(metadata_service_uri or "")
+    if as_json:
+        _print_json([{"bookie": b.bookie_id, "mode": "readonly" if b.read_only else "rw"}
+                     for b in found])
+        return
+    t = Table("bookie", "mode")
+    for b in found:
+        t.add_row(b.bookie_id, "readonly" if b.read_only else "rw")
+    console.print(t)
+    console.print(f"{len(found)} bookies")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``bk``: typed errors become one line and exit code 1."""
+    try:
+        app(args=argv, prog_name="bk", standalone_mode=False)
+    except typer.Exit as exc:
+        return int(exc.exit_code or 0)
+    except typer.Abort:
+        err_console.print("aborted")
+        return 130
+    except KeyboardInterrupt:
+        return 130
+    except BKError as exc:
+        if os.environ.get("BK_DEBUG"):
+            raise
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        return 1
+    except Exception as exc:  # click usage errors
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            return exc.exit_code
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

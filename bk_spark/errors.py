@@ -1,0 +1,129 @@
+"""The one exception tree of bk-spark, with Apache BookKeeper's names.
+
+Every error a user can meet derives from :class:`BKError`; the message says
+what the user can do about it. Errors that travel on the wire map one-to-one
+to :class:`bk_spark.proto.bookie_pb2.StatusCode` values (``code``), so a bookie's
+typed answer becomes the same exception type in the client.
+"""
+
+from __future__ import annotations
+
+
+class BKError(Exception):
+    """Root of every bk-spark error."""
+
+    code: int = 8  # StatusCode.INTERNAL
+
+
+class NoSuchLedgerError(BKError):
+    """The ledger does not exist (in the metadata store or on a bookie)."""
+
+    code = 1
+
+
+class NoSuchEntryError(BKError):
+    """The entry does not exist on the bookie or in the ledger."""
+
+    code = 2
+
+
+class LedgerFencedError(BKError):
+    """The ledger was fenced by a recovery open; the writer must stop.
+
+    As the fencing document says, an add answered with this error may or may
+    not have been written: only recovery decides. Treat it like a timeout.
+    """
+
+    code = 3
+
+
+class UnauthorizedError(BKError):
+    """Wrong ledger password (master key) for this ledger."""
+
+    code = 4
+
+
+class TooLargeError(BKError):
+    """An entry is larger than the bookie's maximum entry size."""
+
+    code = 5
+
+
+class ReadOnlyError(BKError):
+    """The bookie is in readonly mode (disk usage over its threshold)."""
+
+    code = 6
+
+
+class InvalidRequestError(BKError):
+    """A malformed request: bad ids, bad sizes, undecodable bytes."""
+
+    code = 7
+
+
+class BookieUnavailableError(BKError):
+    """A bookie could not be reached or did not answer in time."""
+
+
+class NotEnoughBookiesError(BKError):
+    """Fewer writable bookies are registered than the ensemble needs."""
+
+
+class LedgerClosedError(BKError):
+    """The ledger is closed (or being recovered) and takes no more adds."""
+
+
+class LedgerStateError(BKError):
+    """The ledger metadata is in a state that forbids the operation."""
+
+
+class MetadataVersionError(BKError):
+    """A compare-and-swap on metadata lost against a concurrent change."""
+
+
+class MetadataSerializationError(BKError):
+    """Stored metadata could not be encoded or decoded (corrupt, too large, or written in a
+    newer format version)."""
+
+
+class DigestMismatchError(BKError):
+    """An entry's digest does not match its content (corrupt copy)."""
+
+
+class InvalidConfigError(BKError, ValueError):
+    """A bad option or argument; the message names it."""
+
+
+class ReadPastLacError(BKError):
+    """A read beyond the last-add-confirmed of a ledger that is still open."""
+
+
+class LogNotFoundError(BKError):
+    """The named log does not exist."""
+
+
+class LogExistsError(BKError):
+    """A log with this name already exists."""
+
+
+class LogOwnershipLostError(BKError):
+    """Another writer took over the log (fenced our ledger or won the CAS)."""
+
+
+_BY_CODE: dict[int, type[BKError]] = {
+    cls.code: cls
+    for cls in (
+        NoSuchLedgerError,
+        NoSuchEntryError,
+        LedgerFencedError,
+        UnauthorizedError,
+        TooLargeError,
+        ReadOnlyError,
+        InvalidRequestError,
+    )
+}
+
+
+def error_for_code(code: int, message: str) -> BKError:
+    """The exception a wire status code stands for (``code`` must not be OK)."""
+    return _BY_CODE.get(code, BKError)(message)

@@ -1,0 +1,134 @@
+"""Bookie registration in ZooKeeper (BookKeeper's ``<root>/available`` convention).
+
+A writable bookie holds the ephemeral znode ``<root>/available/<host:port>``, a
+readonly one ``<root>/available/readonly/<host:port>``. Ephemeral znodes vanish
+with the bookie's ZooKeeper session, so a dead bookie disappears from the list;
+after a session loss the bookie registers again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from bk_spark.metadata_uri import MetadataServiceUri, parse_metadata_service_uri
+from bk_spark.zk import connect_zk
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RegisteredBookie:
+    bookie_id: str
+    read_only: bool
+    info: dict
+
+
+def list_bookies(uri: str | MetadataServiceUri, zk: KazooClient | None = None
+                 ) -> list[RegisteredBookie]:
+    """The registered bookies, writable first, each with its readonly flag."""
+    msu = uri if isinstance(uri, MetadataServiceUri) else parse_metadata_service_uri(uri)
+    own = zk is None
+    client = connect_zk(msu) if zk is None else zk
+    try:
+        out: list[RegisteredBookie] = []
+        for path, ro in ((msu.available_path, False), (msu.readonly_path, True)):
+            try:
+                children = client.get_children(path)
+            except NoNodeError:
+                continue
+            for child in sorted(children):
+                if child == "readonly":
+                    continue
+                try:
+                    data, _ = client.get(f"{path}/{child}")
+                    info = json.loads(data or b"{}")
+                except (NoNodeError, ValueError):
+                    continue
+                out.append(RegisteredBookie(child, ro, info))
+        return out
+    finally:
+        if own:
+            client.stop()
+            client.close()
+
+
+class BookieRegistration:
+    """Keeps one bookie's ephemeral registration alive across session losses."""
+
+    def __init__(self, uri: str, bookie_id: str, info: dict | None = None) -> None:
+        self.msu = parse_metadata_service_uri(uri)
+        self.bookie_id = bookie_id
+        self.info = dict(info or {})
+        self.read_only = False
+        self._lock = threading.Lock()
+        self._stopped = False
+        self.zk: KazooClient | None = None
+
+    def _path(self, read_only: bool) -> str:
+        base = self.msu.readonly_path if read_only else self.msu.available_path
+        return f"{base}/{self.bookie_id}"
+
+    def start(self) -> None:
+        self.zk = connect_zk(self.msu)
+        self.zk.ensure_path(self.msu.readonly_path)
+        self.zk.add_listener(self._on_state)
+        self._register()
+
+    def _on_state(self, state: str) -> None:
+        if state == KazooState.LOST:
+            log.warning("ZooKeeper session lost; will register again on reconnect")
+        elif state == KazooState.CONNECTED and not self._stopped:
+            # Never block the kazoo event thread: register from another thread.
+            threading.Thread(target=self._register, daemon=True).start()
+
+    def _register(self) -> None:
+        with self._lock:
+            if self._stopped or self.zk is None:
+                return
+            data = json.dumps({**self.info, "read_only": self.read_only}).encode()
+            want, other = self._path(self.read_only), self._path(not self.read_only)
+            try:
+                self.zk.delete(other)
+            except NoNodeError:
+                pass
+            except Exception:  # connection trouble: the next CONNECTED retries
+                log.exception("could not remove %s", other)
+                return
+            try:
+                self.zk.create(want, data, ephemeral=True, makepath=True)
+            except NodeExistsError:
+                # Ours from this session, or a stale one of a previous session still expiring.
+                _, stat = self.zk.get(want)
+                if stat.ephemeralOwner != self.zk.client_id[0]:
+                    self.zk.delete(want)
+                    self.zk.create(want, data, ephemeral=True, makepath=True)
+            except Exception:
+                log.exception("could not register %s", want)
+                return
+            log.info("registered %s", want)
+
+    def set_read_only(self, read_only: bool) -> None:
+        """Move the registration between ``available/`` and ``available/readonly/``."""
+        self.read_only = read_only
+        self._register()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            zk, self.zk = self.zk, None
+        if zk is not None:
+            try:
+                for ro in (False, True):
+                    try:
+                        zk.delete(self._path(ro))
+                    except NoNodeError:
+                        pass
+            finally:
+                zk.stop()
+                zk.close()

@@ -1,0 +1,332 @@
+"""The embedded sandbox: a real ZooKeeper from pyspark's bundled jars plus bookie processes.
+
+Everything here starts real processes and stops them by the PIDs it recorded,
+never by name. ``Sandbox`` is used by ``bk sandbox``, by ``make demo`` (detached
+form with a state file) and by the integration-test fixtures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from bk_spark.errors import BKError
+
+ZK_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
+STATE_FILE = "sandbox.json"
+
+
+class SandboxError(BKError):
+    """The sandbox could not start (Java missing, port taken, process died)."""
+
+
+def zookeeper_classpath() -> str:
+    """The classpath of pyspark's bundled ZooKeeper jars (``<pyspark>/jars/*``)."""
+    try:
+        import pyspark
+    except ImportError as exc:  # pragma: no cover - pyspark is a dependency
+        raise SandboxError("pyspark is not installed; it ships the ZooKeeper jars") from exc
+    jars = Path(pyspark.__file__).parent / "jars"
+    if not any(jars.glob("zookeeper-*.jar")):
+        raise SandboxError(f"no zookeeper jar under {jars}")
+    return f"{jars}/*"
+
+
+def java_executable() -> str:
+    """Path of ``java``, or a clear error telling the user to install Java 17."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").exists():
+        return str(Path(java_home) / "bin" / "java")
+    java = shutil.which("java")
+    if java is None:
+        raise SandboxError(
+            "Java was not found: the sandbox runs ZooKeeper on a JVM. Install Java 17 "
+            "(e.g. apt-get install openjdk-17-jre-headless) or set JAVA_HOME."
+        )
+    return java
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` right now."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def wait_for_port(port: int, timeout: float, proc: subprocess.Popen | None = None,
+                  host: str = "127.0.0.1") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise SandboxError(f"process {proc.pid} exited with {proc.returncode} while starting")
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise SandboxError(f"nothing listens on {host}:{port} after {timeout:.0f}s")
+
+
+def stop_pid(pid: int, timeout: float = 10.0) -> None:
+    """SIGTERM the process ``pid``, then SIGKILL it if it outlives ``timeout``."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            return
+        time.sleep(0.05)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    while pid_alive(pid):
+        time.sleep(0.02)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        waited, _ = os.waitpid(pid, os.WNOHANG)
+        if waited == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie that is not our child still answers kill(0)
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class ZooKeeperServer:
+    """One standalone ZooKeeper server process on 127.0.0.1."""
+
+    def __init__(self, data_dir: Path, port: int = 2181, heap_mb: int = 256) -> None:
+        self.data_dir = Path(data_dir)
+        self.port = port
+        self.heap_mb = heap_mb
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def connect_string(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0, detached: bool = False) -> int:
+        java = java_executable()
+        if not port_is_free(self.port):
+            raise SandboxError(
+                f"port {self.port} on 127.0.0.1 is taken: is another ZooKeeper or sandbox "
+                f"running? Stop it or choose another port (--zk-port)."
+            )
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        cfg = self.data_dir / "zoo.cfg"
+        cfg.write_text(
+            "tickTime=500\n"
+            f"dataDir={self.data_dir / 'data'}\n"
+            f"clientPort={self.port}\n"
+            "clientPortAddress=127.0.0.1\n"
+            "admin.enableServer=false\n"
+            "maxClientCnxns=0\n"
+            "minSessionTimeout=1000\n"
+            "maxSessionTimeout=60000\n"
+            "4lw.commands.whitelist=ruok,stat,srvr\n"
+        )
+        log = open(self.data_dir / "zookeeper.log", "ab")
+        cmd = [java, f"-Xmx{self.heap_mb}m", "-XX:+UseSerialGC",
+               f"-Dzookeeper.log.dir={self.data_dir}",
+               "-cp", zookeeper_classpath(), ZK_MAIN, str(cfg)]
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=detached)
+        log.close()
+        wait_for_port(self.port, timeout, self.proc)
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_pid(self.proc.pid)
+            self.proc.wait()
+            self.proc = None
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+class BookieProcess:
+    """One bookie server process (``python -m bookie_server``)."""
+
+    def __init__(self, metadata_service_uri: str, data_dir: Path, port: int,
+                 metrics_port: int | None = None, extra_args: list[str] | None = None) -> None:
+        self.metadata_service_uri = metadata_service_uri
+        self.data_dir = Path(data_dir)
+        self.port = port
+        self.metrics_port = metrics_port
+        self.extra_args = list(extra_args or [])
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def bookie_id(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def start(self, timeout: float = 30.0, detached: bool = False) -> int:
+        if not port_is_free(self.port):
+            raise SandboxError(f"port {self.port} on 127.0.0.1 is taken; choose another --port")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "bookie_server",
+               "--metadata-service-uri", self.metadata_service_uri,
+               "--port", str(self.port), "--data-dir", str(self.data_dir)]
+        if self.metrics_port is not None:
+            cmd += ["--metrics-port", str(self.metrics_port)]
+        cmd += self.extra_args
+        log = open(self.data_dir / "bookie.log", "ab")
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=detached)
+        log.close()
+        wait_for_port(self.port, timeout, self.proc)
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_pid(self.proc.pid)
+            self.proc.wait()
+            self.proc = None
+
+    def kill(self) -> None:
+        """``kill -9``: no shutdown, no final checkpoint."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def pause(self) -> None:
+        if self.proc is not None:
+            os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.proc is not None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+
+
+@dataclass
+class SandboxState:
+    """What a detached sandbox recorded: enough to report on and stop it by PID."""
+
+    metadata_service_uri: str
+    zk_pid: int
+    zk_port: int
+    bookies: list[dict] = field(default_factory=list)  # {"id", "pid", "port", "data_dir"}
+
+
+class Sandbox:
+    """ZooKeeper plus ``n_bookies`` bookie processes under one data directory."""
+
+    def __init__(self, data_dir: Path, n_bookies: int = 3, zk_port: int = 2181,
+                 first_bookie_port: int = 3181, root: str = "/ledgers",
+                 bookie_args: list[str] | None = None) -> None:
+        if n_bookies < 0:
+            raise SandboxError("--bookies must be >= 0")
+        self.data_dir = Path(data_dir).resolve()
+        self.zk = ZooKeeperServer(self.data_dir / "zookeeper", port=zk_port)
+        self.root = root
+        self.bookies = [
+            BookieProcess(self.metadata_service_uri, self.data_dir / f"bookie-{i}",
+                          port=first_bookie_port + i if first_bookie_port else free_port(),
+                          extra_args=bookie_args)
+            for i in range(n_bookies)
+        ]
+
+    @property
+    def metadata_service_uri(self) -> str:
+        return f"zk://127.0.0.1:{self.zk.port}{self.root}"
+
+    def start(self, detached: bool = False) -> SandboxState:
+        self.zk.start(detached=detached)
+        try:
+            for b in self.bookies:
+                b.start(detached=detached)
+            wait_for_registrations(self.metadata_service_uri, len(self.bookies))
+        except BaseException:
+            self.stop()
+            raise
+        state = SandboxState(
+            metadata_service_uri=self.metadata_service_uri,
+            zk_pid=self.zk.proc.pid if self.zk.proc else -1,
+            zk_port=self.zk.port,
+            bookies=[{"id": b.bookie_id, "pid": b.pid, "port": b.port,
+                      "data_dir": str(b.data_dir)} for b in self.bookies],
+        )
+        return state
+
+    def stop(self) -> None:
+        for b in self.bookies:
+            b.stop()
+        self.zk.stop()
+
+
+def wait_for_registrations(metadata_service_uri: str, n: int, timeout: float = 30.0) -> None:
+    """Block until ``n`` writable bookies are registered under ``<root>/available``."""
+    from bk_spark.registration import list_bookies
+
+    deadline = time.monotonic() + timeout
+    seen: list = []
+    while time.monotonic() < deadline:
+        seen = list_bookies(metadata_service_uri)
+        if len([b for b in seen if not b.read_only]) >= n:
+            return
+        time.sleep(0.1)
+    raise SandboxError(f"only {len(seen)} of {n} bookies registered after {timeout:.0f}s")
+
+
+def write_state(data_dir: Path, state: SandboxState) -> Path:
+    path = Path(data_dir) / STATE_FILE
+    path.write_text(json.dumps(asdict(state), indent=2))
+    return path
+
+
+def read_state(data_dir: Path) -> SandboxState | None:
+    path = Path(data_dir) / STATE_FILE
+    if not path.exists():
+        return None
+    return SandboxState(**json.loads(path.read_text()))
+
+
+def stop_detached(data_dir: Path) -> SandboxState | None:
+    """Stop a detached sandbox by the PIDs in its state file; returns what was stopped."""
+    state = read_state(data_dir)
+    if state is None:
+        return None
+    for b in state.bookies:
+        stop_pid(int(b["pid"]))
+    stop_pid(state.zk_pid)
+    (Path(data_dir) / STATE_FILE).unlink(missing_ok=True)
+    return state

@@ -1,0 +1,65 @@
+"""Bookie configuration: one dataclass with defaults and validation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from bk_spark.errors import InvalidConfigError
+
+MiB = 1024 * 1024
+
+
+@dataclass
+class BookieConfig:
+    """Everything a bookie process needs to know.
+
+    Group-commit knobs: the journal thread syncs as soon as it has records and
+    the previous sync finished; while a sync runs, new adds queue up and share
+    the next one. ``journal_max_group_wait_ms`` lets it wait a little longer for
+    more records, ``journal_max_group_bytes`` caps one group.
+    """
+
+    data_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 3181
+    metadata_service_uri: str | None = None
+    metrics_port: int | None = None  # None: no HTTP metrics endpoint; 0: pick a free port
+    max_entry_size: int = 5 * MiB
+    journal_file_size: int = 64 * MiB
+    journal_max_group_wait_ms: float = 0.0
+    journal_max_group_bytes: int = 4 * MiB
+    journal_preallocate: bool = True
+    entry_log_size: int = 256 * MiB
+    checkpoint_interval_s: float = 10.0
+    gc_interval_s: float = 30.0
+    gc_compaction_threshold: float = 0.5  # compact entry logs with less live data than this
+    disk_usage_threshold: float = 0.95  # fraction of the file system's size
+    disk_usage_warn_threshold: float = 0.90
+    max_disk_bytes: int | None = None  # readonly when the data dir holds more than this
+    disk_check_interval_s: float = 5.0
+    grpc_workers: int = 64
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir)
+        if not (0 <= self.port < 65536):
+            raise InvalidConfigError(f"--port must be 0..65535, got {self.port}")
+        if self.max_entry_size <= 0:
+            raise InvalidConfigError("max_entry_size must be positive")
+        if self.journal_file_size < 1 * MiB:
+            raise InvalidConfigError("journal_file_size must be at least 1 MiB")
+        if self.journal_file_size < self.max_entry_size + 4096:
+            raise InvalidConfigError("journal_file_size must exceed max_entry_size")
+        if self.entry_log_size < 1024:
+            raise InvalidConfigError("entry_log_size must be at least 1 KiB")
+        if not (0.0 < self.disk_usage_threshold <= 1.0):
+            raise InvalidConfigError("disk_usage_threshold must be in (0, 1]")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise InvalidConfigError("--tls-cert and --tls-key go together")
+
+    @property
+    def bookie_id(self) -> str:
+        """The bookie's identity and address, ``host:port``."""
+        return f"{self.host}:{self.port}"

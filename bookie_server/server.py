@@ -1,0 +1,253 @@
+"""The bookie's gRPC service: the wire protocol in front of :class:`BookieStorage`.
+
+Requests are decoded here, not by gRPC, so that garbage bytes on the wire get a
+typed ``INVALID_REQUEST`` answer instead of an opaque transport error. Every
+handler maps :class:`BKError` to its wire status code; the bookie keeps serving
+other clients whatever one client sends.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from concurrent import futures
+from typing import Any
+
+import grpc
+from google.protobuf.message import DecodeError, Message
+
+from bk_spark.errors import BKError, InvalidRequestError, ReadOnlyError
+from bk_spark.proto import bookie_pb2 as pb
+from bk_spark.registration import BookieRegistration
+from bookie_server.config import BookieConfig, MiB
+from bookie_server.metrics import BookieMetrics
+from bookie_server.storage import BookieStorage
+
+log = logging.getLogger(__name__)
+
+SERVICE = "bkspark.v1.Bookie"
+MAX_LONG_POLL_MS = 30_000
+VERSION = "0.1.0"
+INT64_MAX = 2**63 - 1
+
+
+def grpc_message_limit(config: BookieConfig) -> int:
+    """Largest gRPC message either side may send: a batch of max-size entries."""
+    return max(64 * MiB, 4 * config.max_entry_size + MiB)
+
+
+def _check_id(name: str, value: int) -> None:
+    if value < 0:
+        raise InvalidRequestError(f"{name} must be >= 0, got {value}")
+
+
+class BookieService:
+    """Handlers of the ``Bookie`` RPCs over one storage instance."""
+
+    def __init__(self, config: BookieConfig, storage: BookieStorage,
+                 metrics: BookieMetrics) -> None:
+        self.config = config
+        self.storage = storage
+        self.metrics = metrics
+
+    # -- handlers: each takes a decoded request and returns a response message --------
+    def add_entries(self, req: pb.AddRequest) -> pb.AddResponse:
+        _check_id("ledger_id", req.ledger_id)
+        if self.storage.read_only and (len(req.entries) > 0 or not req.recovery):
+            raise ReadOnlyError(f"bookie {self.config.bookie_id} is readonly (disk full)")
+        entries = []
+        for e in req.entries:
+            if e.ledger_id != req.ledger_id:
+                raise InvalidRequestError(
+                    f"entry of ledger {e.ledger_id} in a request for ledger {req.ledger_id}")
+            _check_id("entry_id", e.entry_id)
+            entries.append((e.entry_id, e.lac, e.payload, e.digest))
+        self.storage.add_entries(req.ledger_id, req.master_key, entries,
+                                 recovery=req.recovery, lac=req.lac)
+        return pb.AddResponse(
+            status=pb.OK,
+            results=[pb.AddResult(entry_id=e[0], status=pb.OK) for e in entries])
+
+    def read_entries(self, req: pb.ReadRequest) -> pb.ReadResponse:
+        _check_id("ledger_id", req.ledger_id)
+        if req.fence:
+            self.storage.fence(req.ledger_id, req.master_key)
+        if req.entry_ids:
+            ids: Any = list(req.entry_ids)
+            for i in ids:
+                _check_id("entry_id", i)
+        else:
+            _check_id("first_entry", req.first_entry)
+            if req.last_entry < req.first_entry:
+                raise InvalidRequestError(
+                    f"last_entry {req.last_entry} < first_entry {req.first_entry}")
+            ids = range(req.first_entry, req.last_entry + 1)
+        max_entries = req.max_entries if req.max_entries > 0 else 10_000
+        max_bytes = req.max_bytes if req.max_bytes > 0 else 16 * MiB
+        found, missing = self.storage.read_entries(
+            req.ledger_id, ids, max_entries=min(max_entries, 100_000),
+            max_bytes=min(max_bytes, grpc_message_limit(self.config) - MiB))
+        lac, _last, fenced = self.storage.ledger_state(req.ledger_id)
+        return pb.ReadResponse(
+            status=pb.OK, lac=lac, fenced=fenced, missing=missing,
+            entries=[pb.Entry(ledger_id=s.ledger_id, entry_id=s.entry_id, lac=s.lac,
+                              payload=s.payload, digest=s.digest) for s in found])
+
+    def read_lac(self, req: pb.ReadLacRequest) -> pb.ReadLacResponse:
+        _check_id("ledger_id", req.ledger_id)
+        if req.wait_ms > 0:
+            wait_s = min(req.wait_ms, MAX_LONG_POLL_MS) / 1000.0
+            lac, last, fenced = self.storage.wait_for_lac(req.ledger_id, req.previous_lac, wait_s)
+        else:
+            lac, last, fenced = self.storage.ledger_state(req.ledger_id)
+        return pb.ReadLacResponse(status=pb.OK, lac=lac, last_entry=last, fenced=fenced)
+
+    def fence(self, req: pb.FenceRequest) -> pb.FenceResponse:
+        _check_id("ledger_id", req.ledger_id)
+        lac, last = self.storage.fence(req.ledger_id, req.master_key)
+        return pb.FenceResponse(status=pb.OK, lac=lac, last_entry=last)
+
+    def delete_ledger(self, req: pb.DeleteLedgerRequest) -> pb.DeleteLedgerResponse:
+        _check_id("ledger_id", req.ledger_id)
+        self.storage.delete_ledger(req.ledger_id)
+        return pb.DeleteLedgerResponse(status=pb.OK)
+
+    def info(self, req: pb.InfoRequest) -> pb.InfoResponse:
+        used, free = self.storage.disk_usage()
+        return pb.InfoResponse(
+            status=pb.OK, bookie_id=self.config.bookie_id, read_only=self.storage.read_only,
+            ledgers=len(self.storage.ledger_ids()), disk_used_bytes=used,
+            disk_free_bytes=free, max_entry_size=self.config.max_entry_size, version=VERSION)
+
+    # -- plumbing -----------------------------------------------------------------
+    def _wrap(self, name: str, req_type: type[Message], resp_type: type[Message],
+              fn: Callable[[Any], Message]) -> Callable[[bytes, grpc.ServicerContext], Message]:
+        hist = self.metrics.rpc_seconds.labels(name)
+
+        def handler(raw: bytes, context: grpc.ServicerContext) -> Message:
+            t0 = time.perf_counter()
+            try:
+                try:
+                    req = req_type.FromString(raw)
+                except (DecodeError, RuntimeError, ValueError) as exc:
+                    raise InvalidRequestError(f"undecodable {req_type.__name__}: {exc}") from None
+                return fn(req)
+            except BKError as exc:
+                self.metrics.rpc_error(name, pb.StatusCode.Name(exc.code))
+                return resp_type(status=exc.code, message=str(exc))
+            except Exception as exc:  # never let one request take the bookie down
+                log.exception("%s failed", name)
+                self.metrics.rpc_error(name, "INTERNAL")
+                return resp_type(status=pb.INTERNAL, message=f"{type(exc).__name__}: {exc}")
+            finally:
+                hist.observe(time.perf_counter() - t0)
+
+        return handler
+
+    def generic_handler(self) -> grpc.GenericRpcHandler:
+        table = {
+            "AddEntries": (pb.AddRequest, pb.AddResponse, self.add_entries),
+            "ReadEntries": (pb.ReadRequest, pb.ReadResponse, self.read_entries),
+            "ReadLac": (pb.ReadLacRequest, pb.ReadLacResponse, self.read_lac),
+            "Fence": (pb.FenceRequest, pb.FenceResponse, self.fence),
+            "DeleteLedger": (pb.DeleteLedgerRequest, pb.DeleteLedgerResponse,
+                             self.delete_ledger),
+            "Info": (pb.InfoRequest, pb.InfoResponse, self.info),
+        }
+        handlers = {
+            name: grpc.unary_unary_rpc_method_handler(
+                self._wrap(name, req, resp, fn),
+                request_deserializer=None,
+                response_serializer=resp.SerializeToString,
+            )
+            for name, (req, resp, fn) in table.items()
+        }
+        return grpc.method_handlers_generic_handler(SERVICE, handlers)
+
+
+class BookieServer:
+    """A whole bookie: storage, gRPC server, metrics endpoint and ZooKeeper registration."""
+
+    def __init__(self, config: BookieConfig) -> None:
+        self.config = config
+        self.metrics = BookieMetrics()
+        self.storage = BookieStorage(config, metrics=self.metrics)
+        self.service = BookieService(config, self.storage, self.metrics)
+        self.registration: BookieRegistration | None = None
+        self.grpc_server: grpc.Server | None = None
+        self.metrics_port: int | None = None
+        self._stopped = threading.Event()
+
+    def start(self) -> None:
+        cfg = self.config
+        self.storage.start()
+        limit = grpc_message_limit(cfg)
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=cfg.grpc_workers,
+                                       thread_name_prefix="bookie-rpc"),
+            options=[("grpc.max_receive_message_length", limit),
+                     ("grpc.max_send_message_length", limit),
+                     ("grpc.so_reuseport", 0)],
+        )
+        server.add_generic_rpc_handlers((self.service.generic_handler(),))
+        address = f"{cfg.host}:{cfg.port}"
+        if cfg.tls_cert is not None and cfg.tls_key is not None:
+            creds = grpc.ssl_server_credentials(
+                [(cfg.tls_key.read_bytes(), cfg.tls_cert.read_bytes())])
+            bound = server.add_secure_port(address, creds)
+        else:
+            bound = server.add_insecure_port(address)
+        if bound == 0:
+            self.storage.close()
+            raise BKError(f"cannot listen on {address}: port taken?")
+        server.start()
+        self.grpc_server = server
+        if cfg.metrics_port is not None:
+            self.metrics_port = self.metrics.serve(cfg.metrics_port, cfg.host)
+        self.metrics.read_only.set(1 if self.storage.read_only else 0)
+        if cfg.metadata_service_uri:
+            self.registration = BookieRegistration(
+                cfg.metadata_service_uri, cfg.bookie_id,
+                info={"metrics_port": self.metrics_port, "tls": cfg.tls_cert is not None})
+            self.registration.read_only = self.storage.read_only
+            self.registration.start()
+        self.storage.on_mode_change = self._on_mode_change
+        log.info("bookie %s serving (data dir %s)", cfg.bookie_id, cfg.data_dir)
+
+    def _on_mode_change(self, read_only: bool) -> None:
+        log.warning("bookie %s is now %s", self.config.bookie_id,
+                    "readonly" if read_only else "writable")
+        self.metrics.read_only.set(1 if read_only else 0)
+        if self.registration is not None:
+            self.registration.set_read_only(read_only)
+
+    def stop(self) -> None:
+        """Unregister, drain RPCs, checkpoint storage. Idempotent."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        if self.registration is not None:
+            self.registration.stop()
+        if self.grpc_server is not None:
+            self.grpc_server.stop(grace=2.0).wait()
+        self.storage.close()
+
+    def serve_forever(self) -> None:
+        """Run until SIGTERM or SIGINT, then stop cleanly."""
+        done = threading.Event()
+
+        def on_signal(signum: int, _frame: object) -> None:
+            log.info("signal %d: stopping", signum)
+            done.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        self.start()
+        try:
+            while not done.wait(1.0):
+                pass
+        finally:
+            self.stop()

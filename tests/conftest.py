@@ -1,0 +1,87 @@
+"""Shared fixtures: a real ZooKeeper (pyspark's jars) and real bookie processes.
+
+Every process a test starts is stopped by its PID at teardown.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from bk_spark.sandbox import BookieProcess, ZooKeeperServer, free_port, wait_for_registrations
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+@pytest.fixture(scope="session")
+def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """One real ZooKeeper server for the whole test session."""
+    zk = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"), port=free_port())
+    zk.start()
+    yield zk
+    zk.stop()
+
+
+@pytest.fixture
+def metadata_uri(zk_server: ZooKeeperServer) -> str:
+    """A metadata service URI with a root of its own, so tests never see each other."""
+    return f"zk://{zk_server.connect_string}/t-{uuid.uuid4().hex[:12]}"
+
+
+class Cluster:
+    """Bookie processes registered under one metadata service URI."""
+
+    def __init__(self, uri: str, base: Path) -> None:
+        self.uri = uri
+        self.base = base
+        self.bookies: list[BookieProcess] = []
+
+    def add_bookie(self, extra_args: list[str] | None = None, wait: bool = True
+                   ) -> BookieProcess:
+        i = len(self.bookies)
+        b = BookieProcess(self.uri, self.base / f"bookie-{i}", port=free_port(),
+                          extra_args=extra_args)
+        b.start()
+        self.bookies.append(b)
+        if wait:
+            wait_for_registrations(self.uri, len([x for x in self.bookies if x.proc]))
+        return b
+
+    def restart(self, b: BookieProcess) -> None:
+        b.stop()
+        b.start()
+
+    def stop(self) -> None:
+        for b in self.bookies:
+            b.resume()
+            b.stop()
+
+
+@pytest.fixture
+def cluster_factory(metadata_uri: str, tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
+    """``cluster_factory(n, extra_args=[...])`` starts ``n`` real bookies."""
+    made: list[Cluster] = []
+
+    def make(n: int = 3, extra_args: list[str] | None = None) -> Cluster:
+        c = Cluster(metadata_uri, tmp_path / f"cluster-{len(made)}")
+        made.append(c)
+        for _ in range(n):
+            c.add_bookie(extra_args=extra_args, wait=False)
+        wait_for_registrations(metadata_uri, n)
+        return c
+
+    yield make
+    for c in made:
+        c.stop()
+
+
+@pytest.fixture
+def cluster(cluster_factory: Callable[..., Cluster]) -> Cluster:
+    """Three real bookies (the default test cluster)."""
+    return cluster_factory(3)
