@@ -65,6 +65,8 @@ def bookie(
         help="readonly above this fraction of the file system")] = 0.95,
     max_disk_bytes: Annotated[int | None, typer.Option(
         help="readonly when the data dir holds more than this many bytes")] = None,
+    disk_check_interval: Annotated[float, typer.Option(
+        help="seconds between disk usage checks")] = 5.0,
     tls_cert: Annotated[Path | None, typer.Option("--tls-cert", help="PEM certificate")] = None,
     tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key")] = None,
     no_register: Annotated[bool, typer.Option(help="do not register in ZooKeeper")] = False,
@@ -84,6 +86,7 @@ def bookie(
         journal_file_size=journal_file_size_mb * MiB, entry_log_size=entry_log_size_mb * MiB,
         gc_interval_s=gc_interval, checkpoint_interval_s=checkpoint_interval,
         disk_usage_threshold=disk_usage_threshold, max_disk_bytes=max_disk_bytes,
+        disk_check_interval_s=disk_check_interval,
         tls_cert=tls_cert, tls_key=tls_key)
     BookieServer(cfg).serve_forever()
 

@@ -1,0 +1,263 @@
+"""`make bench`: each figure beside a reference measured in the same run, as a ratio.
+
+References: the data disk's fdatasync'd append rate (same record size and group size),
+raw gRPC round trips between two Python processes, and (for the ledger) one bookie's
+own add rate. Results go to stdout and bench/results.md.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import grpc
+
+ROOT = Path(__file__).resolve().parents[1]
+KiB = 1024
+
+
+class Results:
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, str, str]] = []
+
+    def add(self, what: str, value: str, reference: str, ratio: str) -> None:
+        self.rows.append((what, value, reference, ratio))
+        print(f"{what:<55} {value:>26}  ref {reference:>26}  {ratio}", flush=True)
+
+    def markdown(self) -> str:
+        out = ["| figure | value | reference (same run) | ratio |", "|---|---|---|---|"]
+        out += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in self.rows]
+        return "\n".join(out) + "\n"
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+# ----------------------------------------------------------------------------- references
+def disk_append_rate(directory: Path, group: int, record: int = KiB, seconds: float = 1.5,
+                     preallocated: bool = False) -> float:
+    """Records/s appended (or overwritten in a preallocated file) and fdatasync'd per group."""
+    path = directory / f"disk-{group}-{preallocated}.bin"
+    size = 256 * 1024 * 1024
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        if preallocated:
+            zero = b"\0" * (4 * 1024 * 1024)
+            for off in range(0, size, len(zero)):
+                os.pwrite(fd, zero, off)
+            os.fsync(fd)
+        buf = b"r" * (record * group)
+        n = 0
+        off = 0
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds and off + len(buf) < size:
+            os.pwrite(fd, buf, off)
+            os.fdatasync(fd)
+            off += len(buf)
+            n += group
+        return n / (time.perf_counter() - t0)
+    finally:
+        os.close(fd)
+        path.unlink()
+
+
+def grpc_round_trips(seconds: float = 1.5) -> tuple[float, float]:
+    """(unary calls/s serial with 1 KiB, MB/s of 1 MiB unary messages) to a trivial server."""
+    from bk_spark.sandbox import free_port, stop_pid, wait_for_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(ROOT / "bench" / "echo_server.py"), str(port)])
+    try:
+        wait_for_port(port, 20, proc)
+        ch = grpc.insecure_channel(f"127.0.0.1:{port}",
+                                   [("grpc.max_send_message_length", 64 << 20)])
+        echo = ch.unary_unary("/bench.Echo/Echo")
+        small, big = b"x" * KiB, b"y" * (1024 * KiB)
+        for _ in range(50):
+            echo(small)
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            echo(small)
+            n += 1
+        calls = n / (time.perf_counter() - t0)
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            echo(big)
+            n += 1
+        mbs = n * len(big) / (time.perf_counter() - t0) / 1e6
+        ch.close()
+        return calls, mbs
+    finally:
+        stop_pid(proc.pid)
+        proc.wait()
+
+
+# ----------------------------------------------------------------------------- bookie
+def bookie_add(bookie_id: str, n: int, size: int = KiB, in_flight: int = 2000
+               ) -> tuple[float, float, float, float]:
+    """(entries/s, MB/s, p50 ms, p99 ms) of pipelined adds to one bookie."""
+    from bk_spark.core.bookie_client import BookieClient
+    from bk_spark.proto import bookie_pb2 as pb
+
+    client = BookieClient(bookie_id)
+    sem = threading.Semaphore(in_flight)
+    lat: list[float] = []
+    done = threading.Event()
+    count = [0]
+    lock = threading.Lock()
+    data = b"p" * size
+    errors: list = []
+
+    def cb(err, t: float) -> None:
+        now = time.perf_counter()
+        sem.release()
+        with lock:
+            if err is not None:
+                errors.append(err)
+            lat.append(now - t)
+            count[0] += 1
+            if count[0] == n:
+                done.set()
+
+    t0 = time.perf_counter()
+    for i in range(n):
+        sem.acquire()
+        e = pb.Entry(ledger_id=1, entry_id=i, lac=i - 1, payload=data, digest=b"\0" * 12)
+        t = time.perf_counter()
+        client.add_entry(1, b"k", e, lambda err, t=t: cb(err, t))
+    done.wait(300)
+    dt = time.perf_counter() - t0
+    client.close()
+    if errors:
+        raise RuntimeError(f"{len(errors)} adds failed: {errors[0]}")
+    return n / dt, n * size / dt / 1e6, pct(lat, 0.5) * 1e3, pct(lat, 0.99) * 1e3
+
+
+def bookie_reads(bookie_id: str, n_entries: int, seconds: float = 1.5) -> tuple[float, float]:
+    """(single-entry reads entries/s, batched range reads entries/s) from one bookie."""
+    from bk_spark.core.bookie_client import BookieClient
+
+    client = BookieClient(bookie_id)
+    try:
+        i, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            client.read_entries(1, first_entry=i % n_entries, last_entry=i % n_entries)
+            i += 1
+        single = i / (time.perf_counter() - t0)
+        got, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            first = got % (n_entries - 1000)
+            resp = client.read_entries(1, first_entry=first, last_entry=first + 999)
+            got += len(resp.entries)
+        batched = got / (time.perf_counter() - t0)
+        return single, batched
+    finally:
+        client.close()
+
+
+# ----------------------------------------------------------------------------- ledger
+def ledger_add(uri: str, n: int, size: int = KiB, in_flight: int = 2000
+               ) -> tuple[float, float, float, float, int]:
+    from bk_spark.core import BookKeeper
+
+    with BookKeeper(uri) as bk:
+        lh = bk.create_ledger(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2)
+        sem = threading.Semaphore(in_flight)
+        lat: list[float] = []
+        data = b"l" * size
+        futs = []
+        t0 = time.perf_counter()
+        for _ in range(n):
+            sem.acquire()
+            t = time.perf_counter()
+            f = lh.add_entry_async(data)
+            f.add_done_callback(lambda _f, t=t: (lat.append(time.perf_counter() - t),
+                                                 sem.release()))
+            futs.append(f)
+        for f in futs:
+            f.result(300)
+        dt = time.perf_counter() - t0
+        lid = lh.id
+        # leave the ledger open: the recovery figure recovers it as after a writer crash
+        return n / dt, n * size / dt / 1e6, pct(lat, 0.5) * 1e3, pct(lat, 0.99) * 1e3, lid
+
+
+def ledger_recovery(uri: str, ledger_id: int) -> float:
+    from bk_spark.core import BookKeeper
+
+    with BookKeeper(uri) as bk:
+        t0 = time.perf_counter()
+        rh = bk.open_ledger(ledger_id)
+        dt = time.perf_counter() - t0
+        assert rh.last_add_confirmed >= 0
+        return dt
+
+
+def main() -> None:
+    from bk_spark.sandbox import BookieProcess, Sandbox, free_port
+
+    quick = "--quick" in sys.argv
+    n_adds = 20_000 if quick else 100_000
+    res = Results()
+    with tempfile.TemporaryDirectory(prefix="bk-bench-", dir=ROOT) as tmp:
+        tmpd = Path(tmp)
+        print("== references (this machine, this run)")
+        disk = {g: disk_append_rate(tmpd, g) for g in (1, 16, 256)}
+        disk_pre = disk_append_rate(tmpd, 256, preallocated=True)
+        for g, r in disk.items():
+            res.add(f"disk: 1 KiB appends, fdatasync per {g}", f"{r:,.0f} rec/s", "-", "-")
+        res.add("disk: 1 KiB overwrites of preallocated file, per 256", f"{disk_pre:,.0f} rec/s",
+                f"{disk[256]:,.0f} rec/s (append)", f"{disk_pre / disk[256]:.2f}x")
+        calls, mbs = grpc_round_trips()
+        res.add("gRPC: raw unary round trips (1 KiB, serial)", f"{calls:,.0f} calls/s", "-", "-")
+        res.add("gRPC: raw unary 1 MiB messages", f"{mbs:,.0f} MB/s", "-", "-")
+
+        print("== bookie (one process, fsync on)")
+        b = BookieProcess("zk://127.0.0.1:1/unused", tmpd / "bookie", port=free_port(),
+                          extra_args=["--no-register"])
+        b.start()
+        try:
+            eps, bmbs, p50, p99 = bookie_add(b.bookie_id, n_adds)
+            ceiling = max(disk[256], disk_pre)
+            res.add("bookie add 1 KiB, 2000 in flight, one client",
+                    f"{eps:,.0f} e/s {bmbs:,.1f} MB/s", f"{ceiling:,.0f} rec/s disk (256/sync)",
+                    f"{eps / ceiling:.2f}x")
+            res.add("bookie add latency p50 / p99", f"{p50:.1f} / {p99:.1f} ms", "-", "-")
+            single, batched = bookie_reads(b.bookie_id, n_adds)
+            res.add("bookie single-entry reads", f"{single:,.0f} e/s",
+                    f"{calls:,.0f} raw gRPC calls/s", f"{single / calls:.2f}x")
+            res.add("bookie batched range reads (1000/request)", f"{batched:,.0f} e/s",
+                    f"{single:,.0f} e/s single", f"{batched / single:.1f}x")
+        finally:
+            b.stop()
+
+        print("== ledger (3 sandbox bookies, E=3 Qw=2 Qa=2)")
+        sb = Sandbox(tmpd / "sandbox", n_bookies=3, zk_port=free_port(), first_bookie_port=0)
+        sb.start()
+        try:
+            leps, lmbs, lp50, lp99, lid = ledger_add(sb.metadata_service_uri, n_adds)
+            res.add("ledger add 1 KiB, E3 Qw2 Qa2, 2000 in flight",
+                    f"{leps:,.0f} e/s {lmbs:,.1f} MB/s", f"{eps:,.0f} e/s one bookie",
+                    f"{leps / eps:.2f}x")
+            res.add("ledger add latency p50 / p99", f"{lp50:.1f} / {lp99:.1f} ms", "-", "-")
+            rec = ledger_recovery(sb.metadata_service_uri, lid)
+            res.add(f"recovery open of a {n_adds:,}-entry ledger (writer gone)",
+                    f"{rec * 1e3:,.0f} ms", "-", "-")
+        finally:
+            sb.stop()
+    md = "# bench results\n\n" + time.strftime("%Y-%m-%d %H:%M") + "\n\n" + res.markdown()
+    (ROOT / "bench" / "results.md").write_text(md)
+    print("\nwritten bench/results.md")
+    _ = statistics
+
+
+if __name__ == "__main__":
+    main()

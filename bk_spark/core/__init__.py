@@ -1,0 +1,8 @@
+"""The ledger core: BookKeeper's replication protocol over bookies and ZooKeeper."""
+
+from bk_spark.core.client import BookKeeper, BookKeeperConfig
+from bk_spark.core.entry import LedgerEntry
+from bk_spark.core.ledger import LedgerHandle
+from bk_spark.core.reader import ReadHandle
+
+__all__ = ["BookKeeper", "BookKeeperConfig", "LedgerEntry", "LedgerHandle", "ReadHandle"]

@@ -1,0 +1,302 @@
+"""gRPC adapter to bookies: the I/O edge of the ledger core.
+
+Adds are batched: callers enqueue single entries and one sender thread per
+bookie packs everything queued for the same ledger into one ``AddEntries``
+request (up to ``max_batch_entries`` / ``max_batch_bytes``), keeping at most
+``max_in_flight`` requests outstanding. While requests are in flight the queue
+grows, so the batches grow with the load: thousands of adds in flight cost a
+handful of round trips, not one each.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from bk_spark.errors import BKError, BookieUnavailableError, error_for_code
+from bk_spark.proto import bookie_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+MiB = 1024 * 1024
+SERVICE = "/bkspark.v1.Bookie/"
+# A bookie's answer to a batch: None = every entry stored, else the error for all of them.
+AddCallback = Callable[[BKError | None], None]
+
+
+@dataclass(frozen=True)
+class TlsOptions:
+    """Client-side TLS: trust this CA when talking to bookies."""
+
+    ca_cert: Path
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(root_certificates=Path(self.ca_cert).read_bytes())
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """Timeouts and batching of bookie RPCs."""
+
+    add_timeout_s: float = 10.0
+    read_timeout_s: float = 10.0
+    max_batch_entries: int = 2048
+    max_batch_bytes: int = 8 * MiB
+    max_in_flight: int = 4
+    tls: TlsOptions | None = None
+
+
+def _raise_for(resp, bookie_id: str) -> None:
+    if resp.status != pb.OK:
+        raise error_for_code(resp.status, f"bookie {bookie_id}: {resp.message}")
+
+
+def _unavailable(bookie_id: str, exc: grpc.RpcError) -> BookieUnavailableError:
+    code = exc.code() if hasattr(exc, "code") else None
+    detail = exc.details() if hasattr(exc, "details") else str(exc)
+    name = code.name if code is not None else "ERROR"
+    return BookieUnavailableError(f"bookie {bookie_id} unavailable ({name}: {detail})")
+
+
+class _PendingAdd:
+    __slots__ = ("ledger_id", "master_key", "recovery", "entry", "size", "callback")
+
+    def __init__(self, ledger_id: int, master_key: bytes, recovery: bool, entry: pb.Entry,
+                 callback: AddCallback) -> None:
+        self.ledger_id = ledger_id
+        self.master_key = master_key
+        self.recovery = recovery
+        self.entry = entry
+        self.size = len(entry.payload) + 64
+        self.callback = callback
+
+
+class BookieClient:
+    """One gRPC channel to one bookie, with a batching add sender."""
+
+    def __init__(self, bookie_id: str, config: ClientConfig | None = None) -> None:
+        self.bookie_id = bookie_id
+        self.config = config or ClientConfig()
+        opts = [("grpc.max_receive_message_length", 256 * MiB),
+                ("grpc.max_send_message_length", 256 * MiB),
+                ("grpc.enable_retries", 0)]
+        if self.config.tls is not None:
+            self.channel = grpc.secure_channel(bookie_id, self.config.tls.credentials(), opts)
+        else:
+            self.channel = grpc.insecure_channel(bookie_id, opts)
+        ch = self.channel
+
+        def unary(name: str, req, resp):
+            return ch.unary_unary(SERVICE + name, request_serializer=req.SerializeToString,
+                                  response_deserializer=resp.FromString)
+
+        self._add = unary("AddEntries", pb.AddRequest, pb.AddResponse)
+        self._read = unary("ReadEntries", pb.ReadRequest, pb.ReadResponse)
+        self._read_lac = unary("ReadLac", pb.ReadLacRequest, pb.ReadLacResponse)
+        self._fence = unary("Fence", pb.FenceRequest, pb.FenceResponse)
+        self._delete = unary("DeleteLedger", pb.DeleteLedgerRequest, pb.DeleteLedgerResponse)
+        self._info = unary("Info", pb.InfoRequest, pb.InfoResponse)
+        self._queue: deque[_PendingAdd] = deque()
+        self._cv = threading.Condition()
+        self._in_flight = 0
+        self._closed = False
+        self._sender: threading.Thread | None = None
+
+    # ---------------------------------------------------------------- adds (batched)
+    def add_entry(self, ledger_id: int, master_key: bytes, entry: pb.Entry,
+                  callback: AddCallback, *, recovery: bool = False) -> None:
+        """Queue one entry for this bookie; ``callback`` runs once with the outcome."""
+        p = _PendingAdd(ledger_id, master_key, recovery, entry, callback)
+        with self._cv:
+            if self._closed:
+                closed = True
+            else:
+                closed = False
+                self._queue.append(p)
+                if self._sender is None:
+                    self._sender = threading.Thread(
+                        target=self._send_loop, name=f"bk-add-{self.bookie_id}", daemon=True)
+                    self._sender.start()
+                self._cv.notify()
+        if closed:
+            callback(BookieUnavailableError(f"client for bookie {self.bookie_id} is closed"))
+
+    def write_lac(self, ledger_id: int, master_key: bytes, lac: int) -> None:
+        """Explicit LAC: tell the bookie how far the writer has been acknowledged."""
+        try:
+            resp = self._add(pb.AddRequest(ledger_id=ledger_id, master_key=master_key, lac=lac),
+                             timeout=self.config.add_timeout_s)
+        except grpc.RpcError as exc:
+            raise _unavailable(self.bookie_id, exc) from None
+        _raise_for(resp, self.bookie_id)
+
+    def _take_batch(self) -> list[_PendingAdd]:
+        """Pop a run of queued adds of one ledger (caller holds the lock)."""
+        first = self._queue.popleft()
+        batch = [first]
+        size = first.size
+        cfg = self.config
+        q = self._queue
+        while q and len(batch) < cfg.max_batch_entries and size < cfg.max_batch_bytes:
+            nxt = q[0]
+            if (nxt.ledger_id != first.ledger_id or nxt.recovery != first.recovery
+                    or nxt.master_key != first.master_key):
+                break
+            q.popleft()
+            batch.append(nxt)
+            size += nxt.size
+        return batch
+
+    def _send_loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._closed and (not self._queue
+                                            or self._in_flight >= self.config.max_in_flight):
+                    self._cv.wait()
+                if self._closed and not self._queue:
+                    return
+                batch = self._take_batch()
+                self._in_flight += 1
+            self._send(batch)
+
+    def _send(self, batch: list[_PendingAdd]) -> None:
+        first = batch[0]
+        req = pb.AddRequest(ledger_id=first.ledger_id, master_key=first.master_key,
+                            recovery=first.recovery, entries=[p.entry for p in batch],
+                            lac=max(p.entry.lac for p in batch))
+        try:
+            fut = self._add.future(req, timeout=self.config.add_timeout_s)
+        except Exception as exc:  # channel closed under us
+            self._finish(batch, BookieUnavailableError(f"bookie {self.bookie_id}: {exc}"))
+            return
+        fut.add_done_callback(lambda f: self._on_added(batch, f))
+
+    def _on_added(self, batch: list[_PendingAdd], fut: grpc.Future) -> None:
+        err: BKError | None
+        try:
+            resp = fut.result()
+            err = None if resp.status == pb.OK else error_for_code(
+                resp.status, f"bookie {self.bookie_id}: {resp.message}")
+        except grpc.RpcError as exc:
+            err = _unavailable(self.bookie_id, exc)
+        except Exception as exc:  # cancelled on close
+            err = BookieUnavailableError(f"bookie {self.bookie_id}: {exc!r}")
+        self._finish(batch, err)
+
+    def _finish(self, batch: list[_PendingAdd], err: BKError | None) -> None:
+        with self._cv:
+            self._in_flight -= 1
+            self._cv.notify()
+        for p in batch:
+            try:
+                p.callback(err)
+            except Exception:  # a callback bug must not kill the sender
+                log.exception("add callback failed")
+
+    # ---------------------------------------------------------------- other RPCs
+    def read_entries(self, ledger_id: int, *, entry_ids: Sequence[int] | None = None,
+                     first_entry: int = 0, last_entry: int = -1, fence: bool = False,
+                     master_key: bytes = b"", max_entries: int = 0, max_bytes: int = 0,
+                     timeout: float | None = None) -> pb.ReadResponse:
+        """Batched read: a range or a list of ids; raises the bookie's typed error."""
+        req = pb.ReadRequest(ledger_id=ledger_id, first_entry=first_entry,
+                             last_entry=last_entry, entry_ids=entry_ids or [], fence=fence,
+                             master_key=master_key, max_entries=max_entries,
+                             max_bytes=max_bytes)
+        try:
+            resp = self._read(req, timeout=timeout or self.config.read_timeout_s)
+        except grpc.RpcError as exc:
+            raise _unavailable(self.bookie_id, exc) from None
+        _raise_for(resp, self.bookie_id)
+        return resp
+
+    def read_entries_future(self, ledger_id: int, entry_ids: Iterable[int],
+                            timeout: float | None = None) -> grpc.Future:
+        req = pb.ReadRequest(ledger_id=ledger_id, entry_ids=list(entry_ids))
+        return self._read.future(req, timeout=timeout or self.config.read_timeout_s)
+
+    def read_lac(self, ledger_id: int, previous_lac: int = -1, wait_ms: int = 0
+                 ) -> pb.ReadLacResponse:
+        req = pb.ReadLacRequest(ledger_id=ledger_id, previous_lac=previous_lac, wait_ms=wait_ms)
+        try:
+            resp = self._read_lac(req, timeout=self.config.read_timeout_s + wait_ms / 1000.0)
+        except grpc.RpcError as exc:
+            raise _unavailable(self.bookie_id, exc) from None
+        _raise_for(resp, self.bookie_id)
+        return resp
+
+    def read_lac_future(self, ledger_id: int, previous_lac: int = -1, wait_ms: int = 0
+                        ) -> grpc.Future:
+        req = pb.ReadLacRequest(ledger_id=ledger_id, previous_lac=previous_lac, wait_ms=wait_ms)
+        return self._read_lac.future(req, timeout=self.config.read_timeout_s + wait_ms / 1000.0)
+
+    def fence_future(self, ledger_id: int, master_key: bytes) -> grpc.Future:
+        req = pb.FenceRequest(ledger_id=ledger_id, master_key=master_key)
+        return self._fence.future(req, timeout=self.config.read_timeout_s)
+
+    def fence(self, ledger_id: int, master_key: bytes) -> pb.FenceResponse:
+        try:
+            resp = self.fence_future(ledger_id, master_key).result()
+        except grpc.RpcError as exc:
+            raise _unavailable(self.bookie_id, exc) from None
+        _raise_for(resp, self.bookie_id)
+        return resp
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        try:
+            resp = self._delete(pb.DeleteLedgerRequest(ledger_id=ledger_id),
+                                timeout=self.config.read_timeout_s)
+        except grpc.RpcError as exc:
+            raise _unavailable(self.bookie_id, exc) from None
+        _raise_for(resp, self.bookie_id)
+
+    def info(self) -> pb.InfoResponse:
+        try:
+            resp = self._info(pb.InfoRequest(), timeout=self.config.read_timeout_s)
+        except grpc.RpcError as exc:
+            raise _unavailable(self.bookie_id, exc) from None
+        _raise_for(resp, self.bookie_id)
+        return resp
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+            pending = list(self._queue)
+            self._queue.clear()
+        for p in pending:
+            p.callback(BookieUnavailableError(f"client for bookie {self.bookie_id} closed"))
+        self.channel.close()
+
+
+def check_response(resp, bookie_id: str) -> None:
+    """Raise the typed error a bookie's response carries (for callers using futures)."""
+    _raise_for(resp, bookie_id)
+
+
+class BookieClientPool:
+    """One :class:`BookieClient` per bookie id, created on first use."""
+
+    def __init__(self, config: ClientConfig | None = None) -> None:
+        self.config = config or ClientConfig()
+        self._clients: dict[str, BookieClient] = {}
+        self._lock = threading.Lock()
+
+    def get(self, bookie_id: str) -> BookieClient:
+        with self._lock:
+            c = self._clients.get(bookie_id)
+            if c is None:
+                c = self._clients[bookie_id] = BookieClient(bookie_id, self.config)
+            return c
+
+    def close(self) -> None:
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for c in clients:
+            c.close()

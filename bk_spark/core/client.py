@@ -1,0 +1,171 @@
+"""``BookKeeper``: the client entry point (create, open, delete, list ledgers)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from bk_spark.core.bookie_client import BookieClientPool, ClientConfig, TlsOptions
+from bk_spark.core.digest import DigestManager, master_key, password_digest
+from bk_spark.core.entry import EntryCodec
+from bk_spark.core.ledger import LedgerHandle
+from bk_spark.core.metadata import LedgerMetadata, LedgerState
+from bk_spark.core.metadata_store import LedgerMetadataStore, Versioned
+from bk_spark.core.placement import choose_ensemble
+from bk_spark.core.reader import ReadHandle
+from bk_spark.core.recovery import recover_ledger
+from bk_spark.errors import (
+    BKError,
+    InvalidConfigError,
+    NoSuchLedgerError,
+    UnauthorizedError,
+)
+from bk_spark.metadata_uri import parse_metadata_service_uri
+from bk_spark.registration import list_bookies
+from bk_spark.zk import connect_zk
+
+log = logging.getLogger(__name__)
+
+DIGEST_TYPES = ("crc32c", "mac", "none")
+
+
+@dataclass(frozen=True)
+class BookKeeperConfig:
+    """Client options. ``explicit_lac_interval_s``: how soon an idle writer tells
+    bookies its last-add-confirmed (so tailing readers see the last entry)."""
+
+    max_entry_size: int = 5 * 1024 * 1024
+    explicit_lac_interval_s: float = 0.05
+    client: ClientConfig = field(default_factory=ClientConfig)
+
+
+class BookKeeper:
+    """A connection to one bk-spark cluster (ZooKeeper metadata + bookies).
+
+    >>> with BookKeeper("zk://127.0.0.1:2181/ledgers") as bk:   # doctest: +SKIP
+    ...     lh = bk.create_ledger(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2)
+    ...     lh.add_entry(b"hello")
+    ...     lh.close()
+    """
+
+    def __init__(self, metadata_service_uri: str | None = None,
+                 config: BookKeeperConfig | None = None, *,
+                 tls_ca_cert: str | None = None) -> None:
+        self.config = config or BookKeeperConfig()
+        if tls_ca_cert is not None:
+            from pathlib import Path
+
+            cc = self.config.client
+            self.config = BookKeeperConfig(
+                self.config.max_entry_size, self.config.explicit_lac_interval_s,
+                ClientConfig(cc.add_timeout_s, cc.read_timeout_s, cc.max_batch_entries,
+                             cc.max_batch_bytes, cc.max_in_flight, TlsOptions(Path(tls_ca_cert))))
+        self.msu = parse_metadata_service_uri(metadata_service_uri)
+        self.zk = connect_zk(self.msu)
+        self.metadata_store = LedgerMetadataStore(self.zk, self.msu.root)
+        self.bookies = BookieClientPool(self.config.client)
+        self._closed = False
+
+    # ---------------------------------------------------------------- bookies
+    def writable_bookies(self) -> list[str]:
+        """Registered writable bookies (``<root>/available``)."""
+        return [b.bookie_id for b in list_bookies(self.msu, zk=self.zk) if not b.read_only]
+
+    # ---------------------------------------------------------------- ledgers
+    def create_ledger(self, ensemble_size: int = 3, write_quorum_size: int = 2,
+                      ack_quorum_size: int = 2, digest: str = "crc32c", password: bytes = b"",
+                      custom_metadata: Mapping[str, str] | None = None) -> LedgerHandle:
+        """Create a ledger on ``ensemble_size`` writable bookies and open it for writing."""
+        LedgerMetadata.validate_quorums(ensemble_size, write_quorum_size, ack_quorum_size)
+        if digest not in DIGEST_TYPES:
+            raise InvalidConfigError(f"digest must be one of {', '.join(DIGEST_TYPES)}, "
+                                     f"got {digest!r}")
+        password = _as_bytes(password)
+        ensemble = tuple(choose_ensemble(self.writable_bookies(), ensemble_size))
+        custom = {str(k): str(v) for k, v in (custom_metadata or {}).items()}
+        now = int(time.time() * 1000)
+
+        def make(lid: int) -> LedgerMetadata:
+            return LedgerMetadata(
+                ledger_id=lid, ensemble_size=ensemble_size,
+                write_quorum_size=write_quorum_size, ack_quorum_size=ack_quorum_size,
+                state=LedgerState.OPEN, last_entry_id=-1, length=0,
+                ensembles=((0, ensemble),), digest_type=digest,
+                password_digest=password_digest(password), custom_metadata=custom,
+                ctime_ms=now)
+
+        md = self.metadata_store.create(make)
+        return LedgerHandle(self, md, password, self._codec(md.value, password),
+                            master_key(password))
+
+    def open_ledger(self, ledger_id: int, password: bytes = b"", recovery: bool = True
+                    ) -> ReadHandle:
+        """Open a ledger for reading.
+
+        ``recovery=True`` (the default, BookKeeper's ``openLedger``) fences a live
+        writer and recovers the ledger to CLOSED first; ``recovery=False``
+        (``openLedgerNoRecovery``) disturbs no writer and reads up to the LAC.
+        """
+        password = _as_bytes(password)
+        md = self.metadata_store.read(ledger_id)
+        if md.value.password_digest != password_digest(password):
+            raise UnauthorizedError(f"wrong password for ledger {ledger_id}")
+        codec = self._codec(md.value, password)
+        if recovery:
+            md = recover_ledger(self, md, codec, master_key(password))
+            return ReadHandle(self, md, codec)
+        rh = ReadHandle(self, md, codec)
+        if not rh.is_closed:
+            rh.read_last_add_confirmed()
+        return rh
+
+    def recover_ledger(self, ledger_id: int, password: bytes = b"") -> LedgerMetadata:
+        """Fence and recover (close) a ledger; returns its CLOSED metadata."""
+        return self.open_ledger(ledger_id, password, recovery=True).metadata
+
+    def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
+        return self.metadata_store.read(ledger_id).value
+
+    def versioned_metadata(self, ledger_id: int) -> Versioned[LedgerMetadata]:
+        return self.metadata_store.read(ledger_id)
+
+    def list_ledgers(self) -> Iterator[int]:
+        """Ids of all ledgers, ascending."""
+        return iter(self.metadata_store.list_ledgers())
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        """Delete a ledger: its data on every bookie that holds it, then its metadata."""
+        md = self.metadata_store.read(ledger_id)
+        bookies = {b for _first, ens in md.value.ensembles for b in ens}
+        for b in sorted(bookies):
+            try:
+                self.bookies.get(b).delete_ledger(ledger_id)
+            except NoSuchLedgerError:
+                pass
+            except BKError as exc:  # a down bookie's copy is orphaned; its GC cannot know
+                log.warning("ledger %d: could not delete its data on %s: %s", ledger_id, b, exc)
+        self.metadata_store.delete(ledger_id)
+
+    def _codec(self, md: LedgerMetadata, password: bytes) -> EntryCodec:
+        return EntryCodec(md.ledger_id, DigestManager(md.digest_type, password))
+
+    # ---------------------------------------------------------------- lifecycle
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.bookies.close()
+        self.zk.stop()
+        self.zk.close()
+
+    def __enter__(self) -> BookKeeper:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _as_bytes(password: bytes | str) -> bytes:
+    return password.encode() if isinstance(password, str) else bytes(password)

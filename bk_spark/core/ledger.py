@@ -1,0 +1,345 @@
+"""Writing a ledger: ``PendingAddOp``, ensemble change and closing as a writer.
+
+Theory of operation (bookkeeper-protocol.txt, "Writing to ledgers"):
+
+* entry ``n`` goes to the ``Qw`` bookies of its write set, starting at index
+  ``n % E`` of its fragment's ensemble (:func:`schedule.write_set`);
+* it is acknowledged to the caller once ``Qa`` of them confirmed *and* every
+  lower entry was acknowledged (:class:`pending.PendingAdds`, pure);
+* every entry carries the writer's current last-add-confirmed (LAC);
+* when a bookie fails an add, the writer replaces it (:meth:`_change_ensemble`):
+  a new fragment starts at the first entry not yet acknowledged, the metadata
+  is CASed, and the unacknowledged entries are resent to the replacement. If
+  the ledger is no longer OPEN (a recoverer fenced it), outstanding adds fail;
+* closing as a writer (:meth:`LedgerHandle.close`) CASes the state to CLOSED
+  with the last acknowledged entry, deciding conflicts as the seed says.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import TYPE_CHECKING
+
+from bk_spark.core.entry import EntryCodec
+from bk_spark.core.metadata import LedgerMetadata, LedgerState
+from bk_spark.core.metadata_store import Versioned
+from bk_spark.core.pending import PendingAdds
+from bk_spark.core.placement import replace_bookie
+from bk_spark.core.schedule import write_set
+from bk_spark.errors import (
+    BKError,
+    BookieUnavailableError,
+    InvalidConfigError,
+    LedgerClosedError,
+    LedgerFencedError,
+    LedgerStateError,
+    NotEnoughBookiesError,
+    ReadOnlyError,
+    TooLargeError,
+    UnauthorizedError,
+)
+from bk_spark.proto import bookie_pb2 as pb
+
+if TYPE_CHECKING:
+    from bk_spark.core.client import BookKeeper
+
+log = logging.getLogger(__name__)
+
+# Errors after which a bookie is replaced; anything else fails the ledger.
+_REPLACEABLE = (BookieUnavailableError, ReadOnlyError)
+
+
+class LedgerHandle:
+    """A ledger opened for writing by its single writer (SWMR)."""
+
+    def __init__(self, bk: BookKeeper, md: Versioned[LedgerMetadata], password: bytes,
+                 codec: EntryCodec, master_key: bytes) -> None:
+        self._bk = bk
+        self._md = md
+        self._password = password
+        self._codec = codec
+        self._master_key = master_key
+        m = md.value
+        self.id = m.ledger_id
+        self._E, self._Qw, self._Qa = m.ensemble_size, m.write_quorum_size, m.ack_quorum_size
+        self._pending = PendingAdds(self._E, self._Qw, self._Qa)
+        self._ensemble: list[str | None] = list(m.last_ensemble)
+        self._next_entry = 0
+        self._length = 0  # bytes of all entries handed out so far
+        self._acked_length = 0
+        # entry id -> (future, wire entry, length after this entry)
+        self._in_flight: dict[int, tuple[Future, pb.Entry, int]] = {}
+        self._lock = threading.RLock()
+        self._drained = threading.Condition(self._lock)
+        self._error: BKError | None = None
+        self._closed = False
+        self._changing: set[int] = set()  # ensemble indexes being replaced
+        self._change_lock = threading.Lock()
+        self._lac_sent = -1
+        self._lac_wakeup = threading.Condition(self._lock)
+        self._lac_thread: threading.Thread | None = None
+        self.explicit_lac_interval_s = bk.config.explicit_lac_interval_s
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def metadata(self) -> LedgerMetadata:
+        return self._md.value
+
+    @property
+    def last_add_confirmed(self) -> int:
+        """The highest entry id acknowledged to the caller (-1: none)."""
+        return self._pending.last_add_confirmed
+
+    @property
+    def length(self) -> int:
+        """Bytes of all acknowledged entries."""
+        return self._acked_length
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    # ------------------------------------------------------------------ adding
+    def add_entry(self, payload: bytes, timeout: float | None = None) -> int:
+        """Add one entry; blocks until it is acknowledged and returns its entry id."""
+        return self.add_entry_async(payload).result(timeout)
+
+    def add_entry_async(self, payload: bytes) -> Future[int]:
+        """Start adding one entry (``PendingAddOp``); the future yields its entry id.
+
+        Futures complete in entry-id order: an entry is acknowledged only after
+        Qa bookies of its write set confirmed it and every lower entry was.
+        """
+        payload = bytes(payload)
+        if len(payload) > self._bk.config.max_entry_size:
+            raise TooLargeError(
+                f"entry of {len(payload)} bytes exceeds max_entry_size "
+                f"{self._bk.config.max_entry_size}")
+        fut: Future[int] = Future()
+        with self._lock:
+            if self._error is not None:
+                raise self._error
+            if self._closed:
+                raise LedgerClosedError(f"ledger {self.id} is closed")
+            eid = self._next_entry
+            self._next_entry += 1
+            self._length += len(payload)
+            entry = self._codec.encode(eid, self._pending.last_add_confirmed, self._length,
+                                       payload)
+            indexes = self._pending.add(eid)
+            self._in_flight[eid] = (fut, entry, self._length)
+            targets = [(i, self._ensemble[i]) for i in indexes]
+        for i, bookie in targets:
+            if bookie is not None:  # None: being replaced; the resend covers it
+                self._send(eid, i, bookie, entry)
+        return fut
+
+    def _send(self, eid: int, index: int, bookie: str, entry: pb.Entry,
+              recovery: bool = False) -> None:
+        client = self._bk.bookies.get(bookie)
+        client.add_entry(self.id, self._master_key, entry,
+                         lambda err: self._on_response(eid, index, bookie, err),
+                         recovery=recovery)
+
+    def _on_response(self, eid: int, index: int, bookie: str, err: BKError | None) -> None:
+        if err is not None:
+            self._on_bookie_error(index, bookie, err)
+            return
+        done: list[tuple[Future, int]] = []
+        with self._lock:
+            if self._ensemble[index] != bookie or self._error is not None:
+                return  # a stale answer from a replaced bookie
+            for acked in self._pending.ack(eid, index):
+                fut, _entry, length = self._in_flight.pop(acked)
+                self._acked_length = length
+                done.append((fut, acked))
+            if done:
+                if not self._in_flight:
+                    self._drained.notify_all()
+                self._lac_wakeup.notify_all()
+        for fut, acked in done:
+            fut.set_result(acked)
+        if done:
+            self._ensure_lac_thread()
+
+    def _on_bookie_error(self, index: int, bookie: str, err: BKError) -> None:
+        if isinstance(err, _REPLACEABLE):
+            threading.Thread(target=self._change_ensemble, args=(index, bookie, err),
+                             name=f"ensemble-change-{self.id}", daemon=True).start()
+        elif isinstance(err, LedgerFencedError):
+            self._fail(LedgerFencedError(
+                f"ledger {self.id} was fenced by a recovery open; this writer must stop "
+                f"(the unacknowledged adds may or may not be in the ledger)"))
+        elif isinstance(err, UnauthorizedError):
+            self._fail(err)
+        else:
+            self._fail(BKError(f"ledger {self.id}: bookie {bookie} failed an add: {err}"))
+
+    def _fail(self, err: BKError) -> None:
+        """Fail every outstanding add and every later one with ``err``."""
+        with self._lock:
+            if self._error is None:
+                self._error = err
+            pending = sorted(self._in_flight.items())
+            self._in_flight.clear()
+            self._drained.notify_all()
+            self._lac_wakeup.notify_all()
+        for _eid, (fut, _e, _l) in pending:
+            if not fut.done():
+                fut.set_exception(err)
+
+    # ------------------------------------------------------------------ ensemble change
+    def _change_ensemble(self, index: int, failed: str, cause: BKError) -> None:
+        """Replace the bookie at ``index``: new fragment, CAS, resend (seed: ensemble change)."""
+        with self._lock:
+            if self._error is not None or self._ensemble[index] != failed:
+                return
+            if index in self._changing:
+                return
+            self._changing.add(index)
+            first = self._pending.first_unacknowledged()
+            # From here on no answer of the failed bookie counts: the entries of the
+            # new fragment must be confirmed by bookies of the new ensemble.
+            self._ensemble[index] = None
+            self._pending.replace_bookie(index, first)
+        log.warning("ledger %d: replacing bookie %s at index %d from entry %d (%s)",
+                    self.id, failed, index, first, cause)
+        with self._change_lock:
+            try:
+                new_md = self._cas_new_fragment(index, failed, first)
+            except BKError as exc:
+                with self._lock:
+                    self._changing.discard(index)
+                self._fail(exc)
+                return
+        with self._lock:
+            self._md = new_md
+            replacement = new_md.value.last_ensemble[index]
+            self._ensemble[index] = replacement
+            self._changing.discard(index)
+            resend = [(e, self._in_flight[e][1]) for e in self._pending.unacknowledged()
+                      if e >= first and index in write_set(e, self._E, self._Qw)
+                      and e in self._in_flight]
+        for eid, entry in resend:
+            self._send(eid, index, replacement, entry)
+
+    def _cas_new_fragment(self, index: int, failed: str, first: int) -> Versioned:
+        available = self._bk.writable_bookies()
+        with self._lock:
+            current = [b for b in self._ensemble if b is not None]
+
+        def needs_change(m: LedgerMetadata) -> bool:
+            if m.state != LedgerState.OPEN:
+                raise LedgerFencedError(
+                    f"ledger {self.id} is {m.state.value}: a recoverer took it over; "
+                    f"outstanding adds fail")
+            return True
+
+        def make_change(m: LedgerMetadata) -> LedgerMetadata:
+            ensemble = list(m.last_ensemble)
+            if ensemble[index] != failed:  # our own earlier attempt already landed
+                return m
+            try:
+                ensemble[index] = replace_bookie(ensemble, index, available,
+                                                 exclude=[failed, *current])
+            except NotEnoughBookiesError as exc:
+                raise NotEnoughBookiesError(
+                    f"ledger {self.id}: bookie {failed} failed and no other writable bookie "
+                    f"is available to replace it ({exc})") from None
+            return m.with_ensemble_change(first, tuple(ensemble))
+
+        return self._bk.metadata_store.update(self.id, needs_change, make_change,
+                                              current=self._md)
+
+    # ------------------------------------------------------------------ explicit LAC
+    def _ensure_lac_thread(self) -> None:
+        if self._lac_thread is None and self.explicit_lac_interval_s > 0:
+            with self._lock:
+                if self._lac_thread is None:
+                    self._lac_thread = threading.Thread(
+                        target=self._lac_loop, name=f"explicit-lac-{self.id}", daemon=True)
+                    self._lac_thread.start()
+
+    def _lac_loop(self) -> None:
+        """When the writer is idle, tell bookies the LAC the last entry could not carry."""
+        while True:
+            with self._lock:
+                self._lac_wakeup.wait(self.explicit_lac_interval_s)
+                if self._closed or self._error is not None:
+                    return
+                lac = self._pending.last_add_confirmed
+                if lac <= self._lac_sent or self._in_flight:
+                    continue
+                self._lac_sent = lac
+                bookies = [b for b in self._ensemble if b is not None]
+            for b in bookies:
+                try:
+                    self._bk.bookies.get(b).write_lac(self.id, self._master_key, lac)
+                except BKError as exc:
+                    log.debug("explicit LAC to %s failed: %s", b, exc)
+
+    # ------------------------------------------------------------------ closing
+    def close(self, timeout: float | None = 60.0) -> None:
+        """Close as a writer: wait for outstanding adds, then CAS to CLOSED.
+
+        On a CAS conflict the metadata is re-read: OPEN -> retry; IN_RECOVERY ->
+        error; CLOSED with our last entry -> success; CLOSED with another last
+        entry -> error (bookkeeper-protocol.txt, "Closing a ledger as a writer").
+        """
+        with self._lock:
+            if self._closed:
+                return
+            if not self._drained.wait_for(lambda: not self._in_flight, timeout):
+                raise BKError(f"ledger {self.id}: adds still outstanding after {timeout}s")
+            self._closed = True
+            self._lac_wakeup.notify_all()
+            error = self._error
+            last = self._pending.last_add_confirmed
+            length = self._acked_length
+        if isinstance(error, LedgerFencedError):
+            raise LedgerFencedError(f"ledger {self.id} was fenced; it cannot be closed by "
+                                    f"this writer") from None
+        self._md = close_as_writer(self._bk, self._md, last, length)
+
+    def __enter__(self) -> LedgerHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._closed:
+            self.close()
+
+
+def close_as_writer(bk: BookKeeper, md: Versioned[LedgerMetadata], last_entry: int,
+                    length: int) -> Versioned[LedgerMetadata]:
+    """CAS the ledger to CLOSED at ``last_entry``, deciding conflicts as the seed says."""
+    lid = md.value.ledger_id
+
+    def needs_change(m: LedgerMetadata) -> bool:
+        if m.state == LedgerState.OPEN:
+            return True
+        if m.state == LedgerState.IN_RECOVERY:
+            raise LedgerStateError(
+                f"ledger {lid} is being recovered by another client; this writer cannot "
+                f"close it")
+        if m.last_entry_id == last_entry:
+            return False  # closed by someone else at our last entry: success
+        raise LedgerStateError(
+            f"ledger {lid} was closed at entry {m.last_entry_id}, but this writer had "
+            f"{last_entry} acknowledged")
+
+    def make_change(m: LedgerMetadata) -> LedgerMetadata:
+        return m.closed(last_entry, length)
+
+    return bk.metadata_store.update(lid, needs_change, make_change, current=md)
+
+
+def check_quorums(ensemble_size: int, write_quorum_size: int, ack_quorum_size: int) -> None:
+    """``E >= Qw >= Qa >= 1`` or a clear InvalidConfigError."""
+    LedgerMetadata.validate_quorums(ensemble_size, write_quorum_size, ack_quorum_size)
+
+
+Callback = Callable[[BKError | None], None]
+__all__ = ["LedgerHandle", "close_as_writer", "check_quorums", "InvalidConfigError"]

@@ -1,0 +1,291 @@
+"""A real bookie process over gRPC: durability, fencing, registration, typed errors, GC."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import pytest
+
+from bk_spark.core.bookie_client import BookieClient, ClientConfig
+from bk_spark.errors import (
+    BKError,
+    InvalidRequestError,
+    LedgerFencedError,
+    NoSuchLedgerError,
+    ReadOnlyError,
+    TooLargeError,
+    UnauthorizedError,
+)
+from bk_spark.proto import bookie_pb2 as pb
+from bk_spark.registration import list_bookies
+from bk_spark.sandbox import free_port
+
+KEY = b"k" * 32
+
+
+def entry(ledger: int, eid: int, payload: bytes | None = None) -> pb.Entry:
+    return pb.Entry(ledger_id=ledger, entry_id=eid, lac=eid - 1,
+                    payload=payload if payload is not None else f"e{eid}".encode() * 50,
+                    digest=b"\0" * 12)
+
+
+def add_sync(client: BookieClient, ledger: int, entries: list[pb.Entry], key: bytes = KEY,
+             recovery: bool = False) -> list[BKError | None]:
+    results: list[BKError | None] = [None] * len(entries)
+    done = threading.Semaphore(0)
+    for i, e in enumerate(entries):
+        def cb(err: BKError | None, i: int = i) -> None:
+            results[i] = err
+            done.release()
+        client.add_entry(ledger, key, e, cb, recovery=recovery)
+    for _ in entries:
+        assert done.acquire(timeout=30)
+    return results
+
+
+def du(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+@pytest.fixture
+def one_bookie(cluster_factory):
+    c = cluster_factory(1)
+    b = c.bookies[0]
+    client = BookieClient(b.bookie_id, ClientConfig(add_timeout_s=5, read_timeout_s=5))
+    yield c, b, client
+    client.close()
+
+
+def test_every_acknowledged_entry_survives_kill_9_and_restart(one_bookie) -> None:
+    _c, b, client = one_bookie
+    acked: dict[int, bytes] = {}
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def writer() -> None:
+        eid = 0
+        while not stop.is_set() and eid < 200_000:
+            e = entry(7, eid, payload=eid.to_bytes(8, "big") * 128)
+
+            def cb(err: BKError | None, e: pb.Entry = e) -> None:
+                if err is None:
+                    with lock:
+                        acked[e.entry_id] = e.payload
+            client.add_entry(7, KEY, e, cb)
+            eid += 1
+            if eid % 500 == 0:
+                time.sleep(0.005)
+
+    t = threading.Thread(target=writer, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 30
+    while len(acked) < 3000 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    b.kill()  # kill -9 while adds are in flight
+    stop.set()
+    t.join(10)
+    with lock:
+        snapshot = dict(acked)
+    assert len(snapshot) >= 3000
+    b.start()
+    fresh = BookieClient(b.bookie_id)
+    try:
+        ids = sorted(snapshot)
+        got: dict[int, bytes] = {}
+        for i in range(0, len(ids), 1000):
+            resp = fresh.read_entries(7, entry_ids=ids[i:i + 1000])
+            got.update({e.entry_id: e.payload for e in resp.entries})
+        lost = [e for e in ids if got.get(e) != snapshot[e]]
+        assert lost == [], f"{len(lost)} acknowledged entries lost or changed, e.g. {lost[:5]}"
+    finally:
+        fresh.close()
+
+
+def test_fencing_survives_restart_and_recovery_adds_still_accepted(one_bookie) -> None:
+    _c, b, client = one_bookie
+    assert add_sync(client, 3, [entry(3, i) for i in range(10)]) == [None] * 10
+    client.fence(3, KEY)
+    [err] = add_sync(client, 3, [entry(3, 10)])
+    assert isinstance(err, LedgerFencedError)
+    b.kill()
+    b.start()
+    again = BookieClient(b.bookie_id)
+    try:
+        [err] = add_sync(again, 3, [entry(3, 10)])
+        assert isinstance(err, LedgerFencedError)
+        assert add_sync(again, 3, [entry(3, 10)], recovery=True) == [None]
+        resp = again.read_entries(3, first_entry=0, last_entry=10)
+        assert [e.entry_id for e in resp.entries] == list(range(11))
+        assert resp.fenced
+    finally:
+        again.close()
+
+
+def test_fence_of_unknown_ledger_rejects_a_late_add_of_the_old_writer(one_bookie) -> None:
+    _c, _b, client = one_bookie
+    client.fence(99, KEY)
+    [err] = add_sync(client, 99, [entry(99, 0)])
+    assert isinstance(err, LedgerFencedError)
+
+
+def test_typed_errors_and_the_bookie_keeps_serving_other_clients(one_bookie) -> None:
+    _c, b, client = one_bookie
+    other = BookieClient(b.bookie_id)
+    try:
+        assert add_sync(other, 1, [entry(1, 0)]) == [None]
+        # oversize entry
+        [err] = add_sync(client, 2, [entry(2, 0, payload=b"x" * (5 * 1024 * 1024 + 1))])
+        assert isinstance(err, TooLargeError)
+        # negative ids
+        [err] = add_sync(client, 2, [entry(2, -5)])
+        assert isinstance(err, InvalidRequestError)
+        with pytest.raises(InvalidRequestError):
+            client.read_entries(-1, first_entry=0, last_entry=0)
+        # wrong master key
+        [err] = add_sync(client, 1, [entry(1, 1)], key=b"wrong")
+        assert isinstance(err, UnauthorizedError)
+        with pytest.raises(UnauthorizedError):
+            client.fence(1, b"wrong")
+        # unknown ledger
+        with pytest.raises(NoSuchLedgerError):
+            client.read_entries(12345, first_entry=0, last_entry=0)
+        # garbage bytes on the wire
+        raw = client.channel.unary_unary("/bkspark.v1.Bookie/AddEntries",
+                                         request_serializer=None,
+                                         response_deserializer=pb.AddResponse.FromString)
+        resp = raw(b"\xff\xff\xff\xff\x0f\x01garbage", timeout=5)
+        assert resp.status == pb.INVALID_REQUEST
+        resp = raw(b"\x08" + b"\xff" * 11, timeout=5)  # ledger id varint overflow
+        assert resp.status == pb.INVALID_REQUEST
+        # other clients are still served
+        assert add_sync(other, 1, [entry(1, 1)]) == [None]
+        got = other.read_entries(1, first_entry=0, last_entry=1)
+        assert [e.entry_id for e in got.entries] == [0, 1]
+        assert other.info().bookie_id == b.bookie_id
+    finally:
+        other.close()
+
+
+def test_registration_appears_and_disappears_with_the_process(cluster_factory, metadata_uri
+                                                               ) -> None:
+    c = cluster_factory(2)
+    ids = {b.bookie_id for b in c.bookies}
+    assert {r.bookie_id for r in list_bookies(metadata_uri)} == ids
+    c.bookies[0].stop()  # SIGTERM: clean shutdown unregisters at once
+    assert {r.bookie_id for r in list_bookies(metadata_uri)} == {c.bookies[1].bookie_id}
+    c.bookies[1].kill()  # kill -9: the ephemeral znode goes with the session
+    deadline = time.monotonic() + 30
+    while list_bookies(metadata_uri) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert list_bookies(metadata_uri) == []
+
+
+def test_bookie_registers_again_after_its_zookeeper_session_expires(cluster_factory,
+                                                                   metadata_uri) -> None:
+    c = cluster_factory(1)
+    b = c.bookies[0]
+    b.pause()  # SIGSTOP longer than the session timeout: ZooKeeper expires the session
+    try:
+        deadline = time.monotonic() + 30
+        while list_bookies(metadata_uri) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert list_bookies(metadata_uri) == []
+    finally:
+        b.resume()
+    deadline = time.monotonic() + 30
+    while not list_bookies(metadata_uri) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [r.bookie_id for r in list_bookies(metadata_uri)] == [b.bookie_id]
+
+
+def test_deleting_ledgers_shrinks_the_data_directory_after_gc(cluster_factory) -> None:
+    c = cluster_factory(1, extra_args=["--entry-log-size-mb", "1", "--gc-interval", "0.5",
+                                       "--checkpoint-interval", "0.5"])
+    b = c.bookies[0]
+    client = BookieClient(b.bookie_id)
+    try:
+        payload = b"z" * 64 * 1024
+        for ledger in range(1, 9):
+            res = add_sync(client, ledger, [entry(ledger, i, payload) for i in range(48)])
+            assert res == [None] * 48
+        time.sleep(1.5)
+        before = du(b.data_dir)
+        assert before > 8 * 48 * 64 * 1024
+        for ledger in range(1, 8):
+            client.delete_ledger(ledger)
+        deadline = time.monotonic() + 30
+        while du(b.data_dir) > before / 2 and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert du(b.data_dir) <= before / 2
+        with pytest.raises(NoSuchLedgerError):
+            client.read_entries(3, first_entry=0, last_entry=0)
+        kept = client.read_entries(8, first_entry=0, last_entry=47)
+        assert [e.payload for e in kept.entries] == [payload] * 48
+    finally:
+        client.close()
+
+
+def test_readonly_bookie_refuses_adds_serves_reads_and_registers_as_readonly(
+        cluster_factory, metadata_uri) -> None:
+    c = cluster_factory(1, extra_args=["--max-disk-bytes", str(40 * 1024 * 1024),
+                                       "--journal-file-size-mb", "8", "--entry-log-size-mb", "8",
+                                       "--disk-check-interval", "0.2"])
+    b = c.bookies[0]
+    client = BookieClient(b.bookie_id)
+    try:
+        big = b"r" * (1024 * 1024)
+        results: list = []
+        for i in range(0, 400, 20):
+            results += add_sync(client, 5, [entry(5, j, big) for j in range(i, i + 20)])
+            if isinstance(results[-1], ReadOnlyError):
+                break
+            time.sleep(0.3)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            [err] = add_sync(client, 5, [entry(5, 10_000, b"x")])
+            if isinstance(err, ReadOnlyError):
+                break
+            time.sleep(0.5)
+        assert isinstance(err, ReadOnlyError)
+        got = client.read_entries(5, first_entry=0, last_entry=0)
+        assert got.entries[0].payload == big
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            regs = list_bookies(metadata_uri)
+            if regs and regs[0].read_only:
+                break
+            time.sleep(0.2)
+        assert [(r.bookie_id, r.read_only) for r in regs] == [(b.bookie_id, True)]
+    finally:
+        client.close()
+
+
+def test_bookie_exposes_prometheus_metrics(cluster_factory) -> None:
+    port = free_port()
+    c = cluster_factory(1, extra_args=["--metrics-port", str(port)])
+    client = BookieClient(c.bookies[0].bookie_id)
+    try:
+        assert add_sync(client, 1, [entry(1, i) for i in range(5)]) == [None] * 5
+        with pytest.raises(NoSuchLedgerError):
+            client.read_entries(777, first_entry=0, last_entry=0)
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+        text = text.decode()
+        assert "bookie_add_entries_total 5.0" in text
+        assert "bookie_journal_sync_seconds_count" in text
+        assert 'bookie_request_errors_total{rpc="ReadEntries",status="NO_SUCH_LEDGER"} 1.0' in text
+    finally:
+        client.close()
+
+
+def test_plaintext_grpc_error_for_unknown_method_does_not_break_the_bookie(one_bookie) -> None:
+    _c, b, client = one_bookie
+    bogus = client.channel.unary_unary("/bkspark.v1.Bookie/Nope", request_serializer=None,
+                                       response_deserializer=None)
+    with pytest.raises(grpc.RpcError) as info:
+        bogus(b"", timeout=5)
+    assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert client.info().bookie_id == b.bookie_id

@@ -1,0 +1,302 @@
+"""The ledger protocol against real bookies and real ZooKeeper (bookkeeper-protocol.txt)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from bk_spark.core import BookKeeper
+from bk_spark.core.bookie_client import BookieClient
+from bk_spark.core.digest import DigestManager, master_key
+from bk_spark.core.entry import EntryCodec
+from bk_spark.core.metadata import LedgerState
+from bk_spark.core.schedule import write_set
+from bk_spark.errors import (
+    DigestMismatchError,
+    InvalidConfigError,
+    LedgerFencedError,
+    LedgerStateError,
+    NoSuchLedgerError,
+    NotEnoughBookiesError,
+    ReadPastLacError,
+    UnauthorizedError,
+)
+
+PROCS = Path(__file__).parent / "procs"
+
+
+@pytest.fixture
+def bk(cluster, metadata_uri):
+    client = BookKeeper(metadata_uri)
+    yield client
+    client.close()
+
+
+def payload(i: int) -> bytes:
+    return f"entry-{i}".encode() * 20
+
+
+def held_entries(bookie: str, ledger_id: int, ids: list[int]) -> list[int]:
+    c = BookieClient(bookie)
+    try:
+        return [e.entry_id for e in c.read_entries(ledger_id, entry_ids=ids).entries]
+    except NoSuchLedgerError:
+        return []
+    finally:
+        c.close()
+
+
+def test_entries_land_on_the_seeds_write_quorums_e4_qw3(cluster_factory, metadata_uri) -> None:
+    cluster_factory(4)
+    with BookKeeper(metadata_uri) as bk:
+        lh = bk.create_ledger(ensemble_size=4, write_quorum_size=3, ack_quorum_size=2)
+        for i in range(6):
+            assert lh.add_entry(payload(i)) == i
+        lh.close()
+        ensemble = lh.metadata.ensembles[0][1]
+        # The seed's table: entry -> write quorum (as ensemble indexes B1..B4 = 0..3).
+        seed = {0: [0, 1, 2], 1: [1, 2, 3], 2: [2, 3, 0], 3: [3, 0, 1], 4: [0, 1, 2],
+                5: [1, 2, 3]}
+        for eid, quorum in seed.items():
+            assert write_set(eid, 4, 3) == quorum
+        for idx, bookie in enumerate(ensemble):
+            expect = [e for e in range(6) if idx in seed[e]]
+            assert held_entries(bookie, lh.id, list(range(6))) == expect
+
+
+def test_entry_is_readable_after_ack_quorum_minus_one_bookie_failures(cluster, bk) -> None:
+    lh = bk.create_ledger(ensemble_size=3, write_quorum_size=3, ack_quorum_size=2)
+    ids = [f.result() for f in [lh.add_entry_async(payload(i)) for i in range(500)]]
+    assert ids == list(range(500))
+    lh.close()
+    victim = lh.metadata.ensembles[0][1][0]
+    next(b for b in cluster.bookies if b.bookie_id == victim).kill()  # Qa - 1 = 1 failure
+    rh = bk.open_ledger(lh.id)
+    assert [e.payload for e in rh.read_entries(0, 499)] == [payload(i) for i in range(500)]
+
+
+def test_ensemble_change_when_a_bookie_dies_mid_stream_keeps_every_acked_entry(
+        cluster_factory, metadata_uri) -> None:
+    c = cluster_factory(4)
+    with BookKeeper(metadata_uri) as bk:
+        lh = bk.create_ledger(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2)
+        futures = [lh.add_entry_async(payload(i)) for i in range(2000)]
+        futures[500].result(30)
+        victim = lh.metadata.ensembles[0][1][1]
+        next(b for b in c.bookies if b.bookie_id == victim).kill()
+        futures += [lh.add_entry_async(payload(i)) for i in range(2000, 4000)]
+        assert [f.result(60) for f in futures] == list(range(4000))
+        lh.close()
+        md = bk.ledger_metadata(lh.id)
+        assert len(md.ensembles) >= 2
+        assert victim not in md.ensembles[-1][1]
+        assert md.state == LedgerState.CLOSED and md.last_entry_id == 3999
+        rh = bk.open_ledger(lh.id)
+        got = [(e.entry_id, e.payload) for e in rh.read_entries(0, 3999)]
+        assert got == [(i, payload(i)) for i in range(4000)]
+
+
+def test_writer_crash_recovery_closes_at_or_after_last_acked_entry(cluster, metadata_uri
+                                                                    ) -> None:
+    proc = subprocess.Popen([sys.executable, str(PROCS / "crash_writer.py"), metadata_uri,
+                             "3", "2", "2"], stdout=subprocess.PIPE, text=True)
+    try:
+        ledger_id = int(proc.stdout.readline().split()[1])
+        last_acked = -1
+        while last_acked < 2000:
+            line = proc.stdout.readline()
+            assert line, "writer died"
+            last_acked = int(line.split()[1])
+    finally:
+        proc.kill()  # kill -9 mid-stream
+        proc.wait()
+    for line in proc.stdout:  # acks printed before death count too
+        last_acked = max(last_acked, int(line.split()[1]))
+    with BookKeeper(metadata_uri) as a, BookKeeper(metadata_uri) as b:
+        ra = a.open_ledger(ledger_id, password=b"pw")
+        assert ra.metadata.state == LedgerState.CLOSED
+        assert ra.last_add_confirmed >= last_acked
+        rb = b.open_ledger(ledger_id, password=b"pw", recovery=False)
+        n = ra.last_add_confirmed
+        seq_a = [e.payload for e in ra.read_entries(0, n)]
+        seq_b = [e.payload for e in rb.read_entries(0, n)]
+        assert seq_a == seq_b == [f"entry-{i}".encode() * 20 for i in range(n + 1)]
+
+
+def test_concurrent_recoverers_converge_on_the_same_last_entry(cluster, metadata_uri) -> None:
+    with BookKeeper(metadata_uri) as w:
+        lh = w.create_ledger(3, 2, 2)
+        for f in [lh.add_entry_async(payload(i)) for i in range(300)]:
+            f.result()
+        results: list = []
+
+        def recover() -> None:
+            with BookKeeper(metadata_uri) as r:
+                results.append(r.open_ledger(lh.id).metadata)
+
+        threads = [threading.Thread(target=recover) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert len(results) == 3
+        assert {m.last_entry_id for m in results} == {299}
+        assert {m.state for m in results} == {LedgerState.CLOSED}
+        with pytest.raises(LedgerFencedError):
+            lh.add_entry(b"after fencing")
+
+
+def test_fencing_example_entry_12_partially_written(cluster, bk) -> None:
+    """fencing.txt: E=3, Qw=2, 0-11 acknowledged, 12 on one bookie only -> recovered at 12."""
+    lh = bk.create_ledger(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2,
+                          password=b"pw")
+    for i in range(12):
+        lh.add_entry(payload(i))
+    ensemble = lh.metadata.ensembles[0][1]
+    codec = EntryCodec(lh.id, DigestManager("crc32c", b"pw"))
+    e12 = codec.encode(12, 11, lh.length + len(payload(12)), payload(12))
+    first, second = (ensemble[i] for i in write_set(12, 3, 2))
+    c = BookieClient(first)
+    done = threading.Event()
+    c.add_entry(lh.id, master_key(b"pw"), e12, lambda err: done.set())
+    assert done.wait(10)
+    c.close()
+    assert held_entries(second, lh.id, [12]) == []
+
+    rh = bk.open_ledger(lh.id, password=b"pw")  # recovery open
+    assert rh.metadata.state == LedgerState.CLOSED
+    assert rh.last_add_confirmed == 12
+    assert held_entries(second, lh.id, [12]) == [12]  # written back to its write quorum
+    assert [e.payload for e in rh.read_entries(0, 12)] == [payload(i) for i in range(13)]
+    with pytest.raises(LedgerFencedError):
+        lh.add_entry(b"old writer")  # entry 12 of the old writer: the bookies are fenced
+
+
+def test_recovery_of_ledger_with_nothing_past_the_lac_closes_at_last_acked(cluster, bk
+                                                                            ) -> None:
+    lh = bk.create_ledger(3, 2, 2)
+    for i in range(12):
+        lh.add_entry(payload(i))
+    rh = bk.open_ledger(lh.id)
+    assert rh.last_add_confirmed == 11
+    assert rh.metadata.length == sum(len(payload(i)) for i in range(12))
+
+
+def test_recovery_of_empty_ledger_closes_it_empty(cluster, bk) -> None:
+    lh = bk.create_ledger(3, 2, 2)
+    rh = bk.open_ledger(lh.id)
+    assert rh.metadata.state == LedgerState.CLOSED and rh.last_add_confirmed == -1
+
+
+def test_close_as_writer_after_recovery_follows_the_seed(cluster, bk, metadata_uri) -> None:
+    lh = bk.create_ledger(3, 2, 2)
+    for i in range(5):
+        lh.add_entry(payload(i))
+    with BookKeeper(metadata_uri) as other:
+        other.open_ledger(lh.id)  # recovered and CLOSED at entry 4 = what we acknowledged
+    lh.close()  # CLOSED with the same last entry: success
+    assert bk.ledger_metadata(lh.id).last_entry_id == 4
+
+    lh2 = bk.create_ledger(3, 2, 2)
+    lh2.add_entry(payload(0))
+    bk.metadata_store.update(lh2.id, lambda m: True,
+                             lambda m: m.with_state(LedgerState.IN_RECOVERY))
+    with pytest.raises(LedgerStateError):
+        lh2.close()  # IN_RECOVERY: error
+
+
+def test_wrong_password_is_rejected(cluster, bk) -> None:
+    lh = bk.create_ledger(3, 2, 2, password=b"right")
+    lh.add_entry(b"x")
+    with pytest.raises(UnauthorizedError):
+        bk.open_ledger(lh.id, password=b"wrong")
+    with pytest.raises(UnauthorizedError):
+        bk.open_ledger(lh.id, password=b"wrong", recovery=False)
+
+
+@pytest.mark.parametrize("e,qw,qa", [(2, 3, 2), (3, 2, 3), (3, 3, 0), (0, 0, 0)])
+def test_quorum_sizes_must_satisfy_e_ge_qw_ge_qa_ge_1(cluster, bk, e, qw, qa) -> None:
+    with pytest.raises(InvalidConfigError):
+        bk.create_ledger(ensemble_size=e, write_quorum_size=qw, ack_quorum_size=qa)
+
+
+def test_too_few_bookies_is_a_clear_error(cluster, bk) -> None:
+    with pytest.raises(NotEnoughBookiesError, match="4"):
+        bk.create_ledger(ensemble_size=4, write_quorum_size=2, ack_quorum_size=2)
+
+
+def test_non_fencing_open_reads_to_lac_and_does_not_disturb_the_writer(cluster, bk,
+                                                                      metadata_uri) -> None:
+    lh = bk.create_ledger(3, 2, 2)
+    for i in range(100):
+        lh.add_entry(payload(i))
+    with BookKeeper(metadata_uri) as reader:
+        ro = reader.open_ledger(lh.id, recovery=False)
+        assert 98 <= ro.last_add_confirmed <= 99
+        assert [e.payload for e in ro.read_entries(0, ro.last_add_confirmed)] == \
+            [payload(i) for i in range(ro.last_add_confirmed + 1)]
+        with pytest.raises(ReadPastLacError):
+            ro.read_entries(0, 150)
+        lh.add_entry(payload(100))  # the writer is not fenced
+        assert ro.wait_for_entry(100, timeout=10)
+        assert ro.read_entries(100, 100)[0].payload == payload(100)
+
+        def late() -> None:
+            time.sleep(0.5)
+            lh.add_entry(payload(101))
+
+        t = threading.Thread(target=late)
+        t.start()
+        t0 = time.monotonic()
+        assert ro.wait_for_entry(101, timeout=10)  # long-poll wakes on the new entry
+        assert time.monotonic() - t0 < 5
+        t.join()
+        lh.close()
+        assert ro.read_last_add_confirmed() >= 101
+        assert not ro.wait_for_entry(102, timeout=1.0)
+
+
+def test_corrupt_copy_is_skipped_and_no_good_copy_raises(cluster, bk) -> None:
+    lh = bk.create_ledger(3, 2, 2, password=b"pw")
+    for i in range(10):
+        lh.add_entry(payload(i))
+    lh.close()
+    ensemble = lh.metadata.ensembles[0][1]
+    codec = EntryCodec(lh.id, DigestManager("crc32c", b"pw"))
+    bad = codec.encode(4, 3, 0, payload(4))
+    bad.payload = b"corrupted" + bad.payload[9:]
+    ws = [ensemble[i] for i in write_set(4, 3, 2)]
+    c = BookieClient(ws[0])  # the preferred replica gets a corrupt copy
+    done = threading.Event()
+    c.add_entry(lh.id, master_key(b"pw"), bad, lambda err: done.set(), recovery=True)
+    assert done.wait(10)
+    c.close()
+    rh = bk.open_ledger(lh.id, password=b"pw", recovery=False)
+    assert rh.read_entries(4, 4)[0].payload == payload(4)
+    c = BookieClient(ws[1])
+    done.clear()
+    c.add_entry(lh.id, master_key(b"pw"), bad, lambda err: done.set(), recovery=True)
+    assert done.wait(10)
+    c.close()
+    with pytest.raises(DigestMismatchError):
+        rh.read_entries(4, 4)
+
+
+def test_delete_ledger_removes_metadata_and_bookie_data(cluster, bk) -> None:
+    lh = bk.create_ledger(3, 2, 2)
+    for i in range(10):
+        lh.add_entry(payload(i))
+    lh.close()
+    ensemble = lh.metadata.ensembles[0][1]
+    assert lh.id in list(bk.list_ledgers())
+    bk.delete_ledger(lh.id)
+    assert lh.id not in list(bk.list_ledgers())
+    with pytest.raises(NoSuchLedgerError):
+        bk.ledger_metadata(lh.id)
+    for b in ensemble:
+        assert held_entries(b, lh.id, list(range(10))) == []
