@@ -1,0 +1,363 @@
+"""Entry log files: the bookie's append-only data files, and the liveness accounting
+that entry-log garbage collection decides on.
+
+An entry log is a file ``<log id>.log`` in ``data_dir/ledgers/logs``: a 16-byte header
+(magic, log id) and then entry records back to back. Entries of all ledgers share the
+current log; it rotates to a new log id once it would grow past ``entry_log_size``.
+
+Entry record (little endian), also embedded verbatim in the journal's ADD records so that
+one buffer serves both files::
+
+    u32 record length (header + digest + payload) | i64 ledger id | i64 entry id
+    | i64 lac | u16 digest length | digest | payload
+
+Guarantees kept here:
+
+* A log is only ever appended to, and only the current log; a location handed out by
+  :meth:`EntryLogs.append` keeps its bytes until the log is deleted.
+* Writes are not synced when made (the journal already made the add durable).
+  :meth:`EntryLogs.sync` fsyncs every log written since the previous call (and the
+  directory, when logs were created); a checkpoint calls it *before* it persists an index
+  that points into those logs.
+* :meth:`EntryLogs.delete` removes a log the storage found to hold no live entry; a reader
+  that acquired the log before keeps a working file descriptor until it releases it.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from bk_spark.errors import BKError
+
+ENTRY_HEADER = struct.Struct("<IqqqH")  # record length, ledger id, entry id, lac, digest length
+LOG_HEADER = struct.Struct("<8sQ")  # magic, log id
+LOG_MAGIC = b"BKSPELOG"
+LOG_SUFFIX = ".log"
+IOV_MAX = 1024  # os.sysconf("SC_IOV_MAX") on Linux
+
+Buffer = bytes | bytearray | memoryview
+
+
+def write_all_at(fd: int, buffers: Sequence[Buffer], offset: int) -> int:
+    """Write ``buffers`` back to back at ``offset`` with as few ``pwritev`` calls as the OS
+    allows (one per 1024 buffers); returns the number of bytes written."""
+    total = 0
+    for start in range(0, len(buffers), IOV_MAX):
+        chunk = buffers[start : start + IOV_MAX]
+        expected = sum(len(b) for b in chunk)
+        done = os.pwritev(fd, chunk, offset)
+        if done != expected:  # short write: finish it from one joined buffer
+            data = memoryview(b"".join(chunk))
+            while done < expected:
+                done += os.pwrite(fd, data[done:], offset + done)
+        offset += expected
+        total += expected
+    return total
+
+
+def read_exact(fd: int, length: int, offset: int) -> bytes:
+    """``length`` bytes at ``offset``; a short file is an error (a location pointing past the
+    end of a log means the log lost data it had before a checkpoint)."""
+    data = os.pread(fd, length, offset)
+    if len(data) == length:
+        return data
+    parts = [data]
+    got = len(data)
+    while got < length:
+        more = os.pread(fd, length - got, offset + got)
+        if not more:
+            raise BKError(f"entry log truncated: wanted {length} bytes at {offset}, got {got}")
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
+
+
+def fsync_directory(path: Path) -> None:
+    """Make file creations, renames and deletions in ``path`` durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LogFile:
+    """One entry log: its path, lazily opened descriptor and reader count."""
+
+    __slots__ = ("log_id", "path", "fd", "size", "refs", "deleted")
+
+    def __init__(self, log_id: int, path: Path, fd: int | None, size: int) -> None:
+        self.log_id = log_id
+        self.path = path
+        self.fd = fd
+        self.size = size  # bytes in the file, header included
+        self.refs = 0
+        self.deleted = False
+
+
+class EntryLogs:
+    """The set of entry logs of one bookie.
+
+    Thread safety: :meth:`append` and :meth:`rotate` are called by one writer at a time (the
+    storage holds its state lock); readers use :meth:`acquire`/:meth:`release` from any
+    thread; :meth:`sync` may run concurrently with appends.
+    """
+
+    def __init__(self, directory: Path, max_log_size: int) -> None:
+        self._dir = Path(directory)
+        self._max_size = max_log_size
+        self._lock = threading.Lock()  # guards _logs, refs, _unsynced, _new_files
+        self._logs: dict[int, LogFile] = {}
+        self._current: LogFile | None = None
+        self._unsynced: set[int] = set()
+        self._new_files = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Find the existing logs and start a fresh current log after them.
+
+        The previous current log is never appended to again: its tail may hold writes that
+        were never synced, which the journal replay rewrites into the new log.
+        """
+        self._dir.mkdir(parents=True, exist_ok=True)
+        for entry in os.scandir(self._dir):
+            name = entry.name
+            if name.endswith(".tmp"):
+                os.unlink(entry.path)
+            elif name.endswith(LOG_SUFFIX):
+                try:
+                    log_id = int(name[: -len(LOG_SUFFIX)], 16)
+                except ValueError:
+                    continue
+                size = entry.stat().st_size
+                self._logs[log_id] = LogFile(log_id, Path(entry.path), None, size)
+        self._new_log(max(self._logs, default=0) + 1)
+
+    def close(self) -> None:
+        """Close every descriptor (call after the last reader and writer are done)."""
+        with self._lock:
+            for log in self._logs.values():
+                if log.fd is not None:
+                    os.close(log.fd)
+                    log.fd = None
+            self._current = None
+
+    def _new_log(self, log_id: int) -> None:
+        path = self._dir / f"{log_id:016x}{LOG_SUFFIX}"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        os.pwrite(fd, LOG_HEADER.pack(LOG_MAGIC, log_id), 0)
+        log = LogFile(log_id, path, fd, LOG_HEADER.size)
+        with self._lock:
+            self._logs[log_id] = log
+            self._unsynced.add(log_id)
+            self._new_files = True
+            self._current = log
+
+    # -- writing ---------------------------------------------------------------------------
+
+    @property
+    def current_id(self) -> int:
+        assert self._current is not None, "entry logs not open"
+        return self._current.log_id
+
+    def rotate(self) -> None:
+        """Start a new current log; the old one becomes read-only (and collectable)."""
+        assert self._current is not None, "entry logs not open"
+        self._new_log(self._current.log_id + 1)
+
+    def append(self, buffers: Sequence[Buffer]) -> list[tuple[int, int]]:
+        """Append each buffer (whole entry records) to the current log; returns where each
+        went as ``(log id, offset)``. A buffer never straddles two logs; the log rotates
+        before a buffer that would take it past the size limit. One ``pwritev`` per log.
+        """
+        log = self._current
+        assert log is not None, "entry logs not open"
+        places: list[tuple[int, int]] = []
+        pending: list[Buffer] = []
+        pos = log.size
+        for buf in buffers:
+            n = len(buf)
+            if pos > LOG_HEADER.size and pos + n > self._max_size:
+                self._write(log, pending, pos)
+                pending = []
+                self.rotate()
+                log = self._current
+                pos = log.size
+            places.append((log.log_id, pos))
+            pending.append(buf)
+            pos += n
+        self._write(log, pending, pos)
+        return places
+
+    def _write(self, log: LogFile, buffers: list[Buffer], end: int) -> None:
+        if not buffers:
+            return
+        assert log.fd is not None
+        write_all_at(log.fd, buffers, log.size)
+        log.size = end
+        with self._lock:
+            self._unsynced.add(log.log_id)
+
+    def sync(self) -> None:
+        """fsync every log written since the last call, then the directory if logs were
+        created. On error the logs stay marked unsynced."""
+        with self._lock:
+            ids, self._unsynced = self._unsynced, set()
+            new_files, self._new_files = self._new_files, False
+            logs = [self._acquire_locked(i) for i in ids if i in self._logs]
+        try:
+            for log in logs:
+                assert log.fd is not None
+                os.fdatasync(log.fd)
+            if new_files:
+                fsync_directory(self._dir)
+        except BaseException:
+            with self._lock:
+                self._unsynced |= ids
+                self._new_files = self._new_files or new_files
+            raise
+        finally:
+            self.release(logs)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _acquire_locked(self, log_id: int) -> LogFile:
+        log = self._logs.get(log_id)
+        if log is None:
+            raise BKError(f"entry log {log_id:x} is missing: the bookie lost data")
+        if log.fd is None:
+            log.fd = os.open(log.path, os.O_RDONLY | os.O_CLOEXEC)
+        log.refs += 1
+        return log
+
+    def acquire(self, log_ids: Iterable[int]) -> dict[int, LogFile]:
+        """Pin logs for reading: they keep an open descriptor until :meth:`release`."""
+        with self._lock:
+            out: dict[int, LogFile] = {}
+            try:
+                for log_id in log_ids:
+                    if log_id not in out:
+                        out[log_id] = self._acquire_locked(log_id)
+            except BaseException:
+                self._release_locked(out.values())
+                raise
+            return out
+
+    def release(self, logs: Iterable[LogFile]) -> None:
+        with self._lock:
+            self._release_locked(logs)
+
+    def _release_locked(self, logs: Iterable[LogFile]) -> None:
+        for log in logs:
+            log.refs -= 1
+            if log.refs == 0 and log.deleted and log.fd is not None:
+                os.close(log.fd)
+                log.fd = None
+
+    def read(self, log_id: int, offset: int, length: int) -> bytes:
+        """Read ``length`` bytes at ``offset`` of a log (pins it for the call)."""
+        logs = self.acquire((log_id,))
+        try:
+            fd = logs[log_id].fd
+            assert fd is not None
+            return read_exact(fd, length, offset)
+        finally:
+            self.release(logs.values())
+
+    # -- garbage collection ----------------------------------------------------------------
+
+    def data_sizes(self) -> dict[int, int]:
+        """Bytes of entry records in each log (header excluded)."""
+        with self._lock:
+            return {i: log.size - LOG_HEADER.size for i, log in self._logs.items()}
+
+    def log_ids(self) -> list[int]:
+        with self._lock:
+            return sorted(self._logs)
+
+    def delete(self, log_id: int) -> None:
+        """Remove a log that is not the current one; pinned readers keep their descriptor."""
+        with self._lock:
+            log = self._logs.get(log_id)
+            if log is None:
+                return
+            if log is self._current:
+                raise BKError("cannot delete the current entry log")
+            del self._logs[log_id]
+            self._unsynced.discard(log_id)
+            log.deleted = True
+            os.unlink(log.path)
+            if log.refs == 0 and log.fd is not None:
+                os.close(log.fd)
+                log.fd = None
+
+
+class LiveBytes:
+    """Live bytes per entry log and ledger: the only input of entry-log GC.
+
+    Invariant kept by the storage: ``live(log)`` is the total length of the entry records in
+    ``log`` that the index points to. A non-current log's live bytes only ever go down
+    (adds go to the current log), so once zero the log can go.
+    """
+
+    def __init__(self) -> None:
+        self._by_log: dict[int, dict[int, int]] = {}
+
+    def add(self, log_id: int, ledger_id: int, nbytes: int) -> None:
+        per_ledger = self._by_log.get(log_id)
+        if per_ledger is None:
+            per_ledger = self._by_log[log_id] = {}
+        per_ledger[ledger_id] = per_ledger.get(ledger_id, 0) + nbytes
+
+    def sub(self, log_id: int, ledger_id: int, nbytes: int) -> None:
+        per_ledger = self._by_log.get(log_id)
+        if per_ledger is None:
+            return
+        left = per_ledger.get(ledger_id, 0) - nbytes
+        if left > 0:
+            per_ledger[ledger_id] = left
+        else:
+            per_ledger.pop(ledger_id, None)
+
+    def drop_ledger(self, ledger_id: int) -> None:
+        """A deleted ledger's entries are dead in every log."""
+        for per_ledger in self._by_log.values():
+            per_ledger.pop(ledger_id, None)
+
+    def forget_log(self, log_id: int) -> None:
+        self._by_log.pop(log_id, None)
+
+    def live(self, log_id: int) -> int:
+        per_ledger = self._by_log.get(log_id)
+        return sum(per_ledger.values()) if per_ledger else 0
+
+    def log_ids(self) -> list[int]:
+        """Logs holding at least one live byte."""
+        return [log_id for log_id, per_ledger in self._by_log.items() if per_ledger]
+
+    def ledgers(self, log_id: int) -> list[int]:
+        return list(self._by_log.get(log_id, ()))
+
+
+def plan_gc(
+    sizes: dict[int, int], live: LiveBytes, current: int, threshold: float
+) -> tuple[list[int], list[int]]:
+    """Which logs GC acts on: ``(empty, sparse)``. Empty logs hold no live entry and are
+    deleted; sparse ones have a live fraction below ``threshold`` and are compacted (their
+    live entries copied to the current log) first. The current log is never chosen."""
+    empty: list[int] = []
+    sparse: list[int] = []
+    for log_id, size in sorted(sizes.items()):
+        if log_id == current:
+            continue
+        alive = live.live(log_id)
+        if alive == 0:
+            empty.append(log_id)
+        elif size > 0 and alive < size * threshold:
+            sparse.append(log_id)
+    return empty, sparse

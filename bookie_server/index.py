@@ -1,0 +1,355 @@
+"""The (ledger, entry) -> location index and the per-ledger state, and their durable home.
+
+In memory every ledger the bookie knows has a :class:`LedgerState`: its master key,
+fenced flag, last-add-confirmed (``lac``), highest stored entry and ``index``, a dict from
+entry id to a *location*. A location is one int packing where the entry record lives::
+
+    location = (log id << 72) | (offset << 32) | record length
+
+(log ids below 2**24, offsets below 2**40, record lengths below 2**32), so an entry costs one
+dict slot and reads never scan the journal.
+
+On disk (``data_dir/ledgers/index-<generation>.idx``) the index is an append-only file of
+*checkpoint batches*. Each batch carries what changed since the previous checkpoint
+(ledgers deleted, ledger states and the locations of entries added or moved) and the
+journal position up to which it accounts for every change, under one CRC32C::
+
+    batch: 4s magic "BKIX" | u32 crc32c(body) | u64 body length | body
+    body:  u8 flags (1 = full snapshot) | u64 journal seq | u64 journal offset
+           | u32 n deleted | i64 ledger id * n
+           | u32 n ledgers | per ledger: i64 id | u8 flags (1 = fenced) | i64 lac
+             | i64 last entry | u16 key length | u32 n entries | key
+             | i64 entry ids * n | u64 (location >> 32) * n | u32 record lengths * n
+
+Guarantees kept here:
+
+* A checkpoint batch is durable (fdatasync'd) when :meth:`IndexStore.append` returns, so
+  checkpoint cost is proportional to what changed, not to the whole index.
+* A torn or corrupt batch (crash mid-checkpoint) fails its CRC and is dropped with
+  everything after it: the previous checkpoint stays in force, and the journal files it
+  needs are still there because they are released only after a batch is durable.
+* When the appended batches outgrow the last full snapshot, :meth:`IndexStore.rewrite`
+  writes a full snapshot to a new generation (write temp, fsync, rename, fsync directory)
+  and drops the old file; the rewrite cost is amortised over the appends that caused it.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import sys
+from array import array
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import crc32c
+
+from bookie_server.entrylog import fsync_directory
+
+LOG_SHIFT = 72
+OFFSET_SHIFT = 32
+OFFSET_MASK = (1 << 40) - 1
+LENGTH_MASK = (1 << 32) - 1
+MAX_LOG_ID = (1 << 24) - 1
+
+BATCH_HEADER = struct.Struct("<4sIQ")  # magic, crc32c of body, body length
+BATCH_MAGIC = b"BKIX"
+BATCH_START = struct.Struct("<BQQI")  # flags, journal seq, journal offset, n deleted
+LEDGER_RECORD = struct.Struct("<qBqqHI")  # id, flags, lac, last entry, key length, n entries
+COUNT = struct.Struct("<I")
+FLAG_FULL = 1
+FLAG_FENCED = 1
+INDEX_PREFIX = "index-"
+INDEX_SUFFIX = ".idx"
+
+
+def pack_location(log_id: int, offset: int, length: int) -> int:
+    """One int for where an entry record lives (see the module docstring)."""
+    return (((log_id << 40) | offset) << OFFSET_SHIFT) | length
+
+
+def location_base(log_id: int, offset: int) -> int:
+    """Location of a batch's start; add ``(relative offset << 32) | length`` per entry."""
+    return ((log_id << 40) | offset) << OFFSET_SHIFT
+
+
+def unpack_location(location: int) -> tuple[int, int, int]:
+    """``(log id, offset, record length)`` of a location."""
+    return (
+        location >> LOG_SHIFT,
+        (location >> OFFSET_SHIFT) & OFFSET_MASK,
+        location & LENGTH_MASK,
+    )
+
+
+class LedgerState:
+    """What a bookie knows about one ledger.
+
+    Fields set when a request is accepted (under the storage's submit lock): ``master_key``
+    (set by the first add, fence or explicit LAC; later requests must match) and ``fenced``
+    (after it, plain adds are refused). Fields set when a journaled change is applied:
+    ``lac`` (max of every lac received), ``last_entry`` (highest entry id stored),
+    ``index``, ``fence_synced`` (a fence record is durable), ``deleted`` and ``dirty`` (entry
+    ids whose location changed since the last checkpoint).
+    """
+
+    __slots__ = (
+        "ledger_id",
+        "master_key",
+        "fenced",
+        "fence_synced",
+        "lac",
+        "last_entry",
+        "index",
+        "dirty",
+        "deleted",
+    )
+
+    def __init__(self, ledger_id: int, master_key: bytes, *, fenced: bool = False) -> None:
+        self.ledger_id = ledger_id
+        self.master_key = master_key
+        self.fenced = fenced
+        self.fence_synced = False
+        self.lac = -1
+        self.last_entry = -1
+        self.index: dict[int, int] = {}
+        self.dirty: list[int] = []
+        self.deleted = False
+
+    def __repr__(self) -> str:
+        return (
+            f"LedgerState({self.ledger_id}, lac={self.lac}, last_entry={self.last_entry}, "
+            f"fenced={self.fenced}, entries={len(self.index)})"
+        )
+
+
+@dataclass(slots=True)
+class LedgerSnapshot:
+    """A ledger's state and some of its locations, as one checkpoint batch records them."""
+
+    ledger_id: int
+    master_key: bytes
+    fenced: bool
+    lac: int
+    last_entry: int
+    entry_ids: list[int] = field(default_factory=list)
+    locations: list[int] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, state: LedgerState, entry_ids: list[int], locations: list[int]) -> LedgerSnapshot:
+        return cls(
+            state.ledger_id,
+            state.master_key,
+            state.fenced,
+            state.lac,
+            state.last_entry,
+            entry_ids,
+            locations,
+        )
+
+
+def _little_endian(values: array) -> bytes:
+    if sys.byteorder != "little":
+        values.byteswap()
+    return values.tobytes()
+
+
+def _read_array(typecode: str, data: memoryview, offset: int, count: int) -> array:
+    values = array(typecode)
+    values.frombytes(data[offset : offset + count * values.itemsize])
+    if sys.byteorder != "little":
+        values.byteswap()
+    return values
+
+
+def encode_batch(
+    position: tuple[int, int],
+    deleted: Iterable[int],
+    ledgers: Iterable[LedgerSnapshot],
+    *,
+    full: bool = False,
+) -> bytes:
+    """One checkpoint batch, header included (see the module docstring)."""
+    deleted = list(deleted)
+    ledgers = list(ledgers)
+    parts: list[bytes] = [
+        BATCH_START.pack(FLAG_FULL if full else 0, position[0], position[1], len(deleted)),
+        _little_endian(array("q", deleted)),
+        COUNT.pack(len(ledgers)),
+    ]
+    for snap in ledgers:
+        locs = snap.locations
+        parts.append(
+            LEDGER_RECORD.pack(
+                snap.ledger_id,
+                FLAG_FENCED if snap.fenced else 0,
+                snap.lac,
+                snap.last_entry,
+                len(snap.master_key),
+                len(snap.entry_ids),
+            )
+        )
+        parts.append(snap.master_key)
+        if locs:
+            parts.append(_little_endian(array("q", snap.entry_ids)))
+            parts.append(_little_endian(array("Q", [loc >> OFFSET_SHIFT for loc in locs])))
+            parts.append(_little_endian(array("I", [loc & LENGTH_MASK for loc in locs])))
+    body = b"".join(parts)
+    return BATCH_HEADER.pack(BATCH_MAGIC, crc32c.crc32c(body), len(body)) + body
+
+
+def apply_batch(body: memoryview, ledgers: dict[int, LedgerState]) -> tuple[int, int]:
+    """Apply one checkpoint batch body to ``ledgers``; returns its journal position."""
+    flags, seq, offset, n_deleted = BATCH_START.unpack_from(body, 0)
+    pos = BATCH_START.size
+    if flags & FLAG_FULL:
+        ledgers.clear()
+    for ledger_id in _read_array("q", body, pos, n_deleted):
+        ledgers.pop(ledger_id, None)
+    pos += 8 * n_deleted
+    (n_ledgers,) = COUNT.unpack_from(body, pos)
+    pos += COUNT.size
+    for _ in range(n_ledgers):
+        ledger_id, lflags, lac, last_entry, key_len, n = LEDGER_RECORD.unpack_from(body, pos)
+        pos += LEDGER_RECORD.size
+        key = bytes(body[pos : pos + key_len])
+        pos += key_len
+        state = ledgers.get(ledger_id)
+        if state is None:
+            state = ledgers[ledger_id] = LedgerState(ledger_id, key)
+        state.master_key = key
+        state.fenced = state.fence_synced = bool(lflags & FLAG_FENCED)
+        state.lac = lac
+        state.last_entry = last_entry
+        if n:
+            entry_ids = _read_array("q", body, pos, n)
+            pos += 8 * n
+            highs = _read_array("Q", body, pos, n)
+            pos += 8 * n
+            lengths = _read_array("I", body, pos, n)
+            pos += 4 * n
+            state.index.update(
+                zip(
+                    entry_ids,
+                    [(h << OFFSET_SHIFT) | ln for h, ln in zip(highs, lengths, strict=True)],
+                    strict=True,
+                )
+            )
+    if pos != len(body):
+        raise ValueError(f"checkpoint batch has {len(body) - pos} stray bytes")
+    return seq, offset
+
+
+class IndexStore:
+    """The durable home of the index and the ledger states (see the module docstring).
+
+    Not thread-safe: the storage calls it from one checkpoint at a time.
+    """
+
+    def __init__(self, directory: Path, *, min_rewrite_bytes: int = 8 << 20) -> None:
+        self._dir = Path(directory)
+        self._min_rewrite = min_rewrite_bytes
+        self._generation = 0
+        self._fd: int | None = None
+        self._size = 0  # bytes in the current file
+        self._full_size = 0  # bytes of the last full snapshot
+
+    def _path(self, generation: int) -> Path:
+        return self._dir / f"{INDEX_PREFIX}{generation:08x}{INDEX_SUFFIX}"
+
+    def load(self) -> tuple[dict[int, LedgerState], tuple[int, int] | None]:
+        """Read the newest generation: every ledger state and the journal position of the
+        last durable checkpoint (None when there was none). A torn tail is cut off."""
+        self._dir.mkdir(parents=True, exist_ok=True)
+        generations: list[int] = []
+        for entry in os.scandir(self._dir):
+            name = entry.name
+            if not name.startswith(INDEX_PREFIX):
+                continue
+            if name.endswith(".tmp"):
+                os.unlink(entry.path)
+            elif name.endswith(INDEX_SUFFIX):
+                try:
+                    generations.append(int(name[len(INDEX_PREFIX) : -len(INDEX_SUFFIX)], 16))
+                except ValueError:
+                    continue
+        ledgers: dict[int, LedgerState] = {}
+        position: tuple[int, int] | None = None
+        if not generations:
+            return ledgers, position
+        generations.sort()
+        for old in generations[:-1]:
+            os.unlink(self._path(old))
+        self._generation = generations[-1]
+        path = self._path(self._generation)
+        data = memoryview(path.read_bytes())
+        pos = 0
+        first = True
+        while pos + BATCH_HEADER.size <= len(data):
+            magic, crc, length = BATCH_HEADER.unpack_from(data, pos)
+            end = pos + BATCH_HEADER.size + length
+            if magic != BATCH_MAGIC or end > len(data):
+                break
+            body = data[pos + BATCH_HEADER.size : end]
+            if crc32c.crc32c(body) != crc:
+                break
+            position = apply_batch(body, ledgers)
+            if first:
+                self._full_size = end
+                first = False
+            pos = end
+        self._fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        if pos != len(data):
+            os.ftruncate(self._fd, pos)
+            os.fsync(self._fd)
+        self._size = pos
+        return ledgers, position
+
+    @property
+    def wants_rewrite(self) -> bool:
+        """True when the batches appended since the last full snapshot outweigh it."""
+        appended = self._size - self._full_size
+        return self._fd is None or appended > max(self._min_rewrite, self._full_size)
+
+    def append(
+        self,
+        position: tuple[int, int],
+        deleted: Iterable[int],
+        ledgers: Iterable[LedgerSnapshot],
+    ) -> None:
+        """Durably append one incremental checkpoint batch."""
+        if self._fd is None:
+            self.rewrite(position, ())
+        data = encode_batch(position, deleted, ledgers)
+        assert self._fd is not None
+        os.pwrite(self._fd, data, self._size)
+        os.fdatasync(self._fd)
+        self._size += len(data)
+
+    def rewrite(self, position: tuple[int, int], ledgers: Iterable[LedgerSnapshot]) -> None:
+        """Durably replace the file with one full snapshot of every ledger."""
+        data = encode_batch(position, (), ledgers, full=True)
+        generation = self._generation + 1
+        path = self._path(generation)
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            os.pwrite(fd, data, 0)
+            os.fsync(fd)
+            os.rename(tmp, path)
+            fsync_directory(self._dir)
+        except BaseException:
+            os.close(fd)
+            raise
+        old_fd, old_generation = self._fd, self._generation
+        self._fd, self._generation = fd, generation
+        self._size = self._full_size = len(data)
+        if old_fd is not None:
+            os.close(old_fd)
+            os.unlink(self._path(old_generation))
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

@@ -1,0 +1,664 @@
+"""The bookie's write-ahead journal with group commit.
+
+Theory of operation
+-------------------
+Every change a bookie acknowledges (adds, fences, explicit LACs, ledger deletes) is first
+appended to the journal and fdatasync'd; only then is it applied and acknowledged.
+Concurrent requests share one sync: a single writer thread takes everything queued (up to
+``max_group_bytes``, waiting at most ``max_group_wait_s`` for more), writes it with one
+``pwritev`` and one ``fdatasync``, then hands the whole group to ``on_synced``.
+
+Journal files ``<seq>.jnl`` in ``data_dir/journal`` have a fixed size and are written in
+place: they are preallocated (filled with zeros and synced by a background thread before
+they are needed) or recycled from files a checkpoint released, because overwriting
+allocated blocks syncs much faster than appending. A file's sequence number is never
+reused. When a group does not fit in the current file, a ROLL record naming the next file
+is written and synced at its end and writing goes on in the next file.
+
+Record format (little endian)::
+
+    u32 body length | u32 crc32c | u8 type | body
+
+The CRC is ``crc32c(body ++ u64 file seq ++ u32 body length ++ u8 type)``: it covers the
+file's sequence number, so records left in a recycled file (written under an older
+number), zeros and garbage never check out.
+
+Replay (after a crash or a clean stop) starts at the last checkpoint's position and applies
+every valid record in order, following ROLL records from file to file. The first record
+that is torn, corrupt, zeroed or absent ends the replay: such a record was never
+acknowledged, because its group's sync did not complete. After a replay the journal always
+continues in a fresh file (a higher sequence number), so the stale bytes after the replay's
+end can never be mistaken for records.
+
+Record bodies (ADD embeds the entry log's entry records verbatim, see
+:mod:`bookie_server.entrylog`)::
+
+    ROLL    u64 next file seq
+    ADD     i64 ledger id | u16 key length | u32 n entries | master key | entry record * n
+    FENCE   i64 ledger id | u16 key length | master key
+    LAC     i64 ledger id | i64 lac | u16 key length | master key
+    DELETE  i64 ledger id
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import crc32c
+
+from bk_spark.errors import BKError
+from bookie_server.entrylog import ENTRY_HEADER, fsync_directory, write_all_at
+
+log = logging.getLogger(__name__)
+
+MiB = 1 << 20
+
+
+class RecordType(IntEnum):
+    ROLL = 1
+    ADD = 2
+    FENCE = 3
+    LAC = 4
+    DELETE = 5
+
+
+VALID_TYPES = frozenset(int(t) for t in RecordType)
+RECORD_HEADER = struct.Struct("<IIB")  # body length, crc32c, type
+CRC_TRAILER = struct.Struct("<QIB")  # file seq, body length, type: covered by the CRC
+ADD_HEADER = struct.Struct("<qHI")  # ledger id, master key length, entry count
+FENCE_BODY = struct.Struct("<qH")  # ledger id, master key length
+LAC_BODY = struct.Struct("<qqH")  # ledger id, lac, master key length
+DELETE_BODY = struct.Struct("<q")  # ledger id
+ROLL_BODY = struct.Struct("<Q")  # next file seq
+ROLL_RECORD_SIZE = RECORD_HEADER.size + ROLL_BODY.size
+JOURNAL_SUFFIX = ".jnl"
+SPARE_PREFIX = "spare-"
+
+
+class JournalPosition(NamedTuple):
+    """A place in the journal: file sequence number and byte offset in that file."""
+
+    seq: int
+    offset: int
+
+
+class JournalRecord:
+    """One record waiting to be journaled; ``token`` travels with it to ``on_synced``."""
+
+    __slots__ = ("rtype", "body", "crc", "token")
+
+    def __init__(self, rtype: int, body: bytes, token: Any = None) -> None:
+        self.rtype = rtype
+        self.body = body
+        self.crc = crc32c.crc32c(body)  # of the body alone; the writer adds the trailer
+        self.token = token
+
+    @property
+    def size(self) -> int:
+        return RECORD_HEADER.size + len(self.body)
+
+
+# -- record codecs -----------------------------------------------------------------------
+
+
+def frame(seq: int, rtype: int, body: bytes, body_crc: int | None = None) -> bytes:
+    """The bytes of one record as written in file ``seq``."""
+    if body_crc is None:
+        body_crc = crc32c.crc32c(body)
+    n = len(body)
+    crc = crc32c.crc32c(CRC_TRAILER.pack(seq, n, rtype), value=body_crc)
+    return RECORD_HEADER.pack(n, crc, rtype) + body
+
+
+def parse_record(data: memoryview, pos: int, seq: int) -> tuple[int, memoryview, int] | None:
+    """``(type, body, end)`` of the record at ``pos`` of file ``seq``, or None when there is
+    no valid record there (end of data, zeros, torn write, garbage, stale record)."""
+    if pos + RECORD_HEADER.size > len(data):
+        return None
+    n, crc, rtype = RECORD_HEADER.unpack_from(data, pos)
+    end = pos + RECORD_HEADER.size + n
+    if n == 0 or rtype not in VALID_TYPES or end > len(data):
+        return None
+    body = data[pos + RECORD_HEADER.size : end]
+    expect = crc32c.crc32c(CRC_TRAILER.pack(seq, n, rtype), value=crc32c.crc32c(body))
+    if expect != crc:
+        return None
+    return rtype, body, end
+
+
+@dataclass(slots=True)
+class AddBatch:
+    """Entries of one ledger in one ADD record.
+
+    ``spans[i]`` is ``(offset of entry i's record relative to entries_start << 32) | record
+    length``, so that an entry's location is the batch's location plus its span.
+    """
+
+    ledger_id: int
+    master_key: bytes
+    body: bytes | memoryview
+    entries_start: int
+    entry_ids: list[int]
+    spans: list[int]
+    max_lac: int
+    min_entry: int
+    max_entry: int
+
+    @property
+    def entries(self) -> memoryview:
+        """The entry records, ready for the entry log."""
+        return memoryview(self.body)[self.entries_start :]
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.body) - self.entries_start
+
+
+def _finish_add(
+    ledger_id: int,
+    master_key: bytes,
+    parts: list,
+    entry_ids: list[int],
+    spans: list[int],
+    max_lac: int,
+) -> AddBatch:
+    head = ADD_HEADER.pack(ledger_id, len(master_key), len(entry_ids)) + master_key
+    parts[0] = head
+    return AddBatch(
+        ledger_id,
+        master_key,
+        b"".join(parts),
+        len(head),
+        entry_ids,
+        spans,
+        max_lac,
+        min(entry_ids),
+        max(entry_ids),
+    )
+
+
+def encode_adds(
+    ledger_id: int,
+    master_key: bytes,
+    entries: Sequence[tuple[int, int, bytes, bytes]],
+    record_cap: int,
+) -> list[AddBatch]:
+    """ADD record bodies for ``entries`` (``(entry_id, lac, payload, digest)``), each at most
+    ``record_cap`` bytes unless a single entry is larger. Inputs must be validated."""
+    pack = ENTRY_HEADER.pack
+    header_size = ENTRY_HEADER.size
+    batches: list[AddBatch] = []
+    parts: list = [b""]
+    entry_ids: list[int] = []
+    spans: list[int] = []
+    offset = 0
+    max_lac = -1
+    for entry_id, lac, payload, digest in entries:
+        n = header_size + len(digest) + len(payload)
+        if offset and offset + n > record_cap:
+            batches.append(_finish_add(ledger_id, master_key, parts, entry_ids, spans, max_lac))
+            parts, entry_ids, spans, offset, max_lac = [b""], [], [], 0, -1
+        parts.append(pack(n, ledger_id, entry_id, lac, len(digest)))
+        parts.append(digest)
+        parts.append(payload)
+        entry_ids.append(entry_id)
+        spans.append((offset << 32) | n)
+        if lac > max_lac:
+            max_lac = lac
+        offset += n
+    if entry_ids:
+        batches.append(_finish_add(ledger_id, master_key, parts, entry_ids, spans, max_lac))
+    return batches
+
+
+def decode_add(body: memoryview) -> AddBatch:
+    """The :class:`AddBatch` of an ADD record body (raises ValueError when malformed)."""
+    ledger_id, key_len, count = ADD_HEADER.unpack_from(body, 0)
+    start = ADD_HEADER.size + key_len
+    master_key = bytes(body[ADD_HEADER.size : start])
+    unpack = ENTRY_HEADER.unpack_from
+    entry_ids: list[int] = []
+    spans: list[int] = []
+    offset = 0
+    max_lac = -1
+    for _ in range(count):
+        n, entry_ledger, entry_id, lac, digest_len = unpack(body, start + offset)
+        if entry_ledger != ledger_id or n < ENTRY_HEADER.size + digest_len:
+            raise ValueError("malformed ADD record")
+        entry_ids.append(entry_id)
+        spans.append((offset << 32) | n)
+        max_lac = max(max_lac, lac)
+        offset += n
+    if not entry_ids or start + offset != len(body):
+        raise ValueError("malformed ADD record")
+    return AddBatch(
+        ledger_id,
+        master_key,
+        body,
+        start,
+        entry_ids,
+        spans,
+        max_lac,
+        min(entry_ids),
+        max(entry_ids),
+    )
+
+
+def encode_fence(ledger_id: int, master_key: bytes) -> bytes:
+    return FENCE_BODY.pack(ledger_id, len(master_key)) + master_key
+
+
+def decode_fence(body: memoryview) -> tuple[int, bytes]:
+    ledger_id, key_len = FENCE_BODY.unpack_from(body, 0)
+    return ledger_id, bytes(body[FENCE_BODY.size : FENCE_BODY.size + key_len])
+
+
+def encode_lac(ledger_id: int, lac: int, master_key: bytes) -> bytes:
+    return LAC_BODY.pack(ledger_id, lac, len(master_key)) + master_key
+
+
+def decode_lac(body: memoryview) -> tuple[int, int, bytes]:
+    ledger_id, lac, key_len = LAC_BODY.unpack_from(body, 0)
+    return ledger_id, lac, bytes(body[LAC_BODY.size : LAC_BODY.size + key_len])
+
+
+def encode_delete(ledger_id: int) -> bytes:
+    return DELETE_BODY.pack(ledger_id)
+
+
+def decode_delete(body: memoryview) -> int:
+    return DELETE_BODY.unpack_from(body, 0)[0]
+
+
+def iter_file_records(
+    data: memoryview, seq: int, offset: int = 0
+) -> Iterator[tuple[int, memoryview, int]]:
+    """Valid records of file ``seq`` from ``offset`` up to the first invalid one."""
+    while True:
+        parsed = parse_record(data, offset, seq)
+        if parsed is None:
+            return
+        yield parsed
+        offset = parsed[2]
+
+
+# -- the journal ---------------------------------------------------------------------------
+
+
+class _File:
+    __slots__ = ("seq", "path", "fd", "offset")
+
+    def __init__(self, seq: int, path: Path, fd: int) -> None:
+        self.seq = seq
+        self.path = path
+        self.fd = fd
+        self.offset = 0
+
+
+SyncedCallback = Callable[[list[JournalRecord], JournalPosition], None]
+FailedCallback = Callable[[list[JournalRecord], BaseException], None]
+SyncMetric = Callable[[float, int, int], None]
+
+
+class Journal:
+    """Write-ahead journal with group commit (see the module docstring).
+
+    Use: :meth:`replay` (optional) then :meth:`start`, :meth:`submit` from any thread,
+    :meth:`release_before` after each checkpoint, :meth:`close`.
+
+    ``on_synced(records, end)`` runs on the writer thread after the records' sync, in
+    journal order; ``end`` is the position just after the last one. ``on_failed(records,
+    error)`` gets the records that will never be synced when writing fails; the journal
+    then refuses new records.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        file_size: int,
+        on_synced: SyncedCallback,
+        on_failed: FailedCallback,
+        max_group_wait_s: float = 0.0,
+        max_group_bytes: int = 4 * MiB,
+        preallocate: bool = True,
+        max_spares: int = 2,
+        on_sync: SyncMetric | None = None,
+    ) -> None:
+        self._dir = Path(directory)
+        self._file_size = file_size
+        self._on_synced = on_synced
+        self._on_failed = on_failed
+        self._on_sync = on_sync
+        self._max_wait = max(0.0, max_group_wait_s)
+        self._group_limit = max(1, min(max_group_bytes, file_size - ROLL_RECORD_SIZE))
+        self._preallocate = preallocate
+        self._max_spares = max_spares if preallocate else 0
+
+        self._cond = threading.Condition()  # guards the queue and the flags below
+        self._queue: deque[JournalRecord] = deque()
+        self._queued_bytes = 0
+        self._started = False
+        self._closing = False
+        self._failed: BaseException | None = None
+
+        self._alloc_cond = threading.Condition()  # guards _next, _max_seq, allocator flags
+        self._next: _File | None = None
+        self._allocating = False
+        self._alloc_failed = False
+        self._max_seq = 0
+
+        self._files_lock = threading.Lock()  # guards _files and _spares
+        self._files: dict[int, Path] = {}
+        self._spares: list[Path] = []
+        self._scanned = False
+
+        self._current: _File | None = None
+        self._threads: list[threading.Thread] = []
+        self.syncs = 0  # number of group syncs (for tests and metrics)
+        self.replayed = 0  # records applied by the last replay
+
+    # -- files -----------------------------------------------------------------------------
+
+    def _path(self, seq: int) -> Path:
+        return self._dir / f"{seq:016x}{JOURNAL_SUFFIX}"
+
+    def _scan(self) -> None:
+        if self._scanned:
+            return
+        self._scanned = True
+        self._dir.mkdir(parents=True, exist_ok=True)
+        for entry in os.scandir(self._dir):
+            name = entry.name
+            path = Path(entry.path)
+            if name.endswith(".tmp"):
+                path.unlink()
+            elif name.startswith(SPARE_PREFIX):
+                if len(self._spares) < self._max_spares and entry.stat().st_size == self._file_size:
+                    self._spares.append(path)
+                else:
+                    path.unlink()
+            elif name.endswith(JOURNAL_SUFFIX):
+                try:
+                    seq = int(name[: -len(JOURNAL_SUFFIX)], 16)
+                except ValueError:
+                    continue
+                self._files[seq] = path
+        self._max_seq = max(self._files, default=0)
+
+    def file_seqs(self) -> list[int]:
+        """Sequence numbers of the journal files on disk (current and prepared included)."""
+        with self._files_lock:
+            return sorted(self._files)
+
+    def _prepare(self, seq: int, *, abortable: bool = False) -> _File:
+        """Make file ``seq`` ready to be overwritten in place, durably named. ``abortable``:
+        give up (raise) when the journal closes meanwhile."""
+        path = self._path(seq)
+        with self._files_lock:
+            spare = self._spares.pop() if self._spares else None
+        if spare is not None:
+            os.rename(spare, path)
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        else:
+            tmp = path.with_name(path.name + ".tmp")
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            try:
+                if self._preallocate:
+                    zeros = bytes(min(MiB, self._file_size))
+                    written = 0
+                    while written < self._file_size:
+                        if abortable and self._closing:
+                            raise BKError("journal closing")
+                        chunk = zeros[: self._file_size - written]
+                        written += os.pwrite(fd, chunk, written)
+                    os.fdatasync(fd)
+                os.rename(tmp, path)
+            except BaseException:
+                os.close(fd)
+                tmp.unlink(missing_ok=True)
+                raise
+        fsync_directory(self._dir)
+        with self._files_lock:
+            self._files[seq] = path
+        return _File(seq, path, fd)
+
+    def _new_seq(self) -> int:
+        with self._alloc_cond:
+            self._max_seq += 1
+            return self._max_seq
+
+    def release_before(self, position: JournalPosition | tuple[int, int]) -> None:
+        """Recycle (or delete) the files wholly before ``position``: a checkpoint covers them."""
+        with self._files_lock:
+            old = sorted(seq for seq in self._files if seq < position[0])
+            for seq in old:
+                path = self._files.pop(seq)
+                try:
+                    if (
+                        len(self._spares) < self._max_spares
+                        and path.stat().st_size == self._file_size
+                    ):
+                        spare = self._dir / f"{SPARE_PREFIX}{seq:016x}{JOURNAL_SUFFIX}"
+                        os.rename(path, spare)
+                        self._spares.append(spare)
+                    else:
+                        path.unlink()
+                except FileNotFoundError:
+                    pass
+
+    # -- replay ----------------------------------------------------------------------------
+
+    def replay(
+        self,
+        start: JournalPosition | tuple[int, int] | None,
+        apply: Callable[[int, memoryview, JournalPosition], None],
+    ) -> JournalPosition:
+        """Apply every valid record from ``start`` (the oldest file when None) in order;
+        returns the position where the replay ended. Call before :meth:`start`."""
+        self._scan()
+        self.replayed = 0
+        if start is None:
+            seq: int | None = min(self._files, default=None)
+            offset = 0
+        else:
+            seq, offset = start
+        end = JournalPosition(seq or 0, offset)
+        while seq is not None and seq in self._files:
+            data = memoryview(self._files[seq].read_bytes())
+            pos = offset
+            next_seq = None
+            for rtype, body, after in iter_file_records(data, seq, offset):
+                if rtype == RecordType.ROLL:
+                    next_seq = ROLL_BODY.unpack_from(body, 0)[0]
+                    break
+                apply(rtype, body, JournalPosition(seq, after))
+                self.replayed += 1
+                pos = after
+            end = JournalPosition(seq, pos)
+            seq, offset = next_seq, 0
+        return end
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def start(self, min_seq: int = 0) -> JournalPosition:
+        """Open a fresh file (after every existing one and ``min_seq``) and start the writer
+        and allocator threads; returns the position of the first record to come."""
+        self._scan()
+        with self._alloc_cond:
+            self._max_seq = max(self._max_seq, min_seq)
+        self._current = self._prepare(self._new_seq())
+        with self._cond:
+            self._started = True
+        self._threads = [
+            threading.Thread(target=self._run_writer, name="journal-writer", daemon=True),
+            threading.Thread(target=self._run_allocator, name="journal-allocator", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+        return JournalPosition(self._current.seq, 0)
+
+    def submit(self, records: Sequence[JournalRecord]) -> None:
+        """Queue records for the next group; they are synced in submission order."""
+        nbytes = 0
+        for record in records:
+            nbytes += RECORD_HEADER.size + len(record.body)
+        with self._cond:
+            if self._failed is not None:
+                raise BKError(f"journal failed ({self._failed}): restart the bookie")
+            if self._closing or not self._started:
+                raise BKError("journal is closed")
+            self._queue.extend(records)
+            self._queued_bytes += nbytes
+            self._cond.notify()
+
+    def _take_group(self) -> tuple[list[JournalRecord], int] | None:
+        with self._cond:
+            while not self._queue:
+                if self._closing:
+                    return None
+                self._cond.wait()
+            limit = self._group_limit
+            if self._max_wait > 0:
+                deadline = time.monotonic() + self._max_wait
+                while self._queued_bytes < limit and not self._closing:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._cond.wait(remaining)
+            queue = self._queue
+            group: list[JournalRecord] = []
+            total = 0
+            while queue:
+                n = RECORD_HEADER.size + len(queue[0].body)
+                if group and total + n > limit:
+                    break
+                group.append(queue.popleft())
+                total += n
+            self._queued_bytes -= total
+            return group, total
+
+    def _run_writer(self) -> None:
+        group: list[JournalRecord] = []
+        try:
+            while True:
+                taken = self._take_group()
+                if taken is None:
+                    return
+                group, total = taken
+                self._write_group(group, total)
+                group = []
+        except BaseException as exc:  # noqa: BLE001 - every failure fails the journal
+            log.exception("journal write failed")
+            with self._cond:
+                self._failed = exc
+                pending = group + list(self._queue)
+                self._queue.clear()
+                self._queued_bytes = 0
+            self._on_failed(pending, exc)
+
+    def _write_group(self, group: list[JournalRecord], total: int) -> None:
+        current = self._current
+        assert current is not None
+        if current.offset + total + ROLL_RECORD_SIZE > self._file_size:
+            current = self._roll()
+        seq = current.seq
+        header = RECORD_HEADER.pack
+        trailer = CRC_TRAILER.pack
+        crc = crc32c.crc32c
+        parts: list[bytes] = []
+        append = parts.append
+        for record in group:
+            n = len(record.body)
+            rtype = record.rtype
+            append(header(n, crc(trailer(seq, n, rtype), value=record.crc), rtype))
+            append(record.body)
+        started = time.perf_counter()
+        write_all_at(current.fd, parts, current.offset)
+        os.fdatasync(current.fd)
+        elapsed = time.perf_counter() - started
+        current.offset += total
+        self.syncs += 1
+        if self._on_sync is not None:
+            try:
+                self._on_sync(elapsed, len(group), total)
+            except Exception:  # noqa: BLE001 - a metrics bug must not fail the journal
+                log.exception("journal sync metric failed")
+        self._on_synced(group, JournalPosition(seq, current.offset))
+
+    def _roll(self) -> _File:
+        """End the current file with a synced ROLL record and continue in the next one."""
+        following = self._take_next()
+        current = self._current
+        assert current is not None
+        roll = frame(current.seq, RecordType.ROLL, ROLL_BODY.pack(following.seq))
+        os.pwrite(current.fd, roll, current.offset)
+        os.fdatasync(current.fd)
+        os.close(current.fd)
+        self._current = following
+        return following
+
+    def _take_next(self) -> _File:
+        with self._alloc_cond:
+            while self._next is None and self._allocating:
+                self._alloc_cond.wait()
+            following, self._next = self._next, None
+            self._alloc_failed = False
+            self._alloc_cond.notify_all()
+        if following is None:  # the allocator is behind or failing: prepare it here
+            following = self._prepare(self._new_seq())
+        return following
+
+    def _run_allocator(self) -> None:
+        """Keep the next journal file ready ahead of need."""
+        while True:
+            with self._alloc_cond:
+                while (self._next is not None or self._alloc_failed) and not self._closing:
+                    self._alloc_cond.wait()
+                if self._closing:
+                    return
+                self._allocating = True
+                self._max_seq += 1
+                seq = self._max_seq
+            prepared: _File | None = None
+            try:
+                prepared = self._prepare(seq, abortable=True)
+            except BaseException as exc:  # noqa: BLE001 - the writer retries itself
+                if not self._closing:
+                    log.warning("could not prepare journal file %x: %s", seq, exc)
+            with self._alloc_cond:
+                self._allocating = False
+                if prepared is None:
+                    self._alloc_failed = True
+                elif self._closing:
+                    os.close(prepared.fd)
+                else:
+                    self._next = prepared
+                self._alloc_cond.notify_all()
+
+    def close(self) -> None:
+        """Write and sync everything queued, then stop the threads and close the files."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        with self._alloc_cond:
+            self._alloc_cond.notify_all()
+        for thread in self._threads:
+            thread.join()
+        self._threads = []
+        with self._alloc_cond:
+            following, self._next = self._next, None
+        for f in (self._current, following):
+            if f is not None:
+                os.close(f.fd)
+        self._current = None

@@ -1,0 +1,924 @@
+"""BookieStorage: the bookie's storage engine, the one facade the gRPC service calls.
+
+Theory of operation
+-------------------
+A write request goes through three steps, each in one place:
+
+1. **Accept** (caller thread, :meth:`BookieStorage.add_entries` and friends): validate
+   everything (ids, sizes, master key, fenced flag, readonly mode) and raise a typed
+   :class:`~bk_spark.errors.BKError` before anything is written. Under the submit lock the
+   request's journal records are queued, so the journal order *is* the order in which
+   requests were accepted: an add accepted before a fence is synced no later than the fence
+   and applied before it.
+2. **Journal** (:mod:`bookie_server.journal`): the writer thread writes every queued record
+   with one write and one fdatasync (group commit) and hands the group to the apply thread.
+3. **Apply** (apply thread, :meth:`BookieStorage._apply_group`): under the state lock, the
+   entries of the whole group go to the current entry log with one write, then the index,
+   LAC and ledger states are updated in journal order, and only then are the waiting
+   callers released. So an acknowledged add is durable (journal) and readable (index), and
+   a fence returns a LAC and last entry that include every add accepted before it.
+
+A **checkpoint** (every ``checkpoint_interval_s``, on :meth:`~BookieStorage.close`, before
+GC deletes logs) takes the applied journal position and the changed ledger states under
+the state lock, fsyncs the entry logs, appends the changes to the index file
+(:mod:`bookie_server.index`), and only then releases the journal files wholly before that
+position. A restart loads the index and replays the journal from that position; every
+journal change is idempotent in order (add overwrites, fence sets, LAC takes the max,
+delete removes), so replaying records a checkpoint already covered is harmless.
+
+**GC** (every ``gc_interval_s`` or :meth:`~BookieStorage.gc`): rotates the current entry
+log when most of it is dead, compacts logs whose live fraction is below
+``gc_compaction_threshold`` (copies their live entries to the current log), checkpoints
+so the persisted index no longer points into them, then deletes every non-current log
+with no live entry.
+
+**Readonly mode**: a disk check every ``disk_check_interval_s`` turns the bookie readonly
+when the file system is fuller than ``disk_usage_threshold`` or the data directory holds
+more than ``max_disk_bytes``, and writable again below ``threshold - 0.05`` / 90% of
+``max_disk_bytes``. Readonly refuses adds; fences, reads and deletes go on.
+
+Locks, in the only order they nest: submit lock -> journal queue lock; state lock ->
+entry-log lock. Data layout: ``data_dir/journal/`` (journal files) and ``data_dir/ledgers/``
+(``index-*.idx`` and ``logs/*.log``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bk_spark.errors import (
+    BKError,
+    InvalidRequestError,
+    LedgerFencedError,
+    NoSuchLedgerError,
+    ReadOnlyError,
+    TooLargeError,
+    UnauthorizedError,
+)
+from bookie_server.config import BookieConfig
+from bookie_server.entrylog import (
+    ENTRY_HEADER,
+    EntryLogs,
+    LiveBytes,
+    plan_gc,
+    read_exact,
+)
+from bookie_server.index import (
+    LENGTH_MASK,
+    LOG_SHIFT,
+    OFFSET_MASK,
+    OFFSET_SHIFT,
+    IndexStore,
+    LedgerSnapshot,
+    LedgerState,
+    location_base,
+    pack_location,
+)
+from bookie_server.journal import (
+    AddBatch,
+    Journal,
+    JournalPosition,
+    JournalRecord,
+    RecordType,
+    decode_add,
+    decode_delete,
+    decode_fence,
+    decode_lac,
+    encode_adds,
+    encode_delete,
+    encode_fence,
+    encode_lac,
+)
+
+log = logging.getLogger(__name__)
+
+MiB = 1024 * 1024
+MAX_MASTER_KEY_SIZE = 1024
+MAX_DIGEST_SIZE = 1024
+MAX_ID = (1 << 63) - 1
+COMPACTION_CHUNK_BYTES = 4 * MiB
+
+ADD = int(RecordType.ADD)
+FENCE = int(RecordType.FENCE)
+LAC = int(RecordType.LAC)
+DELETE = int(RecordType.DELETE)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEntry:
+    """One entry as stored by the bookie (digest kept opaque for the reader to verify)."""
+
+    ledger_id: int
+    entry_id: int
+    lac: int
+    payload: bytes
+    digest: bytes
+
+
+class StorageMetrics:
+    """Metrics sink with no-op methods; the server subclasses it with Prometheus counters."""
+
+    def journal_sync(self, seconds: float, records: int, nbytes: int) -> None:
+        """One group commit: its write+fdatasync time, journal records and bytes."""
+
+    def added(self, n: int, nbytes: int) -> None:
+        """Entries acknowledged (and their payload bytes)."""
+
+    def read(self, n: int, nbytes: int) -> None:
+        """Entries returned by a read (and their payload bytes)."""
+
+
+class _Waiter:
+    """A caller blocked until its journal records are synced and applied."""
+
+    __slots__ = ("_lock", "error")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self.error: BaseException | None = None
+
+    def done(self, error: BaseException | None = None) -> None:
+        self.error = error
+        self._lock.release()
+
+    def wait(self) -> None:
+        self._lock.acquire()
+        if self.error is not None:
+            raise BKError(f"write failed ({self.error}): restart the bookie") from self.error
+
+
+class _Op:
+    """What the apply thread does with one journal record once it is synced."""
+
+    __slots__ = ("kind", "state", "batch", "lac", "waiter")
+
+    def __init__(
+        self,
+        kind: int,
+        batch: AddBatch | None = None,
+        lac: int = -1,
+        waiter: _Waiter | None = None,
+    ) -> None:
+        self.kind = kind
+        self.state: LedgerState | None = None
+        self.batch = batch
+        self.lac = lac
+        self.waiter = waiter
+
+
+def _check_id(name: str, value: int) -> None:
+    if not isinstance(value, int) or not 0 <= value <= MAX_ID:
+        raise InvalidRequestError(f"{name} must be a non-negative integer, got {value!r}")
+
+
+def _check_key(master_key: bytes) -> bytes:
+    if not isinstance(master_key, bytes | bytearray | memoryview):
+        raise InvalidRequestError("master key must be bytes")
+    if len(master_key) > MAX_MASTER_KEY_SIZE:
+        raise InvalidRequestError(f"master key longer than {MAX_MASTER_KEY_SIZE} bytes")
+    return bytes(master_key)
+
+
+class BookieStorage:
+    """The storage engine of one bookie (see the module docstring). Thread-safe."""
+
+    def __init__(self, config: BookieConfig, metrics: StorageMetrics | None = None) -> None:
+        self.config = config
+        self.on_mode_change: Callable[[bool], None] | None = None
+        self._metrics = metrics if metrics is not None else StorageMetrics()
+        data_dir = Path(config.data_dir)
+        self._data_dir = data_dir
+        self._ledgers_dir = data_dir / "ledgers"
+        self._record_cap = max(
+            64 * 1024, min(config.journal_max_group_bytes, config.journal_file_size // 4)
+        )
+
+        self._submit_lock = threading.Lock()
+        self._state_lock = threading.Lock()
+        self._lac_cond = threading.Condition(self._state_lock)
+        self._lac_waiters = 0
+        self._checkpoint_lock = threading.Lock()
+        self._gc_lock = threading.Lock()
+        self._mode_lock = threading.RLock()
+
+        # Accepted view (submit lock): what validation and reads see.
+        self._ledgers: dict[int, LedgerState] = {}
+        # Applied view (state lock): what checkpoints persist and GC accounts for.
+        self._applied: dict[int, LedgerState] = {}
+        self._dirty: dict[int, LedgerState] = {}
+        self._deleted: set[int] = set()
+        self._live = LiveBytes()
+        self._applied_pos = JournalPosition(0, 0)
+
+        self._logs = EntryLogs(self._ledgers_dir / "logs", config.entry_log_size)
+        self._index = IndexStore(self._ledgers_dir)
+        self._journal = Journal(
+            data_dir / "journal",
+            file_size=config.journal_file_size,
+            on_synced=self._on_synced,
+            on_failed=self._on_journal_failed,
+            max_group_wait_s=config.journal_max_group_wait_ms / 1000.0,
+            max_group_bytes=config.journal_max_group_bytes,
+            preallocate=config.journal_preallocate,
+            on_sync=self._metrics.journal_sync,
+        )
+        self._apply_queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._apply_thread: threading.Thread | None = None
+        self._started = False
+        self._closed = False
+        self._failure: BaseException | None = None
+
+        self._disk_full = False
+        self._forced_read_only = False
+        self._read_only = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Create the directories, load the index, replay the journal from the last
+        checkpoint, checkpoint the result, and start the background threads (checkpoint, GC,
+        disk check; one whose ``*_interval_s`` is <= 0 is not started)."""
+        if self._started or self._closed:
+            raise BKError("storage already started (or closed)")
+        self._data_dir.mkdir(parents=True, exist_ok=True)
+        self._ledgers_dir.mkdir(parents=True, exist_ok=True)
+        applied, position = self._index.load()
+        self._applied = applied
+        self._ledgers = dict(applied)
+        for state in applied.values():
+            per_log: dict[int, int] = {}
+            for loc in state.index.values():
+                log_id = loc >> LOG_SHIFT
+                per_log[log_id] = per_log.get(log_id, 0) + (loc & LENGTH_MASK)
+            for log_id, nbytes in per_log.items():
+                self._live.add(log_id, state.ledger_id, nbytes)
+        self._logs.open()
+        missing = set(self._live.log_ids()) - set(self._logs.log_ids())
+        if missing:
+            log.error("index points into missing entry logs %s", sorted(missing))
+        began = time.monotonic()
+        end = self._journal.replay(position, self._replay_record)
+        if self._journal.replayed:
+            log.info(
+                "replayed %d journal records from %s to %s in %.2fs",
+                self._journal.replayed,
+                position,
+                end,
+                time.monotonic() - began,
+            )
+        self._applied_pos = self._journal.start(min_seq=end.seq)
+        self._started = True
+        self._apply_thread = threading.Thread(
+            target=self._run_apply, name="storage-apply", daemon=True
+        )
+        self._apply_thread.start()
+        self.checkpoint()
+        self.check_disk()
+        cfg = self.config
+        for name, interval, task in (
+            ("storage-checkpoint", cfg.checkpoint_interval_s, self.checkpoint),
+            ("storage-gc", cfg.gc_interval_s, self.gc),
+            ("storage-disk-check", cfg.disk_check_interval_s, self.check_disk),
+        ):
+            if interval and interval > 0:
+                thread = threading.Thread(
+                    target=self._every, args=(interval, task), name=name, daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
+
+    def close(self) -> None:
+        """Stop the threads, sync everything accepted, final checkpoint. Idempotent."""
+        with self._submit_lock:
+            if self._closed:
+                return
+            self._closed = True
+        if not self._started:
+            return
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+        self._journal.close()  # writes and syncs everything already accepted
+        self._apply_queue.put(None)
+        if self._apply_thread is not None:
+            self._apply_thread.join()
+        with self._lac_cond:
+            self._lac_cond.notify_all()
+        try:
+            if self._failure is None:
+                self.checkpoint()
+        finally:
+            self._logs.close()
+            self._index.close()
+
+    def _every(self, interval: float, task: Callable[[], object]) -> None:
+        while not self._stop.wait(interval):
+            if self._failure is not None:
+                return
+            try:
+                task()
+            except Exception:  # noqa: BLE001 - a background task must not die silently
+                log.exception("background task %s failed", getattr(task, "__name__", task))
+
+    def _check_writable(self) -> None:
+        if self._failure is not None:
+            raise BKError(f"bookie storage failed ({self._failure}): restart the bookie")
+        if self._closed or not self._started:
+            raise BKError("bookie storage is not running")
+
+    def _fail(self, error: BaseException) -> None:
+        if self._failure is None:
+            self._failure = error
+            log.error("bookie storage failed, refusing writes: %s", error)
+
+    # -- accept ------------------------------------------------------------------------------
+
+    def add_entries(
+        self,
+        ledger_id: int,
+        master_key: bytes,
+        entries: Sequence[tuple[int, int, bytes, bytes]],
+        *,
+        recovery: bool = False,
+        lac: int = -1,
+    ) -> None:
+        """Store entries ``(entry_id, lac, payload, digest)`` of one ledger durably.
+
+        Everything is validated first (nothing is added when a typed error is raised); the
+        entries are journaled and the call returns once the group's fdatasync is done and
+        they are readable. Re-adding an entry overwrites it. ``recovery`` adds are accepted
+        on a fenced ledger. ``lac >= 0`` also advances the ledger's LAC (explicit LAC; with no
+        entries that is the whole request).
+        """
+        _check_id("ledger id", ledger_id)
+        master_key = _check_key(master_key)
+        if not isinstance(lac, int) or not -1 <= lac <= MAX_ID:
+            raise InvalidRequestError(f"lac must be >= -1, got {lac!r}")
+        if not isinstance(entries, list | tuple):
+            entries = list(entries)
+        max_size = self.config.max_entry_size
+        nbytes = 0
+        try:
+            for entry_id, entry_lac, payload, digest in entries:
+                if entry_id < 0:
+                    raise InvalidRequestError(f"entry id must be >= 0, got {entry_id}")
+                if entry_lac < -1:
+                    raise InvalidRequestError(f"entry lac must be >= -1, got {entry_lac}")
+                size = len(payload)
+                if size > max_size:
+                    raise TooLargeError(
+                        f"entry {entry_id} has {size} bytes, more than this bookie's "
+                        f"max entry size {max_size}: split it"
+                    )
+                if len(digest) > MAX_DIGEST_SIZE:
+                    raise InvalidRequestError(f"digest longer than {MAX_DIGEST_SIZE} bytes")
+                nbytes += size
+        except (TypeError, ValueError) as exc:
+            raise InvalidRequestError(f"malformed entry: {exc}") from exc
+        if not entries and lac < 0:
+            return
+        if self._read_only:
+            raise ReadOnlyError("bookie is readonly (disk full): write to other bookies")
+        waiter = _Waiter()
+        try:
+            batches = encode_adds(ledger_id, master_key, entries, self._record_cap)
+        except (TypeError, ValueError, struct.error) as exc:  # ids >= 2**63, str payloads
+            raise InvalidRequestError(f"malformed entry: {exc}") from exc
+        records = [JournalRecord(ADD, batch.body, _Op(ADD, batch=batch)) for batch in batches]
+        if lac >= 0:
+            body = encode_lac(ledger_id, lac, master_key)
+            records.append(JournalRecord(LAC, body, _Op(LAC, lac=lac)))
+        records[-1].token.waiter = waiter
+        with self._submit_lock:
+            self._check_writable()
+            state = self._ledgers.get(ledger_id)
+            created = state is None
+            if state is None:
+                state = LedgerState(ledger_id, master_key)
+            elif state.master_key != master_key:
+                raise UnauthorizedError(
+                    f"wrong master key for ledger {ledger_id}: open it with its password"
+                )
+            elif state.fenced and not recovery:
+                raise LedgerFencedError(
+                    f"ledger {ledger_id} is fenced: it is being recovered, stop writing"
+                )
+            for record in records:
+                record.token.state = state
+            self._journal.submit(records)
+            if created:
+                self._ledgers[ledger_id] = state
+        waiter.wait()
+        self._metrics.added(len(entries), nbytes)
+
+    def fence(self, ledger_id: int, master_key: bytes) -> tuple[int, int]:
+        """Fence a ledger: plain adds are refused from now on. Durable before it returns.
+
+        A ledger the bookie never saw is created fenced, with this master key, so a late add
+        from an old writer is refused. Returns ``(lac, last entry id or -1)``, which include
+        every add accepted before the fence.
+        """
+        _check_id("ledger id", ledger_id)
+        master_key = _check_key(master_key)
+        waiter = _Waiter()
+        with self._submit_lock:
+            self._check_writable()
+            state = self._ledgers.get(ledger_id)
+            created = state is None
+            if state is None:
+                state = LedgerState(ledger_id, master_key)
+            elif state.master_key != master_key:
+                raise UnauthorizedError(
+                    f"wrong master key for ledger {ledger_id}: open it with its password"
+                )
+            elif state.fence_synced:
+                return state.lac, state.last_entry
+            op = _Op(FENCE, waiter=waiter)
+            op.state = state
+            self._journal.submit([JournalRecord(FENCE, encode_fence(ledger_id, master_key), op)])
+            state.fenced = True
+            if created:
+                self._ledgers[ledger_id] = state
+        waiter.wait()
+        return state.lac, state.last_entry
+
+    def delete_ledger(self, ledger_id: int) -> None:
+        """Delete a ledger: durable before it returns; GC reclaims its data later."""
+        _check_id("ledger id", ledger_id)
+        waiter = _Waiter()
+        with self._submit_lock:
+            self._check_writable()
+            state = self._ledgers.get(ledger_id)
+            if state is None:
+                raise NoSuchLedgerError(f"ledger {ledger_id} is not on this bookie")
+            op = _Op(DELETE, waiter=waiter)
+            op.state = state
+            self._journal.submit([JournalRecord(DELETE, encode_delete(ledger_id), op)])
+            del self._ledgers[ledger_id]
+        waiter.wait()
+
+    # -- apply -------------------------------------------------------------------------------
+
+    def _on_synced(self, records: list[JournalRecord], end: JournalPosition) -> None:
+        self._apply_queue.put((records, end))
+
+    def _on_journal_failed(self, records: list[JournalRecord], error: BaseException) -> None:
+        self._fail(error)
+        self._apply_queue.put((records, error))
+
+    def _run_apply(self) -> None:
+        while True:
+            item = self._apply_queue.get()
+            if item is None:
+                return
+            records, end = item
+            error: BaseException | None = end if isinstance(end, BaseException) else None
+            if error is None and self._failure is not None:
+                error = self._failure
+            if error is None:
+                try:
+                    self._apply_group(records, end)
+                except BaseException as exc:  # noqa: BLE001 - fail the storage, not the thread
+                    log.exception("applying journaled changes failed")
+                    self._fail(exc)
+                    error = exc
+            for record in records:
+                op = record.token
+                if op is not None and op.waiter is not None:
+                    op.waiter.done(error)
+
+    def _apply_group(self, records: list[JournalRecord], end: JournalPosition) -> None:
+        """Apply one synced group in journal order: one entry-log write for all its adds."""
+        ops: list[_Op] = [record.token for record in records]
+        with self._state_lock:
+            adds = [op for op in ops if op.kind == ADD]
+            places = self._logs.append([op.batch.entries for op in adds]) if adds else []
+            place = iter(places)
+            wake = False
+            for op in ops:
+                kind = op.kind
+                if kind == ADD:
+                    log_id, offset = next(place)
+                    wake |= self._apply_add(op.state, op.batch, log_id, offset)
+                elif kind == FENCE:
+                    self._apply_fence(op.state)
+                elif kind == LAC:
+                    wake |= self._apply_lac(op.state, op.lac)
+                elif kind == DELETE:
+                    self._apply_delete(op.state)
+                    wake = True
+            self._applied_pos = end
+            if wake and self._lac_waiters:
+                self._lac_cond.notify_all()
+
+    def _apply_add(self, state: LedgerState, batch: AddBatch, log_id: int, offset: int) -> bool:
+        ledger_id = state.ledger_id
+        self._applied[ledger_id] = state
+        base = location_base(log_id, offset)
+        locations = [base + span for span in batch.spans]
+        entry_ids = batch.entry_ids
+        index = state.index
+        live = self._live
+        if batch.min_entry > state.last_entry:  # all new: the common case, no per-entry work
+            before = len(index)
+            index.update(zip(entry_ids, locations, strict=True))
+            live.add(log_id, ledger_id, batch.nbytes)
+            if len(index) - before != len(entry_ids):  # an entry twice in one batch
+                dead = sum(
+                    loc & LENGTH_MASK
+                    for eid, loc in zip(entry_ids, locations, strict=True)
+                    if index[eid] != loc
+                )
+                live.sub(log_id, ledger_id, dead)
+        else:  # overwrites (recovery writes entries back): the old copies die
+            get = index.get
+            for entry_id, loc in zip(entry_ids, locations, strict=True):
+                old = get(entry_id)
+                if old is not None:
+                    live.sub(old >> LOG_SHIFT, ledger_id, old & LENGTH_MASK)
+                index[entry_id] = loc
+            live.add(log_id, ledger_id, batch.nbytes)
+        if batch.max_entry > state.last_entry:
+            state.last_entry = batch.max_entry
+        state.dirty.extend(entry_ids)
+        self._dirty[ledger_id] = state
+        if batch.max_lac > state.lac:
+            state.lac = batch.max_lac
+            return True
+        return False
+
+    def _apply_fence(self, state: LedgerState) -> None:
+        self._applied[state.ledger_id] = state
+        state.fenced = state.fence_synced = True
+        self._dirty[state.ledger_id] = state
+
+    def _apply_lac(self, state: LedgerState, lac: int) -> bool:
+        self._applied[state.ledger_id] = state
+        self._dirty[state.ledger_id] = state
+        if lac > state.lac:
+            state.lac = lac
+            return True
+        return False
+
+    def _apply_delete(self, state: LedgerState) -> None:
+        ledger_id = state.ledger_id
+        if self._applied.get(ledger_id) is state:
+            del self._applied[ledger_id]
+        if self._dirty.get(ledger_id) is state:
+            del self._dirty[ledger_id]
+        state.deleted = True
+        self._live.drop_ledger(ledger_id)
+        self._deleted.add(ledger_id)
+
+    def _replay_state(self, ledger_id: int, master_key: bytes) -> LedgerState:
+        state = self._applied.get(ledger_id)
+        if state is None:
+            state = self._applied[ledger_id] = self._ledgers[ledger_id] = LedgerState(
+                ledger_id, master_key
+            )
+        return state
+
+    def _replay_record(self, rtype: int, body: memoryview, position: JournalPosition) -> None:
+        """Re-apply one journal record at start-up (single-threaded)."""
+        if rtype == ADD:
+            batch = decode_add(body)
+            state = self._replay_state(batch.ledger_id, batch.master_key)
+            ((log_id, offset),) = self._logs.append([batch.entries])
+            self._apply_add(state, batch, log_id, offset)
+        elif rtype == FENCE:
+            ledger_id, key = decode_fence(body)
+            self._apply_fence(self._replay_state(ledger_id, key))
+        elif rtype == LAC:
+            ledger_id, lac, key = decode_lac(body)
+            self._apply_lac(self._replay_state(ledger_id, key), lac)
+        elif rtype == DELETE:
+            ledger_id = decode_delete(body)
+            state = self._applied.get(ledger_id)
+            if state is not None:
+                self._apply_delete(state)
+            self._ledgers.pop(ledger_id, None)
+        self._applied_pos = position
+
+    # -- read --------------------------------------------------------------------------------
+
+    def _state(self, ledger_id: int) -> LedgerState:
+        state = self._ledgers.get(ledger_id)
+        if state is None:
+            raise NoSuchLedgerError(f"ledger {ledger_id} is not on this bookie")
+        return state
+
+    def read_entries(
+        self,
+        ledger_id: int,
+        entry_ids: Iterable[int],
+        *,
+        max_entries: int = 10_000,
+        max_bytes: int = 16 * MiB,
+    ) -> tuple[list[StoredEntry], list[int]]:
+        """Entries of one ledger: ``(found ascending, missing)``.
+
+        Looks at no more than ``max_entries`` ids and stops before ``max_bytes`` of records
+        (ids past the stop are neither found nor missing), but returns at least one entry when
+        the first id present is. Raises NoSuchLedgerError for an unknown ledger.
+        """
+        _check_id("ledger id", ledger_id)
+        state = self._state(ledger_id)
+        if isinstance(entry_ids, range) and entry_ids.step > 0:
+            ids: Sequence[int] = entry_ids
+        else:
+            ids = sorted(set(entry_ids))
+        if len(ids) and ids[0] < 0:
+            raise InvalidRequestError(f"entry ids must be >= 0, got {ids[0]}")
+        found: list[tuple[int, int]] = []
+        missing: list[int] = []
+        budget = max(1, max_entries)
+        nbytes = 0
+        with self._state_lock:
+            get = state.index.get
+            for entry_id in ids:
+                if budget <= 0:
+                    break
+                loc = get(entry_id)
+                if loc is None:
+                    missing.append(entry_id)
+                else:
+                    length = loc & LENGTH_MASK
+                    if found and nbytes + length > max_bytes:
+                        break
+                    nbytes += length
+                    found.append((entry_id, loc))
+                budget -= 1
+            pinned = self._logs.acquire({loc >> LOG_SHIFT for _, loc in found})
+        try:
+            entries = self._read_found(ledger_id, found, pinned)
+        finally:
+            self._logs.release(pinned.values())
+        self._metrics.read(len(entries), sum(len(e.payload) for e in entries))
+        return entries, missing
+
+    def _read_found(self, ledger_id: int, found: list[tuple[int, int]], pinned: dict) -> list:
+        """Read located entries, one pread per run of entries adjacent in one log."""
+        unpack = ENTRY_HEADER.unpack_from
+        header_size = ENTRY_HEADER.size
+        entries: list[StoredEntry] = []
+        i, n = 0, len(found)
+        while i < n:
+            loc = found[i][1]
+            log_id = loc >> LOG_SHIFT
+            start = (loc >> OFFSET_SHIFT) & OFFSET_MASK
+            end = start + (loc & LENGTH_MASK)
+            j = i + 1
+            while j < n:
+                nxt = found[j][1]
+                if nxt >> LOG_SHIFT != log_id or (nxt >> OFFSET_SHIFT) & OFFSET_MASK != end:
+                    break
+                end += nxt & LENGTH_MASK
+                j += 1
+            data = read_exact(pinned[log_id].fd, end - start, start)
+            pos = 0
+            for entry_id, loc in found[i:j]:
+                length, lid, eid, lac, digest_len = unpack(data, pos)
+                if length != loc & LENGTH_MASK or lid != ledger_id or eid != entry_id:
+                    raise BKError(
+                        f"entry log {log_id:x} is corrupt at {start + pos}: "
+                        f"expected entry {ledger_id}/{entry_id}, found {lid}/{eid}"
+                    )
+                digest_end = pos + header_size + digest_len
+                entries.append(
+                    StoredEntry(
+                        ledger_id,
+                        entry_id,
+                        lac,
+                        data[digest_end : pos + length],
+                        data[pos + header_size : digest_end],
+                    )
+                )
+                pos += length
+            i = j
+        return entries
+
+    def ledger_state(self, ledger_id: int) -> tuple[int, int, bool]:
+        """``(lac, last entry id or -1, fenced)`` of a ledger this bookie has."""
+        state = self._state(ledger_id)
+        return state.lac, state.last_entry, state.fenced
+
+    def wait_for_lac(
+        self, ledger_id: int, previous_lac: int, timeout_s: float
+    ) -> tuple[int, int, bool]:
+        """Long poll: return ``ledger_state`` as soon as the LAC exceeds ``previous_lac``, or
+        when ``timeout_s`` has passed."""
+        state = self._state(ledger_id)
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        with self._lac_cond:
+            while state.lac <= previous_lac and not state.deleted and not self._closed:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._lac_waiters += 1
+                try:
+                    self._lac_cond.wait(remaining)
+                finally:
+                    self._lac_waiters -= 1
+            if state.deleted:
+                raise NoSuchLedgerError(f"ledger {ledger_id} was deleted")
+            return state.lac, state.last_entry, state.fenced
+
+    def ledger_ids(self) -> list[int]:
+        with self._submit_lock:
+            return sorted(self._ledgers)
+
+    # -- checkpoint --------------------------------------------------------------------------
+
+    def checkpoint(self) -> None:
+        """Make everything applied so far durable outside the journal, then release the
+        journal files it covers. A failure here fails the storage (restart replays)."""
+        with self._checkpoint_lock:
+            if self._failure is not None or not self._started:
+                return
+            try:
+                self._checkpoint_locked()
+            except BaseException as exc:
+                self._fail(exc)
+                raise
+
+    def _checkpoint_locked(self) -> None:
+        full = self._index.wants_rewrite
+        with self._state_lock:
+            position = self._applied_pos
+            deleted, self._deleted = self._deleted, set()
+            if full:
+                snaps = [
+                    LedgerSnapshot.of(st, list(st.index), list(st.index.values()))
+                    for st in self._applied.values()
+                ]
+                for st in self._applied.values():
+                    st.dirty = []
+            else:
+                snaps = []
+                for st in self._dirty.values():
+                    ids, st.dirty = st.dirty, []
+                    index = st.index
+                    snaps.append(LedgerSnapshot.of(st, ids, [index[e] for e in ids]))
+            self._dirty = {}
+        self._logs.sync()
+        if full:
+            self._index.rewrite(position, snaps)
+        else:
+            self._index.append(position, deleted, snaps)
+        self._journal.release_before(position)
+
+    # -- garbage collection ------------------------------------------------------------------
+
+    def gc(self) -> None:
+        """Reclaim the space of deleted and overwritten entries now (see module docstring)."""
+        with self._gc_lock:
+            if self._failure is not None or not self._started or self._closed:
+                return
+            threshold = self.config.gc_compaction_threshold
+            with self._state_lock:
+                current = self._logs.current_id
+                sizes = self._logs.data_sizes()
+                if sizes.get(current, 0) > 0 and self._live.live(current) < (
+                    sizes[current] * threshold
+                ):
+                    self._logs.rotate()
+                    current = self._logs.current_id
+                    sizes = self._logs.data_sizes()
+                empty, sparse = plan_gc(sizes, self._live, current, threshold)
+            for log_id in sparse:
+                self._compact(log_id)
+            if not empty and not sparse:
+                return
+            self.checkpoint()
+            removed = 0
+            with self._state_lock:
+                for log_id in empty + sparse:
+                    if log_id != self._logs.current_id and self._live.live(log_id) == 0:
+                        self._logs.delete(log_id)
+                        self._live.forget_log(log_id)
+                        removed += 1
+            if removed:
+                log.info("entry-log GC deleted %d logs (%d compacted)", removed, len(sparse))
+
+    def _compact(self, log_id: int) -> None:
+        """Copy the live entries of ``log_id`` to the current log and repoint the index."""
+        with self._state_lock:
+            candidates: list[tuple[int, int, int]] = []
+            copies = [
+                (ledger_id, list(self._applied[ledger_id].index.items()))
+                for ledger_id in self._live.ledgers(log_id)
+                if ledger_id in self._applied
+            ]
+        for ledger_id, items in copies:
+            candidates.extend(
+                (loc, ledger_id, eid) for eid, loc in items if loc >> LOG_SHIFT == log_id
+            )
+        candidates.sort()
+        i = 0
+        while i < len(candidates):
+            chunk: list[tuple[int, int, int]] = []
+            size = 0
+            while i < len(candidates) and (not chunk or size < COMPACTION_CHUNK_BYTES):
+                chunk.append(candidates[i])
+                size += candidates[i][0] & LENGTH_MASK
+                i += 1
+            first = (chunk[0][0] >> OFFSET_SHIFT) & OFFSET_MASK
+            last = chunk[-1][0]
+            span = ((last >> OFFSET_SHIFT) & OFFSET_MASK) + (last & LENGTH_MASK) - first
+            data = memoryview(self._logs.read(log_id, first, span))
+            with self._state_lock:
+                moved: list[tuple[LedgerState, int, int]] = []
+                buffers = []
+                for loc, ledger_id, eid in chunk:
+                    state = self._applied.get(ledger_id)
+                    if state is None or state.index.get(eid) != loc:
+                        continue  # deleted or overwritten meanwhile
+                    offset = ((loc >> OFFSET_SHIFT) & OFFSET_MASK) - first
+                    buffers.append(data[offset : offset + (loc & LENGTH_MASK)])
+                    moved.append((state, eid, loc))
+                places = self._logs.append(buffers) if buffers else []
+                for (state, eid, old), (new_log, new_offset) in zip(moved, places, strict=True):
+                    length = old & LENGTH_MASK
+                    state.index[eid] = pack_location(new_log, new_offset, length)
+                    state.dirty.append(eid)
+                    self._dirty[state.ledger_id] = state
+                    self._live.sub(log_id, state.ledger_id, length)
+                    self._live.add(new_log, state.ledger_id, length)
+
+    # -- disk usage and readonly mode ----------------------------------------------------------
+
+    @property
+    def read_only(self) -> bool:
+        return self._read_only
+
+    def disk_usage(self) -> tuple[int, int]:
+        """``(bytes in files under data_dir, bytes free for us on its file system)``."""
+        used = 0
+        stack = [str(self._data_dir)]
+        while stack:
+            try:
+                with os.scandir(stack.pop()) as it:
+                    for entry in it:
+                        try:
+                            if entry.is_dir(follow_symlinks=False):
+                                stack.append(entry.path)
+                            else:
+                                used += entry.stat(follow_symlinks=False).st_size
+                        except FileNotFoundError:
+                            continue
+            except FileNotFoundError:
+                continue
+        vfs = os.statvfs(self._data_dir)
+        return used, vfs.f_bavail * vfs.f_frsize
+
+    def check_disk(self) -> bool:
+        """Run the disk check now; returns the resulting readonly flag."""
+        used, free = self.disk_usage()
+        vfs = os.statvfs(self._data_dir)
+        fs_used = (vfs.f_blocks - vfs.f_bfree) * vfs.f_frsize
+        fraction = fs_used / (fs_used + free) if fs_used + free > 0 else 0.0
+        cfg = self.config
+        if fraction > cfg.disk_usage_warn_threshold:
+            log.warning("file system of %s is %.1f%% full", self._data_dir, 100 * fraction)
+        with self._mode_lock:
+            limit = cfg.max_disk_bytes
+            if self._disk_full:  # hysteresis: leave readonly only well below the limits
+                full = fraction > cfg.disk_usage_threshold - 0.05 or (
+                    limit is not None and used > 0.9 * limit
+                )
+            else:
+                full = fraction > cfg.disk_usage_threshold or (limit is not None and used > limit)
+            self._disk_full = full
+            self._update_mode()
+            return self._read_only
+
+    def set_forced_read_only(self, forced: bool) -> None:
+        """Force readonly mode on (or lift the force), e.g. for maintenance."""
+        with self._mode_lock:
+            self._forced_read_only = forced
+            self._update_mode()
+
+    def _update_mode(self) -> None:
+        with self._mode_lock:
+            read_only = self._forced_read_only or self._disk_full
+            if read_only == self._read_only:
+                return
+            self._read_only = read_only
+            log.warning("bookie storage is now %s", "readonly" if read_only else "writable")
+            callback = self.on_mode_change
+            if callback is not None:
+                try:
+                    callback(read_only)
+                except Exception:  # noqa: BLE001 - the mode changed anyway
+                    log.exception("on_mode_change callback failed")

@@ -1,0 +1,580 @@
+"""BookieStorage: the guarantees a bookie's storage engine keeps, on real files."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from bk_spark.errors import (
+    BKError,
+    InvalidRequestError,
+    LedgerFencedError,
+    NoSuchLedgerError,
+    ReadOnlyError,
+    TooLargeError,
+    UnauthorizedError,
+)
+from bookie_server.config import BookieConfig
+from bookie_server.storage import BookieStorage, StorageMetrics, StoredEntry
+
+KEY = b"master-key"
+MiB = 1 << 20
+
+
+def make_config(tmp_path: Path, **overrides) -> BookieConfig:
+    settings = dict(
+        data_dir=tmp_path / "bookie",
+        journal_file_size=1 * MiB,
+        max_entry_size=64 * 1024,
+        entry_log_size=256 * 1024,
+        checkpoint_interval_s=0,  # background tasks off unless a test turns them on
+        gc_interval_s=0,
+        disk_check_interval_s=0,
+    )
+    settings.update(overrides)
+    return BookieConfig(**settings)
+
+
+class CountingMetrics(StorageMetrics):
+    def __init__(self) -> None:
+        self.syncs = 0
+        self.added_entries = 0
+        self.read_entries = 0
+
+    def journal_sync(self, seconds: float, records: int, nbytes: int) -> None:
+        self.syncs += 1
+
+    def added(self, n: int, nbytes: int) -> None:
+        self.added_entries += n
+
+    def read(self, n: int, nbytes: int) -> None:
+        self.read_entries += n
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> BookieConfig:
+    return make_config(tmp_path)
+
+
+def open_storage(config: BookieConfig, metrics: StorageMetrics | None = None) -> BookieStorage:
+    storage = BookieStorage(config, metrics)
+    storage.start()
+    return storage
+
+
+@pytest.fixture
+def storage(config: BookieConfig):
+    s = open_storage(config)
+    yield s
+    s.close()
+
+
+def payload(ledger_id: int, entry_id: int, size: int = 1000) -> bytes:
+    seed = f"{ledger_id}:{entry_id};".encode()
+    return (seed * (size // len(seed) + 1))[:size]
+
+
+def entries(ledger_id: int, first: int, count: int, size: int = 1000):
+    return [
+        (e, e - 1, payload(ledger_id, e, size), b"dg%d" % e) for e in range(first, first + count)
+    ]
+
+
+def add(storage: BookieStorage, ledger_id: int, first: int, count: int, size: int = 1000, **kw):
+    storage.add_entries(ledger_id, KEY, entries(ledger_id, first, count, size), **kw)
+
+
+def assert_has(storage: BookieStorage, ledger_id: int, ids, size: int = 1000) -> None:
+    ids = list(ids)
+    found, missing = storage.read_entries(ledger_id, ids, max_entries=len(ids) + 1)
+    assert missing == []
+    assert [e.entry_id for e in found] == ids
+    for e in found:
+        assert e.payload == payload(ledger_id, e.entry_id, size)
+        assert e.digest == b"dg%d" % e.entry_id
+        assert e.lac == e.entry_id - 1
+
+
+def simulate_crash(storage: BookieStorage) -> None:
+    """Stop without the final checkpoint: restart must rebuild from the journal."""
+    storage.checkpoint = lambda: None  # type: ignore[method-assign]
+    storage.close()
+
+
+def data_dir_size(config: BookieConfig) -> int:
+    return sum(p.stat().st_size for p in Path(config.data_dir).rglob("*") if p.is_file())
+
+
+# -- adds and reads -------------------------------------------------------------------------
+
+
+def test_added_entries_are_read_back_with_lac_and_digest(storage):
+    add(storage, 1, 0, 50)
+    found, missing = storage.read_entries(1, range(50))
+    assert missing == []
+    assert found[0] == StoredEntry(1, 0, -1, payload(1, 0), b"dg0")
+    assert_has(storage, 1, range(50))
+    assert storage.ledger_state(1) == (48, 49, False)
+    assert storage.ledger_ids() == [1]
+
+
+def test_read_reports_missing_ids_and_unknown_ledgers(storage):
+    add(storage, 1, 0, 5)
+    found, missing = storage.read_entries(1, [7, 3, 1, 3])
+    assert [e.entry_id for e in found] == [1, 3]
+    assert missing == [7]
+    with pytest.raises(NoSuchLedgerError):
+        storage.read_entries(2, [0])
+    with pytest.raises(NoSuchLedgerError):
+        storage.ledger_state(2)
+
+
+def test_read_stops_at_max_entries_and_max_bytes_but_returns_the_first(storage):
+    add(storage, 1, 0, 20, size=1000)
+    found, missing = storage.read_entries(1, range(20), max_entries=5)
+    assert [e.entry_id for e in found] == [0, 1, 2, 3, 4] and missing == []
+    found, _ = storage.read_entries(1, range(20), max_bytes=3 * 1100)
+    assert [e.entry_id for e in found] == [0, 1, 2]
+    found, _ = storage.read_entries(1, range(20), max_bytes=10)
+    assert [e.entry_id for e in found] == [0]
+
+
+def test_readd_of_an_entry_overwrites_it(storage):
+    add(storage, 1, 0, 3)
+    storage.add_entries(1, KEY, [(1, 0, b"rewritten", b"d")], recovery=True)
+    found, _ = storage.read_entries(1, [0, 1, 2])
+    assert [e.payload for e in found] == [payload(1, 0), b"rewritten", payload(1, 2)]
+
+
+def test_entries_in_one_request_go_in_order_and_last_copy_wins(storage):
+    storage.add_entries(1, KEY, [(0, -1, b"a", b""), (1, -1, b"b", b""), (0, -1, b"c", b"")])
+    found, _ = storage.read_entries(1, [0, 1])
+    assert [e.payload for e in found] == [b"c", b"b"]
+
+
+def test_large_request_spanning_entry_logs_reads_back(storage):
+    add(storage, 1, 0, 10, size=60 * 1024)  # 600 KiB through 256 KiB entry logs
+    assert_has(storage, 1, range(10), size=60 * 1024)
+
+
+# -- validation -----------------------------------------------------------------------------
+
+
+def test_too_large_entry_is_refused_and_nothing_is_added(storage, config):
+    batch = entries(1, 0, 2) + [(2, 1, bytes(config.max_entry_size + 1), b"")]
+    with pytest.raises(TooLargeError):
+        storage.add_entries(1, KEY, batch)
+    with pytest.raises(NoSuchLedgerError):
+        storage.ledger_state(1)
+
+
+@pytest.mark.parametrize(
+    "ledger_id, batch, lac",
+    [
+        (-1, [(0, -1, b"x", b"")], -1),
+        (1, [(-5, -1, b"x", b"")], -1),
+        (1, [(0, -2, b"x", b"")], -1),
+        (1, [(0, -1, b"x", b"")], -3),
+        (1, [(0, -1, None, b"")], -1),
+        (1, [(0, -1, "text", b"")], -1),
+        (1, [(2**63, -1, b"x", b"")], -1),
+        (2**63, [(0, -1, b"x", b"")], -1),
+        (1, [(0, -1, b"x")], -1),
+    ],
+)
+def test_negative_ids_and_malformed_entries_are_invalid(storage, ledger_id, batch, lac):
+    with pytest.raises(InvalidRequestError):
+        storage.add_entries(ledger_id, KEY, batch, lac=lac)
+    assert storage.ledger_ids() == []
+
+
+def test_negative_ids_are_invalid_for_reads_fences_and_deletes(storage):
+    add(storage, 1, 0, 1)
+    with pytest.raises(InvalidRequestError):
+        storage.read_entries(1, [-1, 0])
+    with pytest.raises(InvalidRequestError):
+        storage.fence(-1, KEY)
+    with pytest.raises(InvalidRequestError):
+        storage.delete_ledger(-1)
+
+
+def test_wrong_master_key_is_unauthorized(storage):
+    add(storage, 1, 0, 1)
+    with pytest.raises(UnauthorizedError):
+        storage.add_entries(1, b"other", entries(1, 1, 1))
+    with pytest.raises(UnauthorizedError):
+        storage.fence(1, b"other")
+    with pytest.raises(UnauthorizedError):
+        storage.add_entries(1, b"other", [], lac=5)
+    assert storage.ledger_state(1) == (-1, 0, False)
+
+
+# -- fencing --------------------------------------------------------------------------------
+
+
+def test_fenced_ledger_refuses_plain_adds_but_takes_recovery_adds(storage):
+    add(storage, 1, 0, 5)
+    assert storage.fence(1, KEY) == (3, 4)
+    with pytest.raises(LedgerFencedError):
+        add(storage, 1, 5, 1)
+    with pytest.raises(LedgerFencedError):
+        storage.add_entries(1, KEY, [], lac=4)
+    add(storage, 1, 5, 1, recovery=True)
+    assert storage.ledger_state(1) == (4, 5, True)
+    assert storage.fence(1, KEY) == (4, 5)  # fencing again is harmless
+
+
+def test_fence_of_an_unknown_ledger_creates_it_fenced(storage):
+    assert storage.fence(9, KEY) == (-1, -1)
+    assert storage.ledger_state(9) == (-1, -1, True)
+    with pytest.raises(LedgerFencedError):
+        add(storage, 9, 0, 1)  # a late add from the old writer
+    with pytest.raises(UnauthorizedError):
+        storage.add_entries(9, b"other", entries(9, 0, 1))
+
+
+def test_fence_returns_every_add_accepted_before_it(storage):
+    results: list[tuple[int, int]] = []
+
+    def writer(t: int) -> None:
+        for i in range(20):
+            try:
+                add(storage, 1, t * 1000 + i * 2, 2)
+            except LedgerFencedError:
+                return
+
+    add(storage, 1, 100_000, 1)
+    threads = [threading.Thread(target=writer, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    results.append(storage.fence(1, KEY))
+    for t in threads:
+        t.join()
+    lac, last = results[0]
+    assert storage.ledger_state(1)[:2] == (lac, last)  # nothing got in after the fence
+
+
+def test_fence_persists_across_restart(config):
+    s = open_storage(config)
+    add(s, 1, 0, 3)
+    s.fence(1, KEY)
+    s.fence(2, KEY)
+    s.close()
+    s = open_storage(config)
+    assert s.ledger_state(1) == (1, 2, True)
+    assert s.ledger_state(2) == (-1, -1, True)
+    with pytest.raises(LedgerFencedError):
+        add(s, 1, 3, 1)
+    s.close()
+
+
+def test_fence_survives_a_crash_before_any_checkpoint(config):
+    s = open_storage(config)
+    add(s, 1, 0, 3)
+    s.fence(1, KEY)
+    simulate_crash(s)
+    s = open_storage(config)
+    assert s.ledger_state(1) == (1, 2, True)
+    with pytest.raises(LedgerFencedError):
+        add(s, 1, 3, 1)
+    s.close()
+
+
+# -- LAC ------------------------------------------------------------------------------------
+
+
+def test_lac_is_the_max_of_entry_lacs_and_explicit_lacs(storage):
+    storage.add_entries(1, KEY, [(0, -1, b"a", b""), (1, 5, b"b", b""), (2, 3, b"c", b"")])
+    assert storage.ledger_state(1) == (5, 2, False)
+    storage.add_entries(1, KEY, [], lac=9)
+    assert storage.ledger_state(1) == (9, 2, False)
+    storage.add_entries(1, KEY, [], lac=4)
+    assert storage.ledger_state(1) == (9, 2, False)
+    storage.add_entries(1, KEY, [], lac=-1)  # nothing to do
+    assert storage.ledger_state(1) == (9, 2, False)
+
+
+def test_explicit_lac_persists_across_crash_and_restart(config):
+    s = open_storage(config)
+    add(s, 1, 0, 2)
+    s.add_entries(1, KEY, [], lac=1)
+    simulate_crash(s)
+    s = open_storage(config)
+    assert s.ledger_state(1) == (1, 1, False)
+    s.close()
+    s = open_storage(config)
+    assert s.ledger_state(1) == (1, 1, False)
+    s.close()
+
+
+def test_wait_for_lac_returns_when_the_lac_passes_the_previous_one(storage):
+    add(storage, 1, 0, 1)
+    timer = threading.Timer(0.1, lambda: add(storage, 1, 1, 2))
+    timer.start()
+    began = time.monotonic()
+    lac, last, fenced = storage.wait_for_lac(1, previous_lac=-1, timeout_s=5)
+    timer.join()
+    assert time.monotonic() - began < 4
+    assert (lac, fenced) == (1, False) and last >= 1
+
+
+def test_wait_for_lac_times_out_with_the_current_state(storage):
+    add(storage, 1, 0, 3)
+    began = time.monotonic()
+    assert storage.wait_for_lac(1, previous_lac=1, timeout_s=0.2) == (1, 2, False)
+    assert 0.15 < time.monotonic() - began < 3
+    assert storage.wait_for_lac(1, previous_lac=0, timeout_s=5) == (1, 2, False)  # no wait
+    with pytest.raises(NoSuchLedgerError):
+        storage.wait_for_lac(2, previous_lac=-1, timeout_s=0.1)
+
+
+# -- durability -----------------------------------------------------------------------------
+
+
+def test_index_and_states_persist_across_restart(config):
+    s = open_storage(config)
+    for ledger in range(1, 4):
+        add(s, ledger, 0, 100)
+    s.close()
+    s = open_storage(config)
+    assert s.ledger_ids() == [1, 2, 3]
+    for ledger in range(1, 4):
+        assert_has(s, ledger, range(100))
+        assert s.ledger_state(ledger) == (98, 99, False)
+    s.close()
+
+
+def test_acknowledged_entries_survive_a_crash_before_any_checkpoint(config):
+    s = open_storage(config)
+    add(s, 1, 0, 300)  # rolls over several 1 MiB journal files
+    add(s, 2, 0, 10)
+    s.delete_ledger(2)
+    simulate_crash(s)
+    s = open_storage(config)
+    assert s._journal.replayed > 0
+    assert_has(s, 1, range(300))
+    assert s.ledger_ids() == [1]
+    add(s, 1, 300, 10)  # and the bookie goes on
+    s.close()
+    s = open_storage(config)
+    assert_has(s, 1, range(310))
+    s.close()
+
+
+def test_restart_after_a_checkpoint_replays_only_what_came_after(config):
+    s = open_storage(config)
+    add(s, 1, 0, 50)
+    s.checkpoint()
+    add(s, 1, 50, 5)
+    simulate_crash(s)
+    s = open_storage(config)
+    assert s._journal.replayed == 1
+    assert_has(s, 1, range(55))
+    s.close()
+
+
+def test_checkpoint_removes_old_journal_files(config):
+    s = open_storage(config)
+    journal_dir = Path(config.data_dir) / "journal"
+    for i in range(60):
+        add(s, 1, i * 100, 100)  # ~6.3 MB of journal: several 1 MiB files
+    before = s._journal.file_seqs()
+    assert len(before) >= 6
+    s.checkpoint()
+    after = s._journal.file_seqs()
+    assert len(after) <= 2  # the current file and the prepared next one
+    assert min(after) > min(before)
+    assert len(list(journal_dir.glob("*.jnl"))) <= 4  # plus at most two recycled spares
+    assert_has(s, 1, range(6000))
+    s.close()
+
+
+def test_periodic_checkpoint_runs_in_the_background(tmp_path):
+    config = make_config(tmp_path, checkpoint_interval_s=0.05)
+    s = open_storage(config)
+    for i in range(30):
+        add(s, 1, i * 100, 100)
+    deadline = time.monotonic() + 5
+    while len(s._journal.file_seqs()) > 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(s._journal.file_seqs()) <= 2
+    s.close()
+
+
+# -- group commit ---------------------------------------------------------------------------
+
+
+def test_concurrent_adders_share_journal_syncs(config):
+    metrics = CountingMetrics()
+    s = open_storage(config, metrics)
+    syncs_before = metrics.syncs
+    threads_n, adds_each = 16, 20
+
+    def adder(t: int) -> None:
+        for i in range(adds_each):
+            add(s, t + 1, i * 4, 4)
+
+    threads = [threading.Thread(target=adder, args=(t,)) for t in range(threads_n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    adds = threads_n * adds_each
+    assert metrics.added_entries == adds * 4
+    assert metrics.syncs - syncs_before < adds
+    for t in range(threads_n):
+        assert_has(s, t + 1, range(adds_each * 4))
+    s.close()
+
+
+# -- delete and garbage collection ------------------------------------------------------------
+
+
+def test_delete_ledger_is_durable_and_unknown_ledgers_raise(config):
+    s = open_storage(config)
+    add(s, 1, 0, 5)
+    add(s, 2, 0, 5)
+    s.delete_ledger(1)
+    with pytest.raises(NoSuchLedgerError):
+        s.delete_ledger(1)
+    with pytest.raises(NoSuchLedgerError):
+        s.read_entries(1, [0])
+    s.close()
+    s = open_storage(config)
+    assert s.ledger_ids() == [2]
+    add(s, 1, 0, 1)  # the id can be used again, from scratch
+    assert s.ledger_state(1) == (-1, 0, False)
+    s.close()
+
+
+def test_delete_then_gc_shrinks_the_data_directory(config):
+    s = open_storage(config)
+    for ledger in range(1, 5):
+        add(s, ledger, 0, 300)  # ~1.2 MB over several entry logs
+    s.checkpoint()
+    full = data_dir_size(config)
+    logs_before = len(list(Path(config.data_dir).rglob("*.log")))
+    for ledger in range(1, 5):
+        s.delete_ledger(ledger)
+    s.gc()
+    assert data_dir_size(config) < full - 1_000_000
+    assert len(list(Path(config.data_dir).rglob("*.log"))) < logs_before
+    assert s.ledger_ids() == []
+    s.close()
+    s = open_storage(config)
+    assert s.ledger_ids() == []
+    s.close()
+
+
+def test_gc_compacts_sparse_logs_and_keeps_live_entries(config):
+    s = open_storage(config)
+    for i in range(30):  # two ledgers interleaved through every entry log, 3:1
+        add(s, 1, i * 30, 30)
+        add(s, 2, i * 10, 10)
+    s.delete_ledger(1)
+    s.checkpoint()
+    full = data_dir_size(config)
+    logs_before = sorted(Path(config.data_dir).rglob("*.log"))
+    s.gc()
+    logs_after = sorted(Path(config.data_dir).rglob("*.log"))
+    assert not set(logs_before[:-1]) & set(logs_after)  # every old log went
+    assert data_dir_size(config) < full - 600_000
+    assert_has(s, 2, range(300))
+    simulate_crash(s)  # compaction's index changes were checkpointed before logs went
+    s = open_storage(config)
+    assert_has(s, 2, range(300))
+    s.close()
+
+
+def test_gc_in_the_background_reclaims_deleted_ledgers(tmp_path):
+    config = make_config(tmp_path, gc_interval_s=0.05)
+    s = open_storage(config)
+    add(s, 1, 0, 600)
+    full = data_dir_size(config)
+    s.delete_ledger(1)
+    deadline = time.monotonic() + 5
+    while data_dir_size(config) > full - 400_000 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert data_dir_size(config) <= full - 400_000
+    s.close()
+
+
+# -- readonly mode ------------------------------------------------------------------------------
+
+
+def test_readonly_when_over_max_disk_bytes_and_writable_again_after_gc(config):
+    s = open_storage(config)
+    add(s, 9, 0, 3000)  # warm up: the journal reaches its steady number of files
+    s.delete_ledger(9)
+    s.gc()
+    baseline, _ = s.disk_usage()
+    s.config.max_disk_bytes = baseline + 2_000_000
+    modes: list[bool] = []
+    s.on_mode_change = modes.append
+    written = 0
+    while not s.check_disk():
+        add(s, 1, written, 100)
+        written += 100
+        assert written < 5000, "never went readonly"
+    assert s.read_only and modes == [True]
+    with pytest.raises(ReadOnlyError):
+        add(s, 1, written, 1)
+    with pytest.raises(ReadOnlyError):
+        add(s, 1, written, 1, recovery=True)
+    assert s.fence(1, KEY)[1] == written - 1  # fences and reads go on
+    assert_has(s, 1, range(100))
+    s.delete_ledger(1)  # so do deletes, which is how space comes back
+    assert s.check_disk()  # nothing reclaimed yet
+    s.gc()
+    assert s.check_disk() is False and not s.read_only
+    assert modes == [True, False]
+    add(s, 2, 0, 1)
+    s.close()
+
+
+def test_disk_check_runs_in_the_background(tmp_path):
+    config = make_config(tmp_path, disk_check_interval_s=0.05, max_disk_bytes=1)
+    s = BookieStorage(config)
+    modes: list[bool] = []
+    s.on_mode_change = modes.append
+    s.start()
+    assert s.read_only and modes == [True]
+    config.max_disk_bytes = None
+    deadline = time.monotonic() + 5
+    while s.read_only and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not s.read_only and modes == [True, False]
+    s.close()
+
+
+def test_forced_readonly(storage):
+    modes: list[bool] = []
+    storage.on_mode_change = modes.append
+    storage.set_forced_read_only(True)
+    with pytest.raises(ReadOnlyError):
+        add(storage, 1, 0, 1)
+    storage.set_forced_read_only(False)
+    add(storage, 1, 0, 1)
+    assert modes == [True, False]
+
+
+def test_disk_usage_counts_the_data_directory(storage, config):
+    used, free = storage.disk_usage()
+    assert used == data_dir_size(config) and free > 0
+
+
+# -- lifecycle --------------------------------------------------------------------------------
+
+
+def test_close_is_idempotent_and_refuses_later_writes(config):
+    s = open_storage(config)
+    add(s, 1, 0, 1)
+    s.close()
+    s.close()
+    with pytest.raises(BKError):
+        add(s, 1, 1, 1)
+    with pytest.raises(BKError):
+        s.fence(1, KEY)
