@@ -110,6 +110,15 @@ class LogOwnershipLostError(BKError):
     """Another writer took over the log (fenced our ledger or won the CAS)."""
 
 
+class LogTruncatedError(BKError):
+    """A position refers to a ledger that truncation removed from the log."""
+
+
+class LogFormatError(BKError):
+    """A log entry's framing could not be decoded (not written by a log writer, or written
+    in a newer format)."""
+
+
 _BY_CODE: dict[int, type[BKError]] = {
     cls.code: cls
     for cls in (

@@ -78,10 +78,14 @@ def wait_for_port(port: int, timeout: float, proc: subprocess.Popen | None = Non
         if proc is not None and proc.poll() is not None:
             raise SandboxError(f"process {proc.pid} exited with {proc.returncode} while starting")
         try:
-            with socket.create_connection((host, port), timeout=0.5):
-                return
+            with socket.create_connection((host, port), timeout=0.5) as s:
+                # A connect to a free port of the ephemeral range can "succeed" by
+                # connecting the socket to itself (TCP simultaneous open): not a listener.
+                if s.getsockname() != s.getpeername():
+                    return
         except OSError:
-            time.sleep(0.05)
+            pass
+        time.sleep(0.05)
     raise SandboxError(f"nothing listens on {host}:{port} after {timeout:.0f}s")
 
 
