@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 import grpc
 
@@ -28,6 +29,12 @@ MiB = 1024 * 1024
 SERVICE = "/bkspark.v1.Bookie/"
 # A bookie's answer to a batch: None = every entry stored, else the error for all of them.
 AddCallback = Callable[[BKError | None], None]
+
+
+class AddSink(Protocol):
+    """Receives a bookie's answer for many adds at once (one call per RPC, not per entry)."""
+
+    def on_added(self, tokens: list[Any], err: BKError | None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -65,16 +72,25 @@ def _unavailable(bookie_id: str, exc: grpc.RpcError) -> BookieUnavailableError:
 
 
 class _PendingAdd:
-    __slots__ = ("ledger_id", "master_key", "recovery", "entry", "size", "callback")
+    __slots__ = ("ledger_id", "master_key", "recovery", "entry", "size", "callback", "sink",
+                 "token")
 
     def __init__(self, ledger_id: int, master_key: bytes, recovery: bool, entry: pb.Entry,
-                 callback: AddCallback) -> None:
+                 callback: AddCallback | None, sink: AddSink | None, token: Any) -> None:
         self.ledger_id = ledger_id
         self.master_key = master_key
         self.recovery = recovery
         self.entry = entry
         self.size = len(entry.payload) + 64
         self.callback = callback
+        self.sink = sink
+        self.token = token
+
+    def complete(self, err: BKError | None) -> None:
+        if self.callback is not None:
+            self.callback(err)
+        elif self.sink is not None:
+            self.sink.on_added([self.token], err)
 
 
 class BookieClient:
@@ -110,9 +126,14 @@ class BookieClient:
 
     # ---------------------------------------------------------------- adds (batched)
     def add_entry(self, ledger_id: int, master_key: bytes, entry: pb.Entry,
-                  callback: AddCallback, *, recovery: bool = False) -> None:
-        """Queue one entry for this bookie; ``callback`` runs once with the outcome."""
-        p = _PendingAdd(ledger_id, master_key, recovery, entry, callback)
+                  callback: AddCallback | None = None, *, recovery: bool = False,
+                  sink: AddSink | None = None, token: Any = None) -> None:
+        """Queue one entry for this bookie.
+
+        The outcome goes to ``callback(err)`` once, or to ``sink.on_added(tokens, err)``
+        together with the other entries of the same RPC that share the sink.
+        """
+        p = _PendingAdd(ledger_id, master_key, recovery, entry, callback, sink, token)
         with self._cv:
             if self._closed:
                 closed = True
@@ -125,7 +146,7 @@ class BookieClient:
                     self._sender.start()
                 self._cv.notify()
         if closed:
-            callback(BookieUnavailableError(f"client for bookie {self.bookie_id} is closed"))
+            p.complete(BookieUnavailableError(f"client for bookie {self.bookie_id} is closed"))
 
     def write_lac(self, ledger_id: int, master_key: bytes, lac: int) -> None:
         """Explicit LAC: tell the bookie how far the writer has been acknowledged."""
@@ -193,11 +214,20 @@ class BookieClient:
         with self._cv:
             self._in_flight -= 1
             self._cv.notify()
+        by_sink: dict[int, tuple[AddSink, list[Any]]] = {}
         for p in batch:
             try:
-                p.callback(err)
+                if p.sink is not None:
+                    by_sink.setdefault(id(p.sink), (p.sink, []))[1].append(p.token)
+                else:
+                    p.complete(err)
             except Exception:  # a callback bug must not kill the sender
                 log.exception("add callback failed")
+        for sink, tokens in by_sink.values():
+            try:
+                sink.on_added(tokens, err)
+            except Exception:
+                log.exception("add sink failed")
 
     # ---------------------------------------------------------------- other RPCs
     def read_entries(self, ledger_id: int, *, entry_ids: Sequence[int] | None = None,
@@ -271,7 +301,7 @@ class BookieClient:
             pending = list(self._queue)
             self._queue.clear()
         for p in pending:
-            p.callback(BookieUnavailableError(f"client for bookie {self.bookie_id} closed"))
+            p.complete(BookieUnavailableError(f"client for bookie {self.bookie_id} closed"))
         self.channel.close()
 
 

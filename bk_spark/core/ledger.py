@@ -81,6 +81,7 @@ class LedgerHandle:
         self._lac_sent = -1
         self._lac_wakeup = threading.Condition(self._lock)
         self._lac_thread: threading.Thread | None = None
+        self._sinks: dict[tuple[int, str], _BookieSink] = {}
         self.explicit_lac_interval_s = bk.config.explicit_lac_interval_s
 
     # ------------------------------------------------------------------ properties
@@ -137,14 +138,16 @@ class LedgerHandle:
                 self._send(eid, i, bookie, entry)
         return fut
 
-    def _send(self, eid: int, index: int, bookie: str, entry: pb.Entry,
-              recovery: bool = False) -> None:
-        client = self._bk.bookies.get(bookie)
-        client.add_entry(self.id, self._master_key, entry,
-                         lambda err: self._on_response(eid, index, bookie, err),
-                         recovery=recovery)
+    def _send(self, eid: int, index: int, bookie: str, entry: pb.Entry) -> None:
+        sink = self._sinks.get((index, bookie))
+        if sink is None:
+            sink = self._sinks.setdefault((index, bookie), _BookieSink(self, index, bookie))
+        self._bk.bookies.get(bookie).add_entry(self.id, self._master_key, entry, sink=sink,
+                                               token=eid)
 
-    def _on_response(self, eid: int, index: int, bookie: str, err: BKError | None) -> None:
+    def _on_responses(self, eids: list[int], index: int, bookie: str,
+                      err: BKError | None) -> None:
+        """A bookie answered for ``eids`` (one RPC): count the confirmations."""
         if err is not None:
             self._on_bookie_error(index, bookie, err)
             return
@@ -152,10 +155,15 @@ class LedgerHandle:
         with self._lock:
             if self._ensemble[index] != bookie or self._error is not None:
                 return  # a stale answer from a replaced bookie
-            for acked in self._pending.ack(eid, index):
-                fut, _entry, length = self._in_flight.pop(acked)
-                self._acked_length = length
-                done.append((fut, acked))
+            ack = self._pending.ack
+            in_flight = self._in_flight
+            for eid in eids:
+                if eid not in in_flight:
+                    continue
+                for acked in ack(eid, index):
+                    fut, _entry, length = in_flight.pop(acked)
+                    self._acked_length = length
+                    done.append((fut, acked))
             if done:
                 if not self._in_flight:
                     self._drained.notify_all()
@@ -310,6 +318,18 @@ class LedgerHandle:
     def __exit__(self, *exc: object) -> None:
         if not self._closed:
             self.close()
+
+
+class _BookieSink:
+    """Routes one bookie's batched answers back to the handle with its ensemble index."""
+
+    __slots__ = ("handle", "index", "bookie")
+
+    def __init__(self, handle: LedgerHandle, index: int, bookie: str) -> None:
+        self.handle, self.index, self.bookie = handle, index, bookie
+
+    def on_added(self, tokens: list, err: BKError | None) -> None:
+        self.handle._on_responses(tokens, self.index, self.bookie, err)
 
 
 def close_as_writer(bk: BookKeeper, md: Versioned[LedgerMetadata], last_entry: int,
