@@ -73,6 +73,7 @@ def bookie(
 ) -> None:
     """Run one bookie in the foreground until SIGTERM or Ctrl-C."""
     from bk_spark.metadata_uri import parse_metadata_service_uri
+    from bk_spark.sandbox import port_is_free
     from bookie_server.config import BookieConfig, MiB
     from bookie_server.server import BookieServer
 
@@ -88,6 +89,8 @@ def bookie(
         disk_usage_threshold=disk_usage_threshold, max_disk_bytes=max_disk_bytes,
         disk_check_interval_s=disk_check_interval,
         tls_cert=tls_cert, tls_key=tls_key)
+    if port and not port_is_free(port, host):
+        _fail(f"port {port} on {host} is taken: is another bookie running? choose another --port")
     BookieServer(cfg).serve_forever()
 
 
@@ -211,7 +214,9 @@ def bookies(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False) -> No
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``bk``: typed errors become one line and exit code 1."""
     try:
-        app(args=argv, prog_name="bk", standalone_mode=False)
+        rv = app(args=argv, prog_name="bk", standalone_mode=False)
+        if isinstance(rv, int):  # click returns typer.Exit's code in this mode
+            return rv
     except typer.Exit as exc:
         return int(exc.exit_code or 0)
     except typer.Abort:
@@ -224,13 +229,15 @@ def main(argv: list[str] | None = None) -> int:
             raise
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
         return 1
-    except Exception as exc:  # click usage errors
-        import click
-
-        if isinstance(exc, click.ClickException):
+    except Exception as exc:
+        if hasattr(exc, "show") and hasattr(exc, "exit_code"):  # click usage errors
             exc.show()
-            return exc.exit_code
-        raise
+            return int(exc.exit_code)
+        if os.environ.get("BK_DEBUG"):
+            raise
+        err_console.print(f"[bold red]error:[/] {type(exc).__name__}: {exc} "
+                          f"(BK_DEBUG=1 shows the traceback)", highlight=False, soft_wrap=True)
+        return 1
     return 0
 
 

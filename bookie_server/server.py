@@ -197,9 +197,13 @@ class BookieServer:
         if cfg.tls_cert is not None and cfg.tls_key is not None:
             creds = grpc.ssl_server_credentials(
                 [(cfg.tls_key.read_bytes(), cfg.tls_cert.read_bytes())])
-            bound = server.add_secure_port(address, creds)
+            add_port = lambda: server.add_secure_port(address, creds)  # noqa: E731
         else:
-            bound = server.add_insecure_port(address)
+            add_port = lambda: server.add_insecure_port(address)  # noqa: E731
+        try:
+            bound = add_port()
+        except RuntimeError:
+            bound = 0
         if bound == 0:
             self.storage.close()
             raise BKError(f"cannot listen on {address}: port taken?")
