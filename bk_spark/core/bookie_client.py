@@ -59,6 +59,20 @@ class ClientConfig:
     tls: TlsOptions | None = None
 
 
+_ENTRY_TAG = b"\x22"  # AddRequest.entries: field 4, length-delimited
+
+
+def _varint(n: int) -> bytes:
+    if n < 0x80:
+        return bytes((n,))
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
 def _raise_for(resp, bookie_id: str) -> None:
     if resp.status != pb.OK:
         raise error_for_code(resp.status, f"bookie {bookie_id}: {resp.message}")
@@ -113,6 +127,8 @@ class BookieClient:
                                   response_deserializer=resp.FromString)
 
         self._add = unary("AddEntries", pb.AddRequest, pb.AddResponse)
+        self._add_raw = ch.unary_unary(SERVICE + "AddEntries", request_serializer=None,
+                                       response_deserializer=pb.AddResponse.FromString)
         self._read = unary("ReadEntries", pb.ReadRequest, pb.ReadResponse)
         self._read_lac = unary("ReadLac", pb.ReadLacRequest, pb.ReadLacResponse)
         self._fence = unary("Fence", pb.FenceRequest, pb.FenceResponse)
@@ -147,6 +163,64 @@ class BookieClient:
                 self._cv.notify()
         if closed:
             p.complete(BookieUnavailableError(f"client for bookie {self.bookie_id} is closed"))
+
+    def send_batch(self, ledger_id: int, master_key: bytes, entries: Sequence[bytes],
+                   tokens: Sequence[Any], sink: AddSink, *, lac: int = -1,
+                   recovery: bool = False) -> None:
+        """Send already-serialized entries (``pb.Entry`` bytes) in as few RPCs as the
+        batch limits allow; ``sink.on_added(tokens, err)`` gets each RPC's answer.
+
+        Blocks while ``max_in_flight`` requests are outstanding (backpressure: the
+        caller's next batch grows meanwhile).
+        """
+        cfg = self.config
+        head = pb.AddRequest(ledger_id=ledger_id, master_key=master_key, recovery=recovery,
+                             lac=lac).SerializeToString()
+        start, n = 0, len(entries)
+        while start < n:
+            end, size = start, 0
+            while end < n and end - start < cfg.max_batch_entries and size < cfg.max_batch_bytes:
+                size += len(entries[end])
+                end += 1
+            body = b"".join([_ENTRY_TAG + _varint(len(e)) + e for e in entries[start:end]])
+            chunk_tokens = list(tokens[start:end])
+            with self._cv:
+                while self._in_flight >= cfg.max_in_flight and not self._closed:
+                    self._cv.wait()
+                if self._closed:
+                    err = BookieUnavailableError(f"client for bookie {self.bookie_id} is closed")
+                    sink.on_added(chunk_tokens, err)
+                    return
+                self._in_flight += 1
+            try:
+                fut = self._add_raw.future(head + body, timeout=cfg.add_timeout_s)
+            except Exception as exc:  # channel closed under us
+                self._batch_done(sink, chunk_tokens,
+                                 BookieUnavailableError(f"bookie {self.bookie_id}: {exc}"))
+            else:
+                fut.add_done_callback(
+                    lambda f, t=chunk_tokens: self._batch_done(sink, t, self._outcome(f)))
+            start = end
+
+    def _outcome(self, fut: grpc.Future) -> BKError | None:
+        try:
+            resp = fut.result()
+        except grpc.RpcError as exc:
+            return _unavailable(self.bookie_id, exc)
+        except Exception as exc:  # cancelled on close
+            return BookieUnavailableError(f"bookie {self.bookie_id}: {exc!r}")
+        if resp.status == pb.OK:
+            return None
+        return error_for_code(resp.status, f"bookie {self.bookie_id}: {resp.message}")
+
+    def _batch_done(self, sink: AddSink, tokens: list[Any], err: BKError | None) -> None:
+        with self._cv:
+            self._in_flight -= 1
+            self._cv.notify_all()
+        try:
+            sink.on_added(tokens, err)
+        except Exception:
+            log.exception("add sink failed")
 
     def write_lac(self, ledger_id: int, master_key: bytes, lac: int) -> None:
         """Explicit LAC: tell the bookie how far the writer has been acknowledged."""
@@ -199,21 +273,12 @@ class BookieClient:
         fut.add_done_callback(lambda f: self._on_added(batch, f))
 
     def _on_added(self, batch: list[_PendingAdd], fut: grpc.Future) -> None:
-        err: BKError | None
-        try:
-            resp = fut.result()
-            err = None if resp.status == pb.OK else error_for_code(
-                resp.status, f"bookie {self.bookie_id}: {resp.message}")
-        except grpc.RpcError as exc:
-            err = _unavailable(self.bookie_id, exc)
-        except Exception as exc:  # cancelled on close
-            err = BookieUnavailableError(f"bookie {self.bookie_id}: {exc!r}")
-        self._finish(batch, err)
+        self._finish(batch, self._outcome(fut))
 
     def _finish(self, batch: list[_PendingAdd], err: BKError | None) -> None:
         with self._cv:
             self._in_flight -= 1
-            self._cv.notify()
+            self._cv.notify_all()
         by_sink: dict[int, tuple[AddSink, list[Any]]] = {}
         for p in batch:
             try:

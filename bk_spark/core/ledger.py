@@ -41,7 +41,6 @@ from bk_spark.errors import (
     TooLargeError,
     UnauthorizedError,
 )
-from bk_spark.proto import bookie_pb2 as pb
 
 if TYPE_CHECKING:
     from bk_spark.core.client import BookKeeper
@@ -70,8 +69,8 @@ class LedgerHandle:
         self._next_entry = 0
         self._length = 0  # bytes of all entries handed out so far
         self._acked_length = 0
-        # entry id -> (future, wire entry, length after this entry)
-        self._in_flight: dict[int, tuple[Future, pb.Entry, int]] = {}
+        # entry id -> (future, serialized wire entry, ledger length after this entry)
+        self._in_flight: dict[int, tuple[Future, bytes, int]] = {}
         self._lock = threading.RLock()
         self._drained = threading.Condition(self._lock)
         self._error: BKError | None = None
@@ -82,6 +81,9 @@ class LedgerHandle:
         self._lac_wakeup = threading.Condition(self._lock)
         self._lac_thread: threading.Thread | None = None
         self._sinks: dict[tuple[int, str], _BookieSink] = {}
+        self._outbox: list[int] = []
+        self._outbox_ready = threading.Condition(self._lock)
+        self._sender: threading.Thread | None = None
         self.explicit_lac_interval_s = bk.config.explicit_lac_interval_s
 
     # ------------------------------------------------------------------ properties
@@ -129,21 +131,54 @@ class LedgerHandle:
             self._next_entry += 1
             self._length += len(payload)
             entry = self._codec.encode(eid, self._pending.last_add_confirmed, self._length,
-                                       payload)
-            indexes = self._pending.add(eid)
+                                       payload).SerializeToString()
+            self._pending.add(eid)
             self._in_flight[eid] = (fut, entry, self._length)
-            targets = [(i, self._ensemble[i]) for i in indexes]
-        for i, bookie in targets:
-            if bookie is not None:  # None: being replaced; the resend covers it
-                self._send(eid, i, bookie, entry)
+            self._outbox.append(eid)
+            if self._sender is None:
+                self._sender = threading.Thread(target=self._send_loop,
+                                                name=f"ledger-{self.id}-sender", daemon=True)
+                self._sender.start()
+            elif len(self._outbox) == 1:
+                self._outbox_ready.notify()
         return fut
 
-    def _send(self, eid: int, index: int, bookie: str, entry: pb.Entry) -> None:
+    def _send_loop(self) -> None:
+        """Ship queued entries: one batch per bookie of the ensemble per round.
+
+        While the previous batches are in flight new adds pile up in the outbox,
+        so batches grow with the load (many entries per RPC, as the bookie wants).
+        """
+        E, Qw = self._E, self._Qw
+        sets = [write_set(r, E, Qw) for r in range(E)]
+        while True:
+            with self._lock:
+                while not self._outbox and not self._closed and self._error is None:
+                    self._outbox_ready.wait()
+                if not self._outbox:
+                    return
+                eids, self._outbox = self._outbox, []
+                ensemble = list(self._ensemble)
+                in_flight = self._in_flight
+                per_index: list[tuple[list[int], list[bytes]]] = [([], []) for _ in range(E)]
+                for eid in eids:
+                    item = in_flight.get(eid)
+                    if item is None:  # failed meanwhile
+                        continue
+                    for idx in sets[eid % E]:
+                        ids, blobs = per_index[idx]
+                        ids.append(eid)
+                        blobs.append(item[1])
+            for idx, (ids, blobs) in enumerate(per_index):
+                bookie = ensemble[idx]
+                if ids and bookie is not None:  # None: being replaced; the resend covers it
+                    self._send(idx, bookie, ids, blobs)
+
+    def _send(self, index: int, bookie: str, eids: list[int], entries: list[bytes]) -> None:
         sink = self._sinks.get((index, bookie))
         if sink is None:
             sink = self._sinks.setdefault((index, bookie), _BookieSink(self, index, bookie))
-        self._bk.bookies.get(bookie).add_entry(self.id, self._master_key, entry, sink=sink,
-                                               token=eid)
+        self._bk.bookies.get(bookie).send_batch(self.id, self._master_key, entries, eids, sink)
 
     def _on_responses(self, eids: list[int], index: int, bookie: str,
                       err: BKError | None) -> None:
@@ -155,15 +190,11 @@ class LedgerHandle:
         with self._lock:
             if self._ensemble[index] != bookie or self._error is not None:
                 return  # a stale answer from a replaced bookie
-            ack = self._pending.ack
             in_flight = self._in_flight
-            for eid in eids:
-                if eid not in in_flight:
-                    continue
-                for acked in ack(eid, index):
-                    fut, _entry, length = in_flight.pop(acked)
-                    self._acked_length = length
-                    done.append((fut, acked))
+            for acked in self._pending.ack_many([e for e in eids if e in in_flight], index):
+                fut, _entry, length = in_flight.pop(acked)
+                self._acked_length = length
+                done.append((fut, acked))
             if done:
                 if not self._in_flight:
                     self._drained.notify_all()
@@ -194,6 +225,7 @@ class LedgerHandle:
             pending = sorted(self._in_flight.items())
             self._in_flight.clear()
             self._drained.notify_all()
+            self._outbox_ready.notify_all()
             self._lac_wakeup.notify_all()
         for _eid, (fut, _e, _l) in pending:
             if not fut.done():
@@ -228,11 +260,12 @@ class LedgerHandle:
             replacement = new_md.value.last_ensemble[index]
             self._ensemble[index] = replacement
             self._changing.discard(index)
-            resend = [(e, self._in_flight[e][1]) for e in self._pending.unacknowledged()
+            resend = [e for e in self._pending.unacknowledged()
                       if e >= first and index in write_set(e, self._E, self._Qw)
                       and e in self._in_flight]
-        for eid, entry in resend:
-            self._send(eid, index, replacement, entry)
+            blobs = [self._in_flight[e][1] for e in resend]
+        if resend:
+            self._send(index, replacement, resend, blobs)
 
     def _cas_new_fragment(self, index: int, failed: str, first: int) -> Versioned:
         available = self._bk.writable_bookies()
@@ -304,6 +337,7 @@ class LedgerHandle:
                 raise BKError(f"ledger {self.id}: adds still outstanding after {timeout}s")
             self._closed = True
             self._lac_wakeup.notify_all()
+            self._outbox_ready.notify_all()
             error = self._error
             last = self._pending.last_add_confirmed
             length = self._acked_length

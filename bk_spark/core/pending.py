@@ -30,6 +30,8 @@ change, only which bookie sits at an index.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from bk_spark.core.metadata import validate_quorums
 from bk_spark.core.schedule import in_write_set, write_set
 
@@ -120,6 +122,26 @@ class PendingAdds:
             return []
         confirmed.add(bookie_index)
         if entry_id != self._lac + 1 or self._changing_ensemble:
+            return []
+        return self._advance()
+
+    def ack_many(self, entry_ids: Iterable[int], bookie_index: int) -> list[int]:
+        """:meth:`ack` for every id of one bookie's answer to a batch, at the cost of one."""
+        if not 0 <= bookie_index < self.ensemble_size:
+            raise ValueError(
+                f"bookie index {bookie_index} outside an ensemble of {self.ensemble_size}"
+            )
+        E, Qw, lac = self.ensemble_size, self.write_quorum_size, self._lac
+        confirmed = self._confirmed
+        for entry_id in entry_ids:
+            if entry_id <= lac:
+                continue
+            bookies = confirmed.get(entry_id)
+            if bookies is None:
+                raise ValueError(f"entry {entry_id} was never added")
+            if (bookie_index - entry_id) % E < Qw:  # bookie_index is in the write set
+                bookies.add(bookie_index)
+        if self._changing_ensemble:
             return []
         return self._advance()
 

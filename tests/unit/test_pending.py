@@ -156,3 +156,26 @@ def test_entries_before_the_fragment_start_keep_their_confirmations():
     assert adds.replace_bookie(2, 2) == [2]
     assert adds.confirmations(1) == frozenset({2})
     assert adds.confirmations(2) == frozenset()
+
+
+def test_ack_many_equals_acking_one_by_one_in_any_order() -> None:
+    import random
+
+    rng = random.Random(7)
+    for _ in range(50):
+        one, many = PendingAdds(4, 3, 2), PendingAdds(4, 3, 2)
+        for e in range(40):
+            one.add(e)
+            many.add(e)
+        answers = [(e, i) for e in range(40) for i in range(4)]
+        rng.shuffle(answers)
+        got_one: list[int] = []
+        got_many: list[int] = []
+        for k in range(0, len(answers), 7):
+            chunk = answers[k:k + 7]
+            for e, i in chunk:
+                got_one += one.ack(e, i)
+            for i in range(4):
+                got_many += many.ack_many([e for e, j in chunk if j == i], i)
+        assert got_one == got_many == list(range(40))
+        assert one.last_add_confirmed == many.last_add_confirmed == 39
