@@ -1,0 +1,1156 @@
+"""A replicated log made of ledgers (ledgers-to-logs.txt, bookkeeper-protocol.txt).
+
+"A log in BookKeeper is built from some number of ledgers, with a fixed order. A ledger
+represents a single segment of the log. [...] there can only ever be one leader that adds
+entries to a single ledger." The ordered ledger list lives in ZooKeeper and changes only by
+compare-and-swap (CAS), through :func:`bk_spark.core.metadata_store.metadata_update_loop`;
+its layout (a compact tail in ``<root>/logs/<name>`` plus immutable spilled segments under
+``<root>/logs/<name>/segments/<n>``, ~22 bytes per ledger) and the entry framing (a 9-byte
+timestamp header) are documented in :mod:`bk_spark.core.log_format`.
+
+One protocol step, one place:
+
+* :func:`open_log_writer` -> :func:`_take_over`: opening a log as its writer, the seed's
+  five steps; no write is served before step 5 succeeds.
+* :meth:`LogWriter.roll`: rolling ledgers, the seed's four steps; appends continue into the
+  previous ledger until the CAS succeeded.
+* :class:`_InOrderAcks`: acknowledgements in append order across ledgers.
+* :class:`LogReader`: reading closed ledgers whole and the open last one up to its
+  last-add-confirmed without fencing; tailing with long-polls and a metadata watch.
+* :func:`truncate_log`, :func:`delete_log`: admin, CAS first, then deleting ledgers.
+
+Usage::
+
+    with BookKeeper(uri) as bk:
+        w = open_log_writer(bk, "events", roll_max_entries=10_000)
+        pos = w.append(b"hello")                       # Position(ledger_id, entry_id)
+        w.close()
+        r = open_log_reader(bk, "events", start="earliest")
+        for record in r.read_available():
+            print(record.position, record.timestamp_ms, record.payload)
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
+from kazoo.protocol.states import WatchedEvent
+
+from bk_spark.core.ledger import LedgerHandle
+from bk_spark.core.log_format import (
+    LedgerInfo,
+    LogLimits,
+    LogMetadata,
+    LogRecord,
+    Position,
+    PropertiesUpdate,
+    Segment,
+    bisect_timestamp,
+    decode_entry,
+    encode_entry,
+    entry_timestamp,
+    first_segment_for_timestamp,
+    now_ms,
+    validate_log_name,
+)
+from bk_spark.core.metadata import LedgerMetadata, LedgerState
+from bk_spark.core.metadata_store import DEFAULT_MAX_ATTEMPTS, Versioned, metadata_update_loop
+from bk_spark.core.reader import ReadHandle
+from bk_spark.errors import (
+    BKError,
+    InvalidConfigError,
+    LedgerClosedError,
+    LedgerFencedError,
+    LedgerStateError,
+    LogExistsError,
+    LogNotFoundError,
+    LogOwnershipLostError,
+    LogTruncatedError,
+    MetadataVersionError,
+    NoSuchLedgerError,
+)
+
+if TYPE_CHECKING:
+    from bk_spark.core.client import BookKeeper
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "LedgerInfo", "LogLimits", "LogMetadata", "LogReader", "LogRecord", "LogWriter",
+    "LogWriterConfig", "Position", "create_log", "delete_log", "list_logs", "log_ledgers",
+    "log_metadata", "open_log_reader", "open_log_writer", "truncate_log",
+    "update_log_properties",
+]
+
+#: Custom metadata key naming the log a ledger was created for (finds orphans).
+LEDGER_LOG_KEY = "bk-spark.log"
+
+
+# ======================================================================== metadata store
+
+
+class LogMetadataStore:
+    """Log metadata in ZooKeeper (a kazoo recipe): versioned read, CAS write, segments.
+
+    A write that spills or drops segments commits the segment znodes and the main znode's
+    CAS in one ZooKeeper transaction, so a segment exists iff a stored main znode lists it.
+    """
+
+    def __init__(self, zk: KazooClient, root: str) -> None:
+        self._zk = zk
+        self.logs_path = f"{root.rstrip('/')}/logs"
+
+    def path(self, name: str) -> str:
+        return f"{self.logs_path}/{validate_log_name(name)}"
+
+    def segment_path(self, name: str, number: int) -> str:
+        return f"{self.path(name)}/segments/{number:010d}"
+
+    def names(self) -> list[str]:
+        try:
+            return sorted(self._zk.retry(self._zk.get_children, self.logs_path))
+        except NoNodeError:
+            return []
+
+    def create(self, name: str, md: LogMetadata) -> Versioned[LogMetadata]:
+        path = self.path(name)
+        data = md.to_bytes()
+        self._zk.retry(self._zk.ensure_path, self.logs_path)
+
+        def commit() -> list[Any]:
+            t = self._zk.transaction()
+            t.create(path, data)
+            t.create(f"{path}/segments", b"")
+            return t.commit()
+
+        results = self._zk.retry(commit)
+        if any(isinstance(r, NodeExistsError) for r in results):
+            raise LogExistsError(f"log {name!r} already exists")
+        _raise_first_error(results)
+        return Versioned(md.without_pending(), 0)
+
+    def read(self, name: str, watch: Callable[[WatchedEvent], None] | None = None
+             ) -> Versioned[LogMetadata]:
+        try:
+            data, stat = self._zk.retry(self._zk.get, self.path(name), watch=watch)
+        except NoNodeError:
+            raise _not_found(name) from None
+        return Versioned(LogMetadata.from_bytes(data), stat.version)
+
+    def write(self, name: str, md: LogMetadata, version: int) -> Versioned[LogMetadata]:
+        """Compare-and-swap the main znode (plus its pending segment creates/deletes)."""
+        path = self.path(name)
+        data = md.to_bytes()
+        segments = [(self.segment_path(name, s.number), s.to_bytes()) for s in md.new_segments]
+        dropped = [self.segment_path(name, n) for n in md.dropped_segments]
+
+        def commit() -> list[Any]:
+            t = self._zk.transaction()
+            for p, d in segments:
+                t.create(p, d)
+            for p in dropped:
+                t.delete(p)
+            t.set_data(path, data, version=version)
+            return t.commit()
+
+        results = self._zk.retry(commit)
+        failed = [r for r in results
+                  if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
+        if failed:
+            if self._zk.retry(self._zk.exists, path) is None:
+                raise _not_found(name)
+            # A bad version, or a segment another CAS already created/deleted: both mean
+            # the main znode changed since it was read.
+            raise MetadataVersionError(
+                f"log {name!r}: metadata changed since version {version} (another client "
+                f"wrote it): re-read it and decide again")
+        return Versioned(md.without_pending(), results[-1].version)
+
+    def read_segment(self, name: str, number: int) -> Segment:
+        try:
+            data, _stat = self._zk.retry(self._zk.get, self.segment_path(name, number))
+        except NoNodeError:
+            raise LogTruncatedError(
+                f"log {name!r}: segment {number} was removed by truncation") from None
+        return Segment.from_bytes(data)
+
+    def delete_tree(self, name: str) -> None:
+        try:
+            self._zk.retry(self._zk.delete, self.path(name), recursive=True)
+        except NoNodeError:
+            pass
+
+
+def _raise_first_error(results: list[Any]) -> None:
+    for r in results:
+        if isinstance(r, Exception) and not isinstance(r, RolledBackError):
+            raise BKError(f"ZooKeeper transaction failed: {r!r}")
+
+
+def _not_found(name: str) -> LogNotFoundError:
+    return LogNotFoundError(
+        f"log {name!r} does not exist: create it (create_log) or open a writer with "
+        f"create_if_missing=True")
+
+
+def _store(bk: BookKeeper) -> LogMetadataStore:
+    return LogMetadataStore(bk.zk, bk.msu.root)
+
+
+def _update_log(bk: BookKeeper, name: str, needs_change: Callable[[LogMetadata], bool],
+                make_change: Callable[[LogMetadata], LogMetadata],
+                current: Versioned[LogMetadata] | None = None,
+                max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+                allow_deleting: bool = False) -> Versioned[LogMetadata]:
+    """Every change of a log's metadata: :func:`metadata_update_loop` over the log store.
+
+    A log being deleted is not found (unless ``allow_deleting``).
+    """
+    store = _store(bk)
+
+    def needs(m: LogMetadata) -> bool:
+        if m.deleting and not allow_deleting:
+            raise LogNotFoundError(f"log {name!r} is being deleted")
+        return needs_change(m)
+
+    return metadata_update_loop(
+        read=lambda: store.read(name),
+        write=lambda md, version: store.write(name, md, version),
+        needs_change=needs, make_change=make_change, current=current,
+        max_attempts=max_attempts)
+
+
+# ======================================================================== ledger helpers
+
+
+def _describe_ledger(bk: BookKeeper, ledger_id: int, password: bytes
+                     ) -> tuple[int, int | None]:
+    """Fence (recovery-open) a ledger; its ``(last entry id, last entry's timestamp)``.
+
+    For a ledger already CLOSED the recovery open changes nothing and only reads.
+    """
+    rh = bk.open_ledger(ledger_id, password, recovery=True)
+    last = rh.last_add_confirmed
+    if last < 0:
+        return -1, None
+    (entry,) = rh.read_entries(last, last)
+    return last, entry_timestamp(entry.payload)
+
+
+def _delete_ledger_quietly(bk: BookKeeper, ledger_id: int) -> None:
+    try:
+        bk.delete_ledger(ledger_id)
+    except NoSuchLedgerError:
+        pass
+    except BKError as exc:
+        log.warning("ledger %d: could not delete it: %s", ledger_id, exc)
+
+
+def _ledger_at(store: LogMetadataStore, name: str, md: LogMetadata,
+               segments: dict[int, Segment], index: int) -> LedgerInfo | None:
+    """The ledger at absolute ``index`` (None: not added yet), loading its segment."""
+    if index < md.first_index:
+        raise LogTruncatedError(
+            f"log {name!r}: ledger #{index} was truncated (the log starts at ledger "
+            f"#{md.first_index})")
+    if index >= md.tail_start:
+        return md.tail_ledger(index)
+    s = md.segment_for(index)
+    if s is None:  # pragma: no cover - the layout keeps segments contiguous
+        raise LogTruncatedError(f"log {name!r}: no segment holds ledger #{index}")
+    return _segment(store, name, segments, s.number).ledgers[index - s.start]
+
+
+def _index_of(store: LogMetadataStore, name: str, md: LogMetadata,
+              segments: dict[int, Segment], position: Position) -> int:
+    """The absolute index of ``position``'s ledger in the log."""
+    if position.ledger_id < 0:
+        if not 0 <= position.ledger_index <= md.end_index:
+            raise InvalidConfigError(f"position {position}: no ledger_id and no valid "
+                                     f"ledger_index in log {name!r}")
+        if position.ledger_index < md.first_index:
+            raise LogTruncatedError(f"log {name!r}: {position} was truncated")
+        return position.ledger_index
+    if md.first_index <= position.ledger_index < md.end_index:
+        info = _ledger_at(store, name, md, segments, position.ledger_index)
+        if info is not None and info.ledger_id == position.ledger_id:
+            return info.index
+    info = md.find_in_tail(position.ledger_id)
+    if info is not None:
+        return info.index
+    for s in md.live_segments:
+        for r in _segment(store, name, segments, s.number).ledgers:
+            if r.ledger_id == position.ledger_id and r.index >= md.first_index:
+                return r.index
+    raise LogTruncatedError(
+        f"log {name!r}: ledger {position.ledger_id} of {position} is not in the log "
+        f"(truncated, or never part of it)")
+
+
+def _segment(store: LogMetadataStore, name: str, segments: dict[int, Segment],
+             number: int) -> Segment:
+    if number not in segments:
+        segments[number] = store.read_segment(name, number)
+    return segments[number]
+
+
+def _all_ledgers(store: LogMetadataStore, name: str, md: LogMetadata) -> list[LedgerInfo]:
+    out: list[LedgerInfo] = []
+    for s in md.live_segments:
+        out.extend(r for r in store.read_segment(name, s.number).ledgers
+                   if r.index >= md.first_index)
+    out.extend(md.tail)
+    return out
+
+
+# ======================================================================== writer
+
+
+@dataclass(frozen=True)
+class LogWriterConfig:
+    """How a log writer creates and rolls its ledgers.
+
+    ``roll_max_entries`` / ``roll_max_bytes`` (payload bytes) / ``roll_max_age_s``: roll
+    once the current ledger reaches any of them (None: never; the age counts only for a
+    ledger with entries). ``max_open_attempts``: how often opening restarts at step 1 after
+    a lost CAS before giving up. ``limits``: when ledger rows spill into segments.
+    """
+
+    ensemble_size: int = 3
+    write_quorum_size: int = 2
+    ack_quorum_size: int = 2
+    password: bytes = b""
+    digest: str = "crc32c"
+    roll_max_entries: int | None = None
+    roll_max_bytes: int | None = None
+    roll_max_age_s: float | None = None
+    max_open_attempts: int = 30
+    close_timeout_s: float = 60.0
+    limits: LogLimits = field(default_factory=LogLimits)
+
+    def __post_init__(self) -> None:
+        LedgerMetadata.validate_quorums(self.ensemble_size, self.write_quorum_size,
+                                        self.ack_quorum_size)
+        if isinstance(self.password, str):
+            object.__setattr__(self, "password", self.password.encode())
+        for opt in ("roll_max_entries", "roll_max_bytes", "roll_max_age_s"):
+            value = getattr(self, opt)
+            if value is not None and (isinstance(value, bool) or value <= 0):
+                raise InvalidConfigError(f"{opt} must be > 0 or None, got {value!r}")
+        if self.max_open_attempts < 1:
+            raise InvalidConfigError(
+                f"max_open_attempts must be >= 1, got {self.max_open_attempts}")
+
+    @property
+    def rolls(self) -> bool:
+        return any(v is not None for v in
+                   (self.roll_max_entries, self.roll_max_bytes, self.roll_max_age_s))
+
+
+class _InOrderAcks:
+    """Completes a writer's futures in append order, across ledgers.
+
+    Within one ledger the ledger handle already acknowledges in entry order; across a roll
+    the new ledger's first entries may be confirmed before the previous ledger's last ones.
+    Futures are queued in append order and completed from the head only. The first failed
+    add fails it and every later one (with ``translate(error, ledger_id)``): nothing after
+    an add whose fate is unknown is reported as written.
+    """
+
+    def __init__(self, translate: Callable[[BaseException, int], BKError]) -> None:
+        self._queue: deque[tuple[Future[int], Future[Position], int, int]] = deque()
+        self._lock = threading.Lock()
+        self._deliver = threading.RLock()
+        self._translate = translate
+        self._error: BKError | None = None
+
+    def push(self, inner: Future[int], ledger_id: int, ledger_index: int) -> Future[Position]:
+        """Queue the add ``inner`` (in append order); then call :meth:`watch` on it, outside
+        any lock of the caller (the callback may run at once, in the calling thread)."""
+        outer: Future[Position] = Future()
+        with self._lock:
+            self._queue.append((inner, outer, ledger_id, ledger_index))
+        return outer
+
+    def watch(self, inner: Future[int]) -> None:
+        inner.add_done_callback(lambda _f: self._drain())
+
+    def _drain(self) -> None:
+        with self._deliver:  # one deliverer at a time keeps the order
+            while True:
+                with self._lock:
+                    if not self._queue or not self._queue[0][0].done():
+                        return
+                    inner, outer, ledger_id, index = self._queue.popleft()
+                exc = inner.exception()
+                if exc is not None and self._error is None:
+                    self._error = self._translate(exc, ledger_id)
+                try:
+                    if self._error is not None:
+                        outer.set_exception(_copy_error(self._error))
+                    else:
+                        outer.set_result(Position(ledger_id, inner.result(), index))
+                except InvalidStateError:  # the caller cancelled its future
+                    pass
+
+
+def _copy_error(err: BKError) -> BKError:
+    try:
+        return type(err)(*err.args)
+    except TypeError:  # pragma: no cover - every BKError takes its message
+        return err
+
+
+class LogWriter:
+    """The single writer of a log (use :func:`open_log_writer`).
+
+    ``append_async`` may have thousands of appends in flight; their futures complete in
+    append order with the :class:`Position` each entry got. If another writer takes the log
+    (fences this writer's ledger, or wins the CAS of a roll), every add not yet acknowledged
+    and every later call fails with :class:`LogOwnershipLostError`.
+    """
+
+    def __init__(self, bk: BookKeeper, name: str, config: LogWriterConfig,
+                 lh: LedgerHandle, md: Versioned[LogMetadata], ts_floor: int) -> None:
+        self._bk = bk
+        self.name = name
+        self.config = config
+        self._md = md
+        self._lh = lh
+        info = md.value.find_in_tail(lh.id)
+        assert info is not None
+        self._index = info.index
+        self._ts_floor = ts_floor
+        self._last_ts: int | None = None  # timestamp of the current ledger's last entry
+        self._entries = 0
+        self._bytes = 0
+        self._started = time.monotonic()
+        self._error: BKError | None = None
+        self._error_lock = threading.Lock()
+        self._closed = False
+        # Lock order: the acknowledgement deliverer -> _lock -> _error_lock.
+        self._lock = threading.RLock()
+        self._wakeup = threading.Condition(self._lock)
+        self._meta_lock = threading.Lock()  # one metadata-changing operation at a time
+        # closed ledgers whose (last entry, last timestamp) is not recorded yet
+        self._ends_to_record: dict[int, tuple[int, int | None]] = {}
+        self._acks = _InOrderAcks(self._on_add_failed)
+        self._roller: threading.Thread | None = None
+        if config.rolls:
+            self._roller = threading.Thread(target=self._roll_loop, daemon=True,
+                                            name=f"log-roller-{name}")
+            self._roller.start()
+
+    # ----------------------------------------------------------------- state
+    @property
+    def ledger_id(self) -> int:
+        """The ledger new appends go to."""
+        return self._lh.id
+
+    @property
+    def metadata(self) -> LogMetadata:
+        """The log metadata as this writer last wrote or read it."""
+        return self._md.value
+
+    @property
+    def properties(self) -> dict[str, Any]:
+        return dict(self._md.value.properties)
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def _check_usable(self) -> None:
+        if self._error is not None:
+            raise _copy_error(self._error)
+        if self._closed:
+            raise LedgerClosedError(f"the writer of log {self.name!r} is closed: open a new one")
+
+    def _set_error(self, err: BKError) -> BKError:
+        """Stop the writer with ``err`` (the first error wins); returns the error kept."""
+        with self._error_lock:
+            if self._error is None:
+                self._error = err
+            kept = self._error
+        with self._lock:
+            self._wakeup.notify_all()
+        return kept
+
+    def _lost_by_fencing(self, ledger_id: int) -> LogOwnershipLostError:
+        return LogOwnershipLostError(
+            f"log {self.name!r}: another writer took over the log (ledger {ledger_id} was "
+            f"fenced); this writer has stopped. Appends not acknowledged may or may not be "
+            f"in the log; open a new writer to continue.")
+
+    def _on_add_failed(self, exc: BaseException, ledger_id: int) -> BKError:
+        if isinstance(exc, LedgerFencedError):
+            err: BKError = self._lost_by_fencing(ledger_id)
+        elif isinstance(exc, BKError):
+            err = exc
+        else:
+            err = BKError(f"log {self.name!r}: add to ledger {ledger_id} failed: {exc!r}")
+        return self._set_error(err)
+
+    # ----------------------------------------------------------------- appending
+    def append(self, payload: bytes, timeout: float | None = None) -> Position:
+        """Append one entry; returns its position once it is acknowledged."""
+        return self.append_async(payload).result(timeout)
+
+    def append_async(self, payload: bytes) -> Future[Position]:
+        """Start appending one entry; the future yields its position when acknowledged.
+
+        The entry is stamped ``max(now, last timestamp of the log)`` (log_format.py).
+        """
+        payload = bytes(payload)
+        with self._lock:
+            self._check_usable()
+            ts = max(now_ms(), self._ts_floor)
+            self._ts_floor = ts
+            lh, index = self._lh, self._index
+            try:
+                inner = lh.add_entry_async(encode_entry(payload, ts))
+            except LedgerFencedError:
+                raise _copy_error(self._set_error(self._lost_by_fencing(lh.id))) from None
+            fut = self._acks.push(inner, lh.id, index)
+            self._last_ts = ts
+            self._entries += 1
+            self._bytes += len(payload)
+            if self._roll_due():
+                self._wakeup.notify_all()
+        self._acks.watch(inner)
+        return fut
+
+    # ----------------------------------------------------------------- rolling
+    def _roll_due(self) -> bool:
+        c = self.config
+        return (c.roll_max_entries is not None and self._entries >= c.roll_max_entries) or \
+            (c.roll_max_bytes is not None and self._bytes >= c.roll_max_bytes) or \
+            (c.roll_max_age_s is not None and self._entries > 0
+             and time.monotonic() - self._started >= c.roll_max_age_s)
+
+    def _roll_loop(self) -> None:
+        """Background rolling by entry count, bytes and age."""
+        age = self.config.roll_max_age_s
+        while True:
+            with self._lock:
+                while not (self._closed or self._error or self._roll_due()):
+                    wait = None
+                    if age is not None:
+                        wait = max(0.01, self._started + age - time.monotonic()) \
+                            if self._entries else age
+                    self._wakeup.wait(wait)
+                if self._closed or self._error:
+                    return
+            try:
+                with self._meta_lock:
+                    with self._lock:
+                        due = self._roll_due() and not self._closed
+                    if due:
+                        self._roll_locked(None)
+            except (LogOwnershipLostError, LogNotFoundError):
+                return
+            except Exception as exc:  # e.g. no bookies or ZooKeeper away for now
+                log.warning("log %r: rolling failed, retrying in 1s: %s", self.name, exc)
+                with self._lock:
+                    self._wakeup.wait(1.0)
+
+    def roll(self, properties: PropertiesUpdate | None = None) -> int:
+        """Roll to a new ledger; returns its id. Appends continue meanwhile.
+
+        ``properties`` (see :meth:`LogMetadata.with_properties`) are changed in the same CAS.
+        """
+        with self._meta_lock:
+            return self._roll_locked(properties)
+
+    def _roll_locked(self, properties: PropertiesUpdate | None) -> int:
+        """The seed's "Rolling ledgers":
+
+        1. Create a new ledger
+        2. Add the new ledger to the ledger list
+        3. Write the new ledger list to the datastore using CAS
+        4. Close the previous ledger
+
+        "By deferring the closing of the previous ledger until step 4, we can continue
+        writing to the log while we perform metadata update operations to add the new
+        ledger." Appends switch to the new ledger right after step 3. Then the previous
+        ledger's last entry and timestamp are recorded for seeks (one more CAS).
+        """
+        self._check_usable()
+        # Step 1: create a new ledger.
+        new = _create_ledger(self._bk, self.name, self.config)
+        # Steps 2 and 3: add it to the ledger list; write the list back with a CAS.
+        try:
+            md, first_ts = self._cas_add_ledger(new.id, properties)
+        except BaseException as exc:
+            self._forget_unlisted_ledger(new.id)
+            if isinstance(exc, LogOwnershipLostError | LogNotFoundError):
+                self._set_error(exc)
+            raise
+        self._md = md
+        with self._lock:
+            prev, prev_last_ts = self._lh, self._last_ts
+            info = md.value.find_in_tail(new.id)
+            assert info is not None
+            self._lh, self._index = new, info.index
+            self._ts_floor = max(self._ts_floor, first_ts)
+            self._last_ts, self._entries, self._bytes = None, 0, 0
+            self._started = time.monotonic()
+        # Step 4: close the previous ledger (waits for its outstanding adds).
+        self._close_ledger(prev)
+        self._record_description(prev.id, prev.last_add_confirmed, prev_last_ts)
+        return new.id
+
+    def _ownership_check(self, m: LogMetadata, ledger_id: int) -> None:
+        last = m.last_ledger
+        if last is None or last.ledger_id != ledger_id:
+            raise LogOwnershipLostError(
+                f"log {self.name!r}: another writer took over the log (its last ledger is "
+                f"{last.ledger_id if last else None}, not this writer's {ledger_id}); this "
+                f"writer has stopped. Appends not acknowledged may or may not be in the log; "
+                f"open a new writer to continue.")
+
+    def _cas_add_ledger(self, new_id: int, properties: PropertiesUpdate | None
+                        ) -> tuple[Versioned[LogMetadata], int]:
+        current_id = self._lh.id
+        first_ts = [0]
+
+        def make_change(m: LogMetadata) -> LogMetadata:
+            self._ownership_check(m, current_id)
+            m = self._apply_descriptions(m)
+            first_ts[0] = max(now_ms(), self._ts_floor, m.max_known_ts_ms)
+            m = m.with_ledger_added(new_id, first_ts[0])
+            if properties is not None:
+                m = m.with_properties(properties)
+            return m.spilled(self.config.limits)
+
+        md = _update_log(self._bk, self.name,
+                         needs_change=lambda m: m.find_in_tail(new_id) is None,
+                         make_change=make_change, current=self._md)
+        return md, first_ts[0] or max(now_ms(), self._ts_floor)
+
+    def _forget_unlisted_ledger(self, ledger_id: int) -> None:
+        """Delete a ledger whose CAS failed, unless the log lists it after all (a CAS whose
+        answer was lost may have succeeded)."""
+        try:
+            listed = _store(self._bk).read(self.name).value.find_in_tail(ledger_id)
+        except BKError:
+            return  # cannot tell: keep it (an orphan is safe, a listed deleted ledger not)
+        if listed is None:
+            _delete_ledger_quietly(self._bk, ledger_id)
+
+    def _close_ledger(self, lh: LedgerHandle) -> None:
+        try:
+            lh.close(self.config.close_timeout_s)
+        except (LedgerFencedError, LedgerStateError):
+            raise _copy_error(self._set_error(self._lost_by_fencing(lh.id))) from None
+        except BKError as exc:
+            # The previous ledger must be closed before the next roll makes it third to
+            # last (a new owner fences only the last two): stop this writer.
+            raise _copy_error(self._set_error(BKError(
+                f"log {self.name!r}: could not close ledger {lh.id} ({exc}); this writer "
+                f"has stopped, open a new one"))) from None
+
+    def _apply_descriptions(self, m: LogMetadata) -> LogMetadata:
+        for lid, (last, ts) in self._ends_to_record.items():
+            m = m.with_ledger_described(lid, last, ts)
+        return m
+
+    def _record_description(self, ledger_id: int, last_entry: int, last_ts: int | None
+                            ) -> None:
+        """Record a closed ledger's last entry and timestamp in the log metadata (any client
+        may: they are facts of a closed ledger); on failure the next CAS carries them."""
+        self._ends_to_record[ledger_id] = (last_entry, last_ts if last_entry >= 0 else None)
+        try:
+            self._md = _update_log(
+                self._bk, self.name,
+                needs_change=lambda m: any(m.undescribed(lid) for lid in self._ends_to_record),
+                make_change=self._apply_descriptions, current=self._md)
+        except BKError as exc:
+            log.warning("log %r: could not record the end of ledger %d yet: %s",
+                        self.name, ledger_id, exc)
+            return
+        self._ends_to_record.clear()
+
+    # ----------------------------------------------------------------- properties
+    def update_properties(self, update: PropertiesUpdate) -> dict[str, Any]:
+        """CAS the log properties, only while this writer still owns the log.
+
+        ``update``: a mapping merged in (None removes a key) or a function from the current
+        properties to the new ones. Returns the properties written.
+        """
+        with self._meta_lock:
+            self._check_usable()
+            current_id = self._lh.id
+
+            def make_change(m: LogMetadata) -> LogMetadata:
+                self._ownership_check(m, current_id)
+                return self._apply_descriptions(m).with_properties(update)
+
+            try:
+                self._md = _update_log(self._bk, self.name, needs_change=lambda m: True,
+                                       make_change=make_change, current=self._md)
+            except (LogOwnershipLostError, LogNotFoundError) as exc:
+                raise _copy_error(self._set_error(exc)) from None
+            self._ends_to_record.clear()
+            return dict(self._md.value.properties)
+
+    # ----------------------------------------------------------------- closing
+    def close(self) -> None:
+        """Wait for outstanding appends, close the current ledger, record its end.
+
+        A writer that lost the log closes quietly (its adds already failed).
+        """
+        with self._meta_lock:
+            with self._lock:
+                if self._closed:
+                    return
+                self._closed = True
+                self._wakeup.notify_all()
+                lh, last_ts, error = self._lh, self._last_ts, self._error
+            if error is None:
+                try:
+                    lh.close(self.config.close_timeout_s)
+                except (LedgerFencedError, LedgerStateError):
+                    log.info("log %r: ledger %d was fenced before close", self.name, lh.id)
+                else:
+                    self._record_description(lh.id, lh.last_add_confirmed, last_ts)
+        if self._roller is not None and self._roller is not threading.current_thread():
+            self._roller.join(5.0)
+
+    def __enter__(self) -> LogWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _create_ledger(bk: BookKeeper, name: str, config: LogWriterConfig) -> LedgerHandle:
+    return bk.create_ledger(config.ensemble_size, config.write_quorum_size,
+                            config.ack_quorum_size, config.digest, config.password,
+                            custom_metadata={LEDGER_LOG_KEY: name})
+
+
+def _take_over(bk: BookKeeper, name: str, config: LogWriterConfig, create_if_missing: bool
+               ) -> tuple[LedgerHandle, Versioned[LogMetadata], int]:
+    """Opening a log as its writer, exactly the seed's steps ("Opening a log"):
+
+    1. Read the list of ledgers for the log
+    2. Fence the last two ledgers in the list. "Two ledgers are fenced because the writer
+       may be writing to the second-to-last ledger while adding the last ledger to the list."
+    3. Create a new ledger
+    4. Add the new ledger to the ledger list
+    5. Write the new ledger back to the datastore using a CAS operation
+
+    "The CAS operation will fail if the list of ledgers has changed between reading it and
+    writing back the new list. When the CAS operation fails, the leader must start at step 1
+    again" (deleting the ledger it created); "the node must not serve any writes until step
+    5 completes successfully": the writer exists only after it.
+
+    The CAS of step 5 also records the last entry and timestamp of the fenced ledgers.
+    Returns the new ledger, the metadata written and the timestamp floor for its entries.
+    """
+    store = _store(bk)
+    for attempt in range(config.max_open_attempts):
+        if attempt:
+            time.sleep(random.uniform(0, min(0.5, 0.02 * attempt)))
+        # Step 1: read the list of ledgers.
+        try:
+            current = store.read(name)
+        except LogNotFoundError:
+            if not create_if_missing:
+                raise
+            try:
+                create_log(bk, name)
+            except LogExistsError:
+                pass
+            continue
+        taken = _take_over_from(bk, name, config, current)
+        if taken is not None:
+            return taken
+    raise LogOwnershipLostError(
+        f"log {name!r}: could not take over the log in {config.max_open_attempts} attempts: "
+        f"other writers keep taking it. Make sure only one node thinks it is the leader.")
+
+
+def _take_over_from(bk: BookKeeper, name: str, config: LogWriterConfig,
+                    current: Versioned[LogMetadata]
+                    ) -> tuple[LedgerHandle, Versioned[LogMetadata], int] | None:
+    """Steps 2-5 of :func:`_take_over` from the list read in step 1; None: start again."""
+    md = current.value
+    if md.deleting:
+        raise LogNotFoundError(f"log {name!r} is being deleted")
+    # Step 2: fence the last two ledgers (and read the end of any older ledger whose end
+    # was never recorded: those are closed already, so their recovery open fences nothing).
+    described: dict[int, tuple[int, int | None]] = {}
+    try:
+        for info in md.tail[-2:]:
+            described[info.ledger_id] = _describe_ledger(bk, info.ledger_id, config.password)
+        for info in md.tail[:-2]:
+            if not info.is_described:
+                described[info.ledger_id] = _describe_ledger(bk, info.ledger_id,
+                                                             config.password)
+    except NoSuchLedgerError:
+        return None  # truncated meanwhile: the list changed
+    # Step 3: create a new ledger.
+    lh = _create_ledger(bk, name, config)
+    first_ts = [0]
+
+    def make_change(m: LogMetadata) -> LogMetadata:
+        # Step 4: add the new ledger to the ledger list.
+        for lid, (last, ts) in described.items():
+            m = m.with_ledger_described(lid, last, ts)
+        first_ts[0] = max(now_ms(), m.max_known_ts_ms)
+        return m.with_ledger_added(lh.id, first_ts[0]).spilled(config.limits)
+
+    # Step 5: write it back with a CAS; a lost CAS deletes the ledger and restarts at 1.
+    try:
+        written = _update_log(bk, name, needs_change=lambda m: m.find_in_tail(lh.id) is None,
+                              make_change=make_change, current=current, max_attempts=1)
+    except MetadataVersionError:
+        log.info("log %r: lost the CAS taking over the log; starting again", name)
+        _delete_ledger_quietly(bk, lh.id)
+        return None
+    except LogNotFoundError:
+        _delete_ledger_quietly(bk, lh.id)
+        raise
+    return lh, written, first_ts[0] or max(now_ms(), written.value.max_known_ts_ms)
+
+
+def open_log_writer(bk: BookKeeper, name: str, *, create_if_missing: bool = True,
+                    ensemble_size: int = 3, write_quorum_size: int = 2,
+                    ack_quorum_size: int = 2, password: bytes = b"",
+                    roll_max_entries: int | None = None, roll_max_bytes: int | None = None,
+                    roll_max_age_s: float | None = None, digest: str = "crc32c",
+                    limits: LogLimits | None = None) -> LogWriter:
+    """Become the writer of log ``name`` (fencing any previous writer); see :func:`_take_over`.
+
+    ``create_if_missing``: create the log if it does not exist (else
+    :class:`LogNotFoundError`). Quorums and ``password`` apply to the ledgers this writer
+    creates; ``roll_max_*``: automatic rolling (:class:`LogWriterConfig`).
+    """
+    validate_log_name(name)
+    config = LogWriterConfig(
+        ensemble_size=ensemble_size, write_quorum_size=write_quorum_size,
+        ack_quorum_size=ack_quorum_size, password=password, digest=digest,
+        roll_max_entries=roll_max_entries, roll_max_bytes=roll_max_bytes,
+        roll_max_age_s=roll_max_age_s, limits=limits or LogLimits())
+    lh, md, ts_floor = _take_over(bk, name, config, create_if_missing)
+    return LogWriter(bk, name, config, lh, md, ts_floor)
+
+
+# ======================================================================== reader
+
+Start = Literal["earliest", "latest"] | Position | None
+
+#: Longest a tailing reader goes without re-reading the log metadata (besides its watch).
+_REFRESH_S = 5.0
+#: Longest single wait of :meth:`LogReader.tail` before it looks again.
+_WAIT_CHUNK_S = 0.5
+
+
+class LogReader:
+    """Reads a log in order without disturbing its writer (use :func:`open_log_reader`).
+
+    Closed ledgers are read whole; a ledger still open (the writer's current one) through a
+    non-fencing open up to its last-add-confirmed. A reader moves past a ledger only once
+    it is closed: during a roll the writer may still be adding to the previous ledger.
+    """
+
+    def __init__(self, bk: BookKeeper, name: str, password: bytes = b"") -> None:
+        self._bk = bk
+        self.name = validate_log_name(name)
+        self._password = password.encode() if isinstance(password, str) else bytes(password)
+        self._store = _store(bk)
+        self._segments: dict[int, Segment] = {}
+        self._changed = threading.Event()
+        self._closed = False
+        self._refreshed_at = 0.0
+        self._md = self._refresh()
+        self._index = self._md.value.first_index
+        self._entry = 0
+        self._handle: ReadHandle | None = None
+
+    # ----------------------------------------------------------------- metadata
+    def _on_change(self, _event: WatchedEvent) -> None:
+        if not self._closed:
+            self._changed.set()
+
+    def _refresh(self) -> Versioned[LogMetadata]:
+        """Re-read the log metadata and re-arm the watch that flags its next change."""
+        self._changed.clear()
+        self._md = self._store.read(self.name, watch=self._on_change)
+        self._refreshed_at = time.monotonic()
+        return self._md
+
+    def _maybe_refresh(self) -> None:
+        if self._changed.is_set() or time.monotonic() - self._refreshed_at > _REFRESH_S:
+            self._refresh()
+
+    def _ledger_at(self, index: int) -> LedgerInfo | None:
+        return _ledger_at(self._store, self.name, self._md.value, self._segments, index)
+
+    def _handle_for(self, info: LedgerInfo) -> ReadHandle:
+        if self._handle is None or self._handle.id != info.ledger_id:
+            try:
+                self._handle = self._bk.open_ledger(info.ledger_id, self._password,
+                                                    recovery=False)
+            except NoSuchLedgerError:
+                raise self._truncated(info) from None
+        return self._handle
+
+    def _truncated(self, info: LedgerInfo) -> BKError:
+        self._refresh()
+        if info.index < self._md.value.first_index:
+            return LogTruncatedError(
+                f"log {self.name!r}: ledger {info.ledger_id} was truncated while reading")
+        return NoSuchLedgerError(f"log {self.name!r}: ledger {info.ledger_id} is missing")
+
+    @property
+    def metadata(self) -> LogMetadata:
+        return self._md.value
+
+    @property
+    def position(self) -> Position:
+        """The next position to read (``ledger_id`` -1: the ledger not added yet)."""
+        info = self._ledger_at(self._index)
+        return Position(info.ledger_id if info else -1, self._entry, self._index)
+
+    # ----------------------------------------------------------------- seeking
+    def seek(self, start: Start = None, timestamp_ms: int | None = None) -> Position:
+        """Move to ``start`` ("earliest", "latest", a :class:`Position`) or to the first
+        entry appended at or after ``timestamp_ms``; returns the new position."""
+        if timestamp_ms is not None and start is not None:
+            raise InvalidConfigError("give either start or timestamp_ms, not both")
+        self._refresh()
+        md = self._md.value
+        if timestamp_ms is not None:
+            self._seek_timestamp(int(timestamp_ms))
+        elif start is None or start == "earliest":
+            self._index, self._entry = md.first_index, 0
+        elif start == "latest":
+            self._seek_latest()
+        elif isinstance(start, Position):
+            if start.entry_id < 0:
+                raise InvalidConfigError(f"start position {start}: entry_id must be >= 0")
+            self._index = _index_of(self._store, self.name, md, self._segments, start)
+            self._entry = start.entry_id
+        else:
+            raise InvalidConfigError(
+                f"start must be 'earliest', 'latest', a Position or None, got {start!r}")
+        return self.position
+
+    def _readable_last(self, rh: ReadHandle) -> int:
+        return rh.last_add_confirmed if rh.is_closed else rh.read_last_add_confirmed()
+
+    def _seek_latest(self) -> None:
+        md = self._md.value
+        last = md.last_ledger
+        if last is None:
+            self._index, self._entry = md.end_index, 0
+            return
+        self._index = last.index
+        self._entry = (last.last_entry_id if last.is_described
+                       else self._readable_last(self._handle_for(last))) + 1
+
+    def _seek_timestamp(self, ts: int) -> None:
+        """Pick the ledger from the metadata, then binary-search the entries inside it.
+
+        Timestamps never decrease in log order: the first ledger that may hold ``ts`` or
+        later (a described ledger whose last timestamp is older cannot) holds the answer
+        unless all of its entries are older; only then look at the next one.
+        """
+        md = self._md.value
+        seg = first_segment_for_timestamp(md, ts)
+        first = max(md.first_index, seg.start if seg is not None else md.tail_start)
+        for index in range(first, md.end_index):
+            info = self._ledger_at(index)
+            assert info is not None
+            if not info.may_hold_timestamp(ts):
+                continue
+            rh = self._handle_for(info)
+            last = self._readable_last(rh)
+
+            def ts_of(entry_id: int, rh: ReadHandle = rh) -> int:
+                return entry_timestamp(rh.read_entries(entry_id, entry_id)[0].payload)
+
+            if last >= 0 and ts_of(last) >= ts:
+                self._index, self._entry = index, bisect_timestamp(0, last, ts_of, ts)
+                return
+            if not rh.is_closed:  # all older so far: wait for new entries here
+                self._index, self._entry = index, last + 1
+                return
+        self._seek_latest()  # every entry is older
+
+    # ----------------------------------------------------------------- reading
+    def read_available(self) -> Iterator[LogRecord]:
+        """Every record readable now, in log order; never waits for new entries."""
+        self._maybe_refresh()
+        while True:
+            info = self._ledger_at(self._index)
+            if info is None:
+                return
+            rh = self._handle_for(info)
+            last = self._readable_last(rh)
+            if self._entry <= last:
+                yield from self._read(rh, info, last)
+            if not rh.is_closed:
+                # Open: move on only once it is closed, which the writer does after a roll.
+                if self._ledger_at(self._index + 1) is None:
+                    self._maybe_refresh()
+                    if self._ledger_at(self._index + 1) is None:
+                        return
+                if rh.refresh_metadata().state != LedgerState.CLOSED:
+                    return
+                continue  # closed now: read its rest
+            if self._ledger_at(self._index + 1) is None:
+                self._maybe_refresh()
+                if self._ledger_at(self._index + 1) is None:
+                    return
+            self._index, self._entry = self._index + 1, 0
+
+    def _read(self, rh: ReadHandle, info: LedgerInfo, last: int) -> Iterator[LogRecord]:
+        try:
+            for e in rh.iter_entries(self._entry, last):
+                ts, payload = decode_entry(e.payload)
+                self._entry = e.entry_id + 1
+                yield LogRecord(Position(info.ledger_id, e.entry_id, info.index), payload, ts)
+        except NoSuchLedgerError:
+            raise self._truncated(info) from None
+
+    def tail(self, timeout: float | None = None) -> Iterator[LogRecord]:
+        """Records as they are appended, crossing into new ledgers; stops after ``timeout``
+        seconds without a new record (None: never)."""
+        idle_until = None if timeout is None else time.monotonic() + timeout
+        while True:
+            got = False
+            for record in self.read_available():
+                got = True
+                yield record
+            if got:
+                idle_until = None if timeout is None else time.monotonic() + timeout
+                continue
+            left = _WAIT_CHUNK_S if idle_until is None else idle_until - time.monotonic()
+            if left <= 0:
+                return
+            self._wait(min(left, _WAIT_CHUNK_S))
+
+    def _wait(self, seconds: float) -> None:
+        """Long-poll the open ledger for the next entry, or wait for the metadata to change."""
+        info = self._ledger_at(self._index)
+        if info is not None and self._handle is not None and \
+                self._handle.id == info.ledger_id and not self._handle.is_closed:
+            self._handle.wait_for_entry(self._entry, seconds)
+        else:
+            self._changed.wait(seconds)
+
+    def close(self) -> None:
+        self._closed = True
+
+    def __enter__(self) -> LogReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_log_reader(bk: BookKeeper, name: str, start: Start = None,
+                    timestamp_ms: int | None = None, password: bytes = b"") -> LogReader:
+    """A reader of log ``name`` positioned at ``start`` ("earliest" (also None), "latest":
+    after the last readable entry, a :class:`Position`) or at the first entry appended at
+    or after ``timestamp_ms``."""
+    reader = LogReader(bk, name, password)
+    reader.seek(start, timestamp_ms)
+    return reader
+
+
+# ======================================================================== admin
+
+
+def list_logs(bk: BookKeeper) -> list[str]:
+    """Names of all logs, sorted."""
+    return _store(bk).names()
+
+
+def log_metadata(bk: BookKeeper, name: str) -> LogMetadata:
+    """The main znode of log ``name`` (tail ledgers, segment summaries, properties)."""
+    return _store(bk).read(name).value
+
+
+def log_ledgers(bk: BookKeeper, name: str) -> list[LedgerInfo]:
+    """Every live ledger of log ``name`` in log order (reads the spilled segments)."""
+    store = _store(bk)
+    return _all_ledgers(store, name, store.read(name).value)
+
+
+def create_log(bk: BookKeeper, name: str, *, properties: dict[str, Any] | None = None
+               ) -> LogMetadata:
+    """Create an empty log (:class:`LogExistsError` if it exists)."""
+    md = LogMetadata(ctime_ms=now_ms()).with_properties(properties or {})
+    return _store(bk).create(name, md).value
+
+
+def update_log_properties(bk: BookKeeper, name: str, update: PropertiesUpdate
+                          ) -> dict[str, Any]:
+    """CAS the properties of log ``name`` whoever writes it (a writer that must own the log
+    uses :meth:`LogWriter.update_properties`). Returns the properties written."""
+    md = _update_log(bk, name, needs_change=lambda m: True,
+                     make_change=lambda m: m.with_properties(update))
+    return dict(md.value.properties)
+
+
+def truncate_log(bk: BookKeeper, name: str, before: Position) -> list[int]:
+    """Drop the whole ledgers entirely before ``before``'s ledger, then delete them.
+
+    The ledger list is changed first (CAS), so no reader is sent to a deleted ledger; then
+    each dropped ledger is deleted from its bookies and the metadata store, reclaiming its
+    space. A ledger that is not closed yet (and every one after it) is kept. Returns the ids
+    of the ledgers dropped.
+    """
+    store = _store(bk)
+    md = store.read(name).value
+    try:
+        before_index = _index_of(store, name, md, {}, before)
+    except LogTruncatedError:
+        return []  # already truncated past it
+    target = md.truncated(before_index).first_index
+    if target <= md.first_index:
+        return []
+    segments: dict[int, Segment] = {}
+    dropped = []
+    for index in range(md.first_index, target):
+        info = _ledger_at(store, name, md, segments, index)
+        assert info is not None
+        dropped.append(info.ledger_id)
+    _update_log(bk, name, needs_change=lambda m: m.first_index < target,
+                make_change=lambda m: m.truncated(target))
+    for lid in dropped:
+        _delete_ledger_quietly(bk, lid)
+    log.info("log %r: truncated %d ledgers before ledger #%d", name, len(dropped), target)
+    return dropped
+
+
+def delete_log(bk: BookKeeper, name: str) -> list[int]:
+    """Delete log ``name`` and all its ledgers; returns the ledger ids deleted.
+
+    First a CAS marks the log as being deleted (a writer's next CAS fails with
+    :class:`LogNotFoundError`), then every ledger is deleted, then the znodes. Interrupted,
+    it can be run again.
+    """
+    store = _store(bk)
+    md = _update_log(bk, name, needs_change=lambda m: not m.deleting,
+                     make_change=lambda m: m.marked_deleting(), allow_deleting=True).value
+    ledgers = [r.ledger_id for r in _all_ledgers(store, name, md)]
+    for lid in ledgers:
+        _delete_ledger_quietly(bk, lid)
+    store.delete_tree(name)
+    return ledgers

@@ -1,0 +1,443 @@
+"""Logs made of ledgers against real bookies and ZooKeeper (ledgers-to-logs.txt).
+
+Writers that compete for a log run as separate processes (procs/log_writer.py) and are
+killed by their PID.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bk_spark.core import BookKeeper
+from bk_spark.core.bookie_client import BookieClient
+from bk_spark.core.log import (
+    LogRecord,
+    Position,
+    create_log,
+    delete_log,
+    list_logs,
+    log_ledgers,
+    log_metadata,
+    open_log_reader,
+    open_log_writer,
+    truncate_log,
+    update_log_properties,
+)
+from bk_spark.core.log_format import LogLimits
+from bk_spark.core.metadata import LedgerState
+from bk_spark.errors import (
+    InvalidConfigError,
+    LogExistsError,
+    LogNotFoundError,
+    LogOwnershipLostError,
+    LogTruncatedError,
+    NoSuchLedgerError,
+)
+
+PROCS = Path(__file__).parent / "procs"
+PW = b"pw"
+
+
+@pytest.fixture
+def bk(cluster, metadata_uri: str) -> Iterator[BookKeeper]:
+    client = BookKeeper(metadata_uri)
+    yield client
+    client.close()
+
+
+def payloads(records: list[LogRecord]) -> list[bytes]:
+    return [r.payload for r in records]
+
+
+def read_all(bk: BookKeeper, name: str, **kw) -> list[LogRecord]:
+    return list(open_log_reader(bk, name, password=PW, **kw).read_available())
+
+
+class WriterProc:
+    """procs/log_writer.py in its own process; its stdout lines collected by a thread."""
+
+    def __init__(self, uri: str, name: str, tag: str, *args: str) -> None:
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+        self.proc = subprocess.Popen(
+            [sys.executable, str(PROCS / "log_writer.py"), uri, name, tag, *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        self.lines: list[str] = []
+        self._cv = threading.Condition()
+        self._reader = threading.Thread(target=self._collect, daemon=True)
+        self._reader.start()
+
+    def _collect(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._cv:
+                self.lines.append(line.strip())
+                self._cv.notify_all()
+
+    def wait_for(self, predicate, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+        with self._cv:
+            if not self._cv.wait_for(lambda: predicate(self.lines), timeout):
+                raise AssertionError(f"writer process: timed out; last lines "
+                                     f"{self.lines[-5:]}, stderr: {self.stderr()}")
+
+    def stderr(self) -> str:
+        if self.proc.poll() is None:
+            return "(running)"
+        assert self.proc.stderr is not None
+        return self.proc.stderr.read()[-3000:]
+
+    def acks(self) -> dict[tuple[int, int], str]:
+        """Acknowledged (ledger id, entry id) -> payload."""
+        out = {}
+        for line in list(self.lines):
+            if line.startswith("ack "):
+                _, lid, eid, _index, text = line.split(" ", 4)
+                out[(int(lid), int(eid))] = text
+        return out
+
+    def kill9(self) -> None:
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self._reader.join(5)
+
+    def finish(self, timeout: float = 60.0) -> None:
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill9()
+            raise
+        self._reader.join(5)
+        assert self.proc.returncode == 0, self.stderr()
+
+
+def assert_log_holds_every_ack_in_place(records: list[LogRecord],
+                                        acks: dict[tuple[int, int], str]) -> None:
+    at = {(r.position.ledger_id, r.position.entry_id): r.payload.decode() for r in records}
+    missing = {k: v for k, v in acks.items() if at.get(k) != v}
+    assert not missing, f"acknowledged entries lost or moved: {list(missing.items())[:5]}"
+
+
+def assert_writers_never_interleave(records: list[LogRecord]) -> None:
+    """Each writer session's entries form one contiguous run, in its append order, and
+    every ledger holds the entries of one session only."""
+    sessions: list[str] = []
+    last_seq: dict[str, int] = {}
+    by_ledger: dict[int, set[str]] = {}
+    for r in records:
+        tag, session, seq = r.payload.decode().split(":")
+        s = f"{tag}:{session}"
+        if not sessions or sessions[-1] != s:
+            assert s not in sessions, f"writer session {s} interleaves with {sessions[-1]}"
+            sessions.append(s)
+        assert int(seq) > last_seq.get(s, -1)
+        last_seq[s] = int(seq)
+        by_ledger.setdefault(r.position.ledger_id, set()).add(s)
+    assert all(len(v) == 1 for v in by_ledger.values()), by_ledger
+
+
+# ------------------------------------------------------------------------------ writing
+
+
+def test_writer_appends_in_order_and_positions_follow_the_log_order(bk: BookKeeper) -> None:
+    w = open_log_writer(bk, "orders", password=PW)
+    first = w.ledger_id
+    futures = [w.append_async(f"e{i}".encode()) for i in range(2000)]
+    w.roll()
+    futures += [w.append_async(f"e{i}".encode()) for i in range(2000, 3000)]
+    positions = [f.result(30) for f in futures]
+    assert positions == sorted(positions) and len(set(positions)) == 3000
+    assert positions[0] == Position(first, 0, 0)
+    assert positions[-1].ledger_id == w.ledger_id != first
+    w.close()
+    records = read_all(bk, "orders")
+    assert payloads(records) == [f"e{i}".encode() for i in range(3000)]
+    assert [r.position for r in records] == positions
+    ledgers = log_ledgers(bk, "orders")
+    assert [i.ledger_id for i in ledgers] == [first, w.ledger_id]
+    assert all(i.is_described for i in ledgers)  # both closed, their ends recorded
+    assert sum(i.last_entry_id + 1 for i in ledgers) == 3000
+
+
+def test_opening_a_writer_fences_the_last_two_ledgers_and_adds_a_new_one(bk: BookKeeper
+                                                                          ) -> None:
+    a = open_log_writer(bk, "fence", password=PW)
+    a.append(b"a0")
+    l1 = a.ledger_id
+    a.roll()
+    l2 = a.ledger_id
+    a.append(b"a1")
+    with BookKeeper(bk.msu.uri) as other:
+        b = open_log_writer(other, "fence", password=PW)
+        assert [i.ledger_id for i in log_ledgers(bk, "fence")] == [l1, l2, b.ledger_id]
+        assert bk.ledger_metadata(l2).state == LedgerState.CLOSED  # fenced and recovered
+        with pytest.raises(LogOwnershipLostError, match="another writer took over"):
+            a.append(b"a2")
+        with pytest.raises(LogOwnershipLostError):
+            a.roll()
+        with pytest.raises(LogOwnershipLostError):
+            a.update_properties({"x": 1})
+        a.close()
+        b.append(b"b0")
+        b.close()
+    assert payloads(read_all(bk, "fence")) == [b"a0", b"a1", b"b0"]
+
+
+def test_a_writer_that_loses_the_roll_cas_stops_and_leaves_no_ledger_behind(
+        bk: BookKeeper) -> None:
+    a = open_log_writer(bk, "cas", password=PW)
+    a.append(b"a0")
+    with BookKeeper(bk.msu.uri) as other:
+        b = open_log_writer(other, "cas", password=PW)
+        before = set(bk.list_ledgers())
+        with pytest.raises(LogOwnershipLostError, match="last ledger is"):
+            a.roll()
+        assert set(bk.list_ledgers()) == before  # the ledger made for the roll is deleted
+        b.close()
+    a.close()
+
+
+def test_roll_by_entry_count_starts_a_new_ledger_once_the_count_is_reached(
+        bk: BookKeeper) -> None:
+    w = open_log_writer(bk, "count", password=PW, roll_max_entries=50)
+    for i in range(230):
+        w.append(f"{i}".encode())
+    w.close()
+    ledgers = log_ledgers(bk, "count")
+    sizes = [i.last_entry_id + 1 for i in ledgers]
+    assert sum(sizes) == 230 and len(sizes) >= 3
+    assert all(50 <= s <= 100 for s in sizes[:-1]), sizes  # appends go on during a roll
+    assert payloads(read_all(bk, "count")) == [f"{i}".encode() for i in range(230)]
+
+
+def test_roll_by_bytes_and_by_age_of_a_ledger_with_entries(bk: BookKeeper) -> None:
+    w = open_log_writer(bk, "bytes", password=PW, roll_max_bytes=1000)
+    for _ in range(40):
+        w.append(b"x" * 100)
+        time.sleep(0.002)
+    w.close()
+    sizes = [i.last_entry_id + 1 for i in log_ledgers(bk, "bytes")]
+    assert sum(sizes) == 40 and len(sizes) >= 2
+    assert all(s >= 10 for s in sizes[:-1]), sizes  # each rolled at >= 1000 bytes
+
+    w = open_log_writer(bk, "age", password=PW, roll_max_age_s=0.3)
+    first = w.ledger_id
+    time.sleep(0.6)
+    assert w.ledger_id == first  # an empty ledger is not rolled for its age
+    w.append(b"x")
+    deadline = time.monotonic() + 10
+    while w.ledger_id == first and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert w.ledger_id != first  # rolled once its entries are 0.3 s old
+    w.close()
+    assert payloads(read_all(bk, "age")) == [b"x"]
+
+
+def test_properties_change_by_cas_only_while_the_writer_owns_the_log(bk: BookKeeper) -> None:
+    create_log(bk, "props", properties={"format": "json"})
+    with pytest.raises(LogExistsError):
+        create_log(bk, "props")
+    w = open_log_writer(bk, "props", password=PW, create_if_missing=False)
+    assert w.update_properties({"last_batch": 1}) == {"format": "json", "last_batch": 1}
+    new = w.roll(properties={"last_batch": 2})
+    md = log_metadata(bk, "props")
+    assert md.properties["last_batch"] == 2 and md.last_ledger.ledger_id == new
+    assert update_log_properties(bk, "props", {"schema": "s"})["schema"] == "s"
+    assert w.update_properties(lambda p: {**p, "last_batch": p["last_batch"] + 1}) == {
+        "format": "json", "last_batch": 3, "schema": "s"}
+    w.close()
+
+
+def test_admin_lists_creates_and_deletes_logs_with_their_ledgers(bk: BookKeeper) -> None:
+    with pytest.raises(LogNotFoundError, match="create_if_missing"):
+        open_log_writer(bk, "absent", create_if_missing=False)
+    with pytest.raises(InvalidConfigError):
+        open_log_writer(bk, "bad/name")
+    for name in ("b-log", "a-log"):
+        with open_log_writer(bk, name, password=PW) as w:
+            w.append(b"x")
+            w.roll()
+            w.append(b"y")
+    assert list_logs(bk) == ["a-log", "b-log"]
+    ids = [i.ledger_id for i in log_ledgers(bk, "a-log")]
+    assert delete_log(bk, "a-log") == ids
+    assert list_logs(bk) == ["b-log"]
+    for lid in ids:
+        with pytest.raises(NoSuchLedgerError):
+            bk.ledger_metadata(lid)
+    with pytest.raises(LogNotFoundError):
+        log_metadata(bk, "a-log")
+
+
+# ------------------------------------------------------------------------------ processes
+
+
+def test_dueling_writer_processes_never_interleave_or_lose_acknowledged_entries(
+        bk: BookKeeper, metadata_uri: str) -> None:
+    create_log(bk, "duel")
+    a = WriterProc(metadata_uri, "duel", "A", "--seconds", "6", "--reopen")
+    a.wait_for(lambda lines: sum(x.startswith("ack") for x in lines) >= 20)
+    b = WriterProc(metadata_uri, "duel", "B", "--seconds", "5", "--reopen")
+    a.finish()
+    b.finish()
+    assert any(x.startswith("lost") for x in a.lines + b.lines), "the writers never dueled"
+    records = read_all(bk, "duel")
+    assert_log_holds_every_ack_in_place(records, {**a.acks(), **b.acks()})
+    assert_writers_never_interleave(records)
+    sessions = {":".join(r.payload.decode().split(":")[:2]) for r in records}
+    assert {s[0] for s in sessions} == {"A", "B"}
+
+
+def test_writer_killed_mid_roll_next_owner_fences_both_last_ledgers_and_continues(
+        bk: BookKeeper, metadata_uri: str) -> None:
+    p = WriterProc(metadata_uri, "crash", "A", "--roll-every", "100",
+                   "--stall-after-roll-cas", "--window", "5")
+    p.wait_for(lambda lines: any(x.startswith("roll-cas") for x in lines))
+    rolled_at = len(p.lines)
+    # the roll stalls after its CAS; appends go on into the previous ledger
+    p.wait_for(lambda lines: sum(x.startswith("ack") for x in lines[rolled_at:]) >= 30)
+    p.kill9()
+    acks = p.acks()
+    prev, last = [i.ledger_id for i in log_ledgers(bk, "crash")][-2:]
+    assert {lid for lid, _e in acks} == {prev}
+    assert bk.ledger_metadata(prev).state == LedgerState.OPEN
+    assert bk.ledger_metadata(last).state == LedgerState.OPEN
+    w = open_log_writer(bk, "crash", password=PW)
+    assert bk.ledger_metadata(prev).state == LedgerState.CLOSED
+    assert bk.ledger_metadata(last).state == LedgerState.CLOSED
+    assert bk.ledger_metadata(prev).last_entry_id >= max(e for _l, e in acks)
+    for i in range(10):
+        w.append(f"B:1:{i}".encode())
+    w.close()
+    records = read_all(bk, "crash")
+    assert_log_holds_every_ack_in_place(records, acks)
+    assert_writers_never_interleave(records)
+    assert payloads(records)[-10:] == [f"B:1:{i}".encode() for i in range(10)]
+
+
+# ------------------------------------------------------------------------------ reading
+
+
+def test_a_tailing_reader_sees_every_entry_of_a_live_writer_in_order(bk: BookKeeper) -> None:
+    w = open_log_writer(bk, "live", password=PW, roll_max_entries=150)
+    reader = open_log_reader(bk, "live", start="earliest", password=PW)
+    n = 600
+
+    def write() -> None:
+        for i in range(n):
+            if i % 50 == 0:
+                w.append(f"{i}".encode())  # now and then wait: give rolls time to happen
+                time.sleep(0.02)
+            else:
+                w.append_async(f"{i}".encode())
+        w.close()
+
+    t = threading.Thread(target=write)
+    t.start()
+    seen: list[LogRecord] = []
+    for record in reader.tail(timeout=10):
+        seen.append(record)
+        if len(seen) == n:
+            break
+    t.join()
+    assert payloads(seen) == [f"{i}".encode() for i in range(n)]
+    assert len({r.position.ledger_id for r in seen}) >= 3  # it crossed rolled ledgers
+    assert [r.timestamp_ms for r in seen] == sorted(r.timestamp_ms for r in seen)
+    assert reader.position == Position(seen[-1].position.ledger_id,
+                                       seen[-1].position.entry_id + 1,
+                                       seen[-1].position.ledger_index)
+
+
+def test_reader_starts_at_latest_or_at_a_position_and_reads_the_open_ledger_up_to_lac(
+        bk: BookKeeper) -> None:
+    w = open_log_writer(bk, "starts", password=PW)
+    positions = [w.append(f"{i}".encode()) for i in range(5)]
+    time.sleep(0.3)  # an idle writer sends its last-add-confirmed within 50 ms
+    latest = open_log_reader(bk, "starts", start="latest", password=PW)
+    assert latest.position == Position(positions[-1].ledger_id, 5, 0)
+    assert list(latest.read_available()) == []
+    w.roll()
+    positions += [w.append(f"{i}".encode()) for i in range(5, 8)]
+    time.sleep(0.3)
+    # the writer is live: its ledger is read without fencing, up to the last-add-confirmed
+    assert payloads(list(latest.read_available())) == [b"5", b"6", b"7"]
+    from_pos = read_all(bk, "starts", start=Position(positions[3].ledger_id, 3))
+    assert payloads(from_pos) == [b"3", b"4", b"5", b"6", b"7"]
+    w.append(b"8")  # still the owner: nobody fenced it
+    w.close()
+
+
+def test_truncation_removes_whole_ledgers_their_data_and_spilled_segments(
+        bk: BookKeeper) -> None:
+    limits = LogLimits(segment_ledgers=2, tail_max=4)
+    w = open_log_writer(bk, "trunc", password=PW, limits=limits)
+    for k in range(8):
+        for i in range(5):
+            w.append(f"{k}.{i}".encode())
+        if k < 7:
+            w.roll()
+    w.close()
+    md = log_metadata(bk, "trunc")
+    assert len(md.segments) >= 2  # the ledger list spilled into segment znodes
+    ledgers = log_ledgers(bk, "trunc")
+    assert len(ledgers) == 8 and len(read_all(bk, "trunc")) == 40
+    bookies = bk.ledger_metadata(ledgers[0].ledger_id).last_ensemble
+    cut = Position(ledgers[5].ledger_id, 2)
+    dropped = truncate_log(bk, "trunc", cut)
+    assert dropped == [i.ledger_id for i in ledgers[:5]]
+    assert [i.ledger_id for i in log_ledgers(bk, "trunc")] == [i.ledger_id for i in ledgers[5:]]
+    for lid in dropped:
+        with pytest.raises(NoSuchLedgerError):
+            bk.ledger_metadata(lid)
+        for b in bookies:
+            c = BookieClient(b)
+            try:
+                with pytest.raises(NoSuchLedgerError):
+                    c.read_entries(lid, entry_ids=[0])
+            finally:
+                c.close()
+    seg_path = f"{bk.msu.root}/logs/trunc/segments"
+    live = {f"{s.number:010d}" for s in log_metadata(bk, "trunc").segments}
+    assert set(bk.zk.get_children(seg_path)) == live
+    assert payloads(read_all(bk, "trunc"))[0] == b"5.0"  # whole ledgers only
+    with pytest.raises(LogTruncatedError):
+        open_log_reader(bk, "trunc", start=Position(ledgers[0].ledger_id, 0), password=PW)
+    assert truncate_log(bk, "trunc", cut) == []
+
+
+def test_timestamp_seek_lands_on_the_first_entry_at_or_after_the_timestamp(
+        bk: BookKeeper) -> None:
+    w = open_log_writer(bk, "seek", password=PW, limits=LogLimits(segment_ledgers=1,
+                                                                   tail_max=3))
+    for k in range(6):
+        for i in range(30):
+            w.append(f"{k}.{i}".encode())
+            if i % 10 == 9:
+                time.sleep(0.005)
+        time.sleep(0.02)
+        w.roll()
+    for i in range(30):  # the last ledger stays open: seek inside it without fencing
+        w.append(f"6.{i}".encode())
+        time.sleep(0.001)
+    time.sleep(0.3)  # an idle writer sends its last-add-confirmed within 50 ms
+    records = read_all(bk, "seek")
+    assert len(records) == 210 and len(log_metadata(bk, "seek").segments) >= 2
+    stamps = [r.timestamp_ms for r in records]
+    targets = {stamps[0] - 1000, stamps[0], stamps[-1], stamps[-1] + 1}
+    targets |= {stamps[i] + d for i in range(0, 210, 13) for d in (0, 1)}
+    for target in sorted(targets):
+        expected = next((r for r in records if r.timestamp_ms >= target), None)
+        got = read_all(bk, "seek", timestamp_ms=target)
+        if expected is None:
+            assert got == []
+        else:
+            assert got[0] == expected, target
+            assert len(got) == 210 - records.index(expected)
+    w.close()

@@ -1,0 +1,341 @@
+"""The formats of a log made of ledgers (log_format.py): pure, no ZooKeeper, no bookies."""
+
+from __future__ import annotations
+
+import pickle
+import random
+import threading
+from concurrent.futures import Future
+from dataclasses import replace
+
+import pytest
+
+from bk_spark.core.log import _InOrderAcks
+from bk_spark.core.log_format import (
+    FRAME_HEADER_SIZE,
+    LedgerInfo,
+    LogLimits,
+    LogMetadata,
+    Position,
+    Segment,
+    bisect_timestamp,
+    decode_entry,
+    encode_entry,
+    first_segment_for_timestamp,
+    validate_log_name,
+)
+from bk_spark.errors import (
+    BKError,
+    InvalidConfigError,
+    LedgerFencedError,
+    LogFormatError,
+    MetadataSerializationError,
+)
+
+T0 = 1_717_000_000_000
+
+
+# ------------------------------------------------------------------------------ framing
+
+
+def test_entry_frame_carries_the_append_timestamp_and_the_payload_unchanged() -> None:
+    data = encode_entry(b"payload", T0 + 5)
+    assert len(data) == FRAME_HEADER_SIZE + len(b"payload") == 9 + 7
+    assert data[0] == 1
+    assert decode_entry(data) == (T0 + 5, b"payload")
+    assert decode_entry(encode_entry(b"", 0)) == (0, b"")
+
+
+def test_entry_frame_rejects_foreign_or_newer_entries_with_a_clear_error() -> None:
+    with pytest.raises(LogFormatError, match="not written by a log writer"):
+        decode_entry(b"short")
+    with pytest.raises(LogFormatError, match="upgrade"):
+        decode_entry(b"\x02" + bytes(8) + b"x")
+
+
+# ------------------------------------------------------------------------------ names
+
+
+@pytest.mark.parametrize("name", ["events", "a.b-c_D9", "x" * 200])
+def test_valid_log_names_are_accepted(name: str) -> None:
+    assert validate_log_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "x" * 201, "a/b", "..", ".", "sp ace", "é"])
+def test_invalid_log_names_are_refused_naming_the_rule(name: str) -> None:
+    with pytest.raises(InvalidConfigError, match="A-Z a-z 0-9"):
+        validate_log_name(name)
+
+
+# ------------------------------------------------------------------------------ positions
+
+
+def test_positions_are_ordered_by_the_logs_ledger_order_not_by_ledger_id() -> None:
+    a = Position(ledger_id=900, entry_id=5, ledger_index=0)
+    b = Position(ledger_id=7, entry_id=0, ledger_index=1)  # smaller id, later in the log
+    c = Position(ledger_id=7, entry_id=1, ledger_index=1)
+    assert a < b < c and c > a and a <= a and sorted([c, b, a]) == [a, b, c]
+
+
+def test_positions_compare_equal_by_ledger_and_entry_and_pickle() -> None:
+    p = Position(3, 4, 2)
+    assert p == Position(3, 4) and hash(p) == hash(Position(3, 4))
+    assert pickle.loads(pickle.dumps(p)) == p
+    with pytest.raises(TypeError, match="ledger_index"):
+        _ = Position(3, 4) < p
+
+
+# ------------------------------------------------------------------------------ metadata
+
+
+def described(lid: int, index: int, first: int, last: int, last_ts: int | None) -> LedgerInfo:
+    return LedgerInfo(lid, index, first).described(last, last_ts)
+
+
+def log_with(n: int, limits: LogLimits | None = None, open_last: bool = True) -> LogMetadata:
+    """A log that has had ``n`` ledgers added the way writers add them."""
+    md = LogMetadata(ctime_ms=T0)
+    for i in range(n):
+        if md.tail:
+            last = md.tail[-1]
+            md = md.with_ledger_described(last.ledger_id, 999, last.first_ts_ms + 50_000)
+        md = md.with_ledger_added(1000 + 3 * i, T0 + 60_000 * i)
+        if limits is not None:
+            md = md.spilled(limits).without_pending()
+    if not open_last and md.tail:
+        last = md.tail[-1]
+        md = md.with_ledger_described(last.ledger_id, 999, last.first_ts_ms + 50_000)
+    return md
+
+
+def test_metadata_round_trips_every_kind_of_ledger_row_and_properties() -> None:
+    md = LogMetadata(ctime_ms=T0, properties={"format": "json", "batch": 7})
+    md = md.with_ledger_added(10, T0).with_ledger_described(10, 41, T0 + 900)
+    md = md.with_ledger_added(12, T0 + 1000).with_ledger_described(12, -1, None)
+    md = md.with_ledger_added(2**40, T0 + 2000)  # open: end unknown
+    back = LogMetadata.from_bytes(md.to_bytes())
+    assert back == md
+    assert [r.is_described for r in back.tail] == [True, True, False]
+    assert back.tail[0] == LedgerInfo(10, 0, T0, 41, T0 + 900)
+    assert back.tail[1].last_entry_id == -1 and back.tail[1].last_ts_ms is None
+    assert dict(back.properties) == {"format": "json", "batch": 7}
+
+
+def test_metadata_of_a_newer_format_is_refused_with_upgrade_hint() -> None:
+    with pytest.raises(MetadataSerializationError, match="upgrade"):
+        LogMetadata.from_bytes(b'{"v": 2}')
+    with pytest.raises(MetadataSerializationError):
+        LogMetadata.from_bytes(b"not json")
+
+
+def test_a_ledger_row_is_a_few_delta_coded_numbers() -> None:
+    md = LogMetadata(ctime_ms=T0).with_ledger_added(2_147_483_700, T0)
+    md = md.with_ledger_described(2_147_483_700, 12_345, T0 + 59_000)
+    base = len(md.to_bytes())
+    md2 = md.with_ledger_added(2_147_483_705, T0 + 60_000)
+    md2 = md2.with_ledger_described(2_147_483_705, 12_345, T0 + 119_000)
+    assert len(md2.to_bytes()) - base <= 24  # e.g. [5,60000,12345,59000],
+
+
+def test_properties_merge_delete_and_replace_through_a_function() -> None:
+    md = LogMetadata(ctime_ms=T0).with_properties({"a": 1, "b": {"x": [1, 2]}})
+    md = md.with_properties({"a": None, "c": "z"})
+    assert dict(md.properties) == {"b": {"x": [1, 2]}, "c": "z"}
+    md = md.with_properties(lambda p: {**p, "c": p["c"] * 2})
+    assert dict(md.properties) == {"b": {"x": [1, 2]}, "c": "zz"}
+    with pytest.raises(InvalidConfigError, match="JSON"):
+        md.with_properties({"bad": object()})
+
+
+def test_oversized_properties_fail_before_reaching_zookeeper() -> None:
+    md = LogMetadata(ctime_ms=T0).with_properties({"blob": "x" * 1_100_000})
+    with pytest.raises(MetadataSerializationError, match="properties small"):
+        md.to_bytes()
+
+
+def test_spill_moves_the_oldest_described_ledgers_into_an_immutable_segment() -> None:
+    limits = LogLimits(segment_ledgers=4, tail_max=6)
+    md = log_with(6)
+    assert md.spilled(limits) == md  # not over the limit yet
+    md = md.with_ledger_described(md.tail[-1].ledger_id, 10, md.tail[-1].first_ts_ms + 1)
+    md = md.with_ledger_added(5000, T0 + 10**7)
+    spilled = md.spilled(limits)
+    assert len(spilled.tail) == 3 and spilled.tail_start == 4
+    (seg,) = spilled.new_segments
+    assert seg.number == 0 and seg.start == 0 and [r.index for r in seg.ledgers] == [0, 1, 2, 3]
+    assert Segment.from_bytes(seg.to_bytes()) == seg
+    assert spilled.segments[0].count == 4 and spilled.segments[0].end == 4
+    assert spilled.end_index == md.end_index == 7
+    # stored form: the pending segment is not part of the main znode
+    assert LogMetadata.from_bytes(spilled.to_bytes()) == spilled.without_pending()
+
+
+def test_spill_never_takes_undescribed_ledgers_or_the_last_two() -> None:
+    limits = LogLimits(segment_ledgers=4, tail_max=6)
+    md = LogMetadata(ctime_ms=T0)
+    for i in range(8):
+        md = md.with_ledger_added(i, T0 + i)  # nobody recorded any ends
+    assert md.spilled(limits) == md
+    with pytest.raises(InvalidConfigError, match="segment_ledgers"):
+        LogLimits(segment_ledgers=10, tail_max=11)
+
+
+def test_ledger_indexes_stay_absolute_across_spills_and_truncation() -> None:
+    limits = LogLimits(segment_ledgers=4, tail_max=6)
+    md = log_with(23, limits)
+    assert [s.start for s in md.segments] == [0, 4, 8, 12, 16]
+    assert md.tail_start == 20 and md.end_index == 23
+    assert md.segment_for(13).number == 3 and md.tail_ledger(21).ledger_id == 1000 + 3 * 21
+    t = md.truncated(10)
+    assert t.first_index == 10 and t.dropped_segments == (0, 1)  # segment 2 is cut: kept
+    assert [s.number for s in t.live_segments] == [2, 3, 4]
+    assert t.tail_ledger(21) == md.tail_ledger(21)
+    t2 = t.without_pending().truncated(21)
+    assert t2.first_index == 21 and t2.segments == () and t2.tail_start == 21
+    assert t2.dropped_segments == (2, 3, 4) and t2.tail_ledger(22) == md.tail_ledger(22)
+    assert LogMetadata.from_bytes(t2.to_bytes()) == t2.without_pending()
+
+
+def test_truncation_keeps_ledgers_not_yet_closed_and_everything_after_them() -> None:
+    md = log_with(4)  # last ledger open
+    assert md.truncated(100).first_index == 3
+    md2 = md.with_ledger_added(77, T0 + 10**8)  # two open ledgers (a writer mid-roll)
+    assert md2.truncated(5).first_index == 3
+    assert md.truncated(0) == md and md.truncated(2).truncated(1).first_index == 2
+
+
+def test_a_hundred_thousand_ledgers_keep_every_znode_far_below_one_mebibyte() -> None:
+    """Sizing: ~26 bytes per spilled ledger in segments, ~0.2 in the main znode."""
+    limits = LogLimits()
+    rng = random.Random(7)
+    md = LogMetadata(ctime_ms=T0, properties={"format": "json", "schema": "x" * 2000,
+                                              "last_batch": 123456})
+    lid, ts = 2_147_483_648, T0
+    segments: list[bytes] = []
+    while md.end_index < 100_000:  # closed ledgers added 100 at a time, as if rolled
+        rows = []
+        for index in range(md.end_index, min(md.end_index + 100, 100_000)):
+            lid += rng.randrange(1, 10)
+            ts += rng.randrange(60_000, 70_000)
+            rows.append(described(lid, index, ts, rng.randrange(1, 100_000),
+                                  ts + rng.randrange(1, 60_000)))
+        md = replace(md, tail=md.tail + tuple(rows)).spilled(limits)
+        segments.extend(seg.to_bytes() for seg in md.new_segments)
+        md = md.without_pending()
+    main = md.to_bytes()
+    assert md.end_index == 100_000 and len(md.segments) == len(segments)
+    per_ledger_in_segments = sum(map(len, segments)) / (100_000 - len(md.tail))
+    assert per_ledger_in_segments < 32
+    assert max(map(len, segments)) < 16 * 1024
+    assert len(main) < 64 * 1024  # 390 summaries, a tail of <= 512 rows, the properties
+    # the same log without segments would not fit: that is why the tail spills
+    assert per_ledger_in_segments * 100_000 > 1024 * 1024
+    assert LogMetadata.from_bytes(main) == md
+
+
+# ------------------------------------------------------------------------------ seeking
+
+
+def test_timestamp_seek_picks_the_first_segment_whose_last_timestamp_reaches_it() -> None:
+    limits = LogLimits(segment_ledgers=4, tail_max=6)
+    md = log_with(23, limits)  # ledger i: created T0 + 60s*i, last entry T0 + 60s*i + 50s
+    assert first_segment_for_timestamp(md, T0).number == 0
+    assert first_segment_for_timestamp(md, T0 + 60_000 * 3 + 50_000).number == 0
+    assert first_segment_for_timestamp(md, T0 + 60_000 * 3 + 50_001).number == 1
+    assert first_segment_for_timestamp(md, T0 + 60_000 * 7 + 50_001).number == 2
+    assert first_segment_for_timestamp(md, T0 + 60_000 * 21) is None  # in the tail
+    assert first_segment_for_timestamp(md.truncated(10), T0).number == 2
+
+
+def test_a_ledger_is_skipped_by_a_seek_only_when_all_its_entries_are_known_older() -> None:
+    assert not described(1, 0, T0, 5, T0 + 10).may_hold_timestamp(T0 + 11)
+    assert described(1, 0, T0, 5, T0 + 10).may_hold_timestamp(T0 + 10)
+    assert not described(1, 0, T0, -1, None).may_hold_timestamp(T0)  # empty
+    assert LedgerInfo(1, 0, T0).may_hold_timestamp(T0 + 10**9)  # open: look inside
+
+
+@pytest.mark.parametrize("target,expected", [(0, 0), (10, 0), (11, 1), (30, 2), (31, 5),
+                                             (50, 5), (51, 6)])
+def test_bisect_finds_the_first_entry_at_or_after_the_timestamp(target: int, expected: int
+                                                                ) -> None:
+    stamps = [10, 20, 30, 30, 30, 50]  # equal timestamps happen (same millisecond)
+    calls: list[int] = []
+
+    def ts_of(e: int) -> int:
+        calls.append(e)
+        return stamps[e]
+
+    assert bisect_timestamp(0, len(stamps) - 1, ts_of, target) == expected
+    assert len(calls) <= 3
+
+
+# ------------------------------------------------------------------------------ acks
+
+
+def _acks() -> tuple[_InOrderAcks, list[tuple[BaseException, int]]]:
+    seen: list[tuple[BaseException, int]] = []
+
+    def translate(exc: BaseException, lid: int) -> BKError:
+        seen.append((exc, lid))
+        return BKError(f"lost at ledger {lid}")
+
+    return _InOrderAcks(translate), seen
+
+
+def test_acknowledgements_cross_a_roll_in_append_order() -> None:
+    acks, _ = _acks()
+    old = [Future() for _ in range(3)]
+    new = [Future() for _ in range(3)]
+    outs = [acks.push(f, 1, 0) for f in old] + [acks.push(f, 2, 1) for f in new]
+    for f in old + new:
+        acks.watch(f)
+    order: list[Position] = []
+    for o in outs:
+        o.add_done_callback(lambda o: order.append(o.result()))
+    for i, f in enumerate(new):  # the new ledger confirms first
+        f.set_result(i)
+    assert order == []
+    for i, f in enumerate(old):
+        f.set_result(i)
+    assert order == [Position(1, 0, 0), Position(1, 1, 0), Position(1, 2, 0),
+                     Position(2, 0, 1), Position(2, 1, 1), Position(2, 2, 1)]
+
+
+def test_after_a_failed_add_no_later_add_is_reported_written() -> None:
+    acks, seen = _acks()
+    inner = [Future() for _ in range(4)]
+    outs = [acks.push(f, 1 if i < 2 else 2, 0 if i < 2 else 1) for i, f in enumerate(inner)]
+    for f in inner:
+        acks.watch(f)
+    inner[0].set_result(0)
+    inner[2].set_result(0)
+    inner[3].set_result(1)
+    inner[1].set_exception(LedgerFencedError("fenced"))
+    assert outs[0].result() == Position(1, 0, 0)
+    for o in outs[1:]:
+        with pytest.raises(BKError, match="lost at ledger 1"):
+            o.result()
+    assert len(seen) == 1 and isinstance(seen[0][0], LedgerFencedError)
+
+
+def test_acknowledgements_stay_ordered_under_concurrent_completion() -> None:
+    acks, _ = _acks()
+    inner = [Future() for _ in range(2000)]
+    outs = [acks.push(f, 1, 0) for f in inner]
+    for f in inner:
+        acks.watch(f)
+    order: list[int] = []
+    lock = threading.Lock()
+    for o in outs:
+        o.add_done_callback(lambda o: (lock.acquire(), order.append(o.result().entry_id),
+                                       lock.release()))
+    ids = list(range(2000))
+    random.Random(3).shuffle(ids)
+    threads = [threading.Thread(target=lambda part=ids[k::4]: [inner[i].set_result(i)
+                                                              for i in part])
+               for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert order == list(range(2000))
