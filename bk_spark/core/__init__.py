@@ -3,6 +3,9 @@
 from bk_spark.core.client import BookKeeper, BookKeeperConfig
 from bk_spark.core.entry import LedgerEntry
 from bk_spark.core.ledger import LedgerHandle
+from bk_spark.core.log import LogReader, LogWriter
+from bk_spark.core.log_format import LogRecord, Position
 from bk_spark.core.reader import ReadHandle
 
-__all__ = ["BookKeeper", "BookKeeperConfig", "LedgerEntry", "LedgerHandle", "ReadHandle"]
+__all__ = ["BookKeeper", "BookKeeperConfig", "LedgerEntry", "LedgerHandle", "LogReader",
+           "LogRecord", "LogWriter", "Position", "ReadHandle"]

@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from bk_spark.core.bookie_client import BookieClientPool, ClientConfig, TlsOptions
 from bk_spark.core.digest import DigestManager, master_key, password_digest
@@ -25,6 +26,9 @@ from bk_spark.errors import (
 from bk_spark.metadata_uri import parse_metadata_service_uri
 from bk_spark.registration import list_bookies
 from bk_spark.zk import connect_zk
+
+if TYPE_CHECKING:
+    from bk_spark.core.log import LogReader, LogWriter
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +151,47 @@ class BookKeeper:
             except BKError as exc:  # a down bookie's copy is orphaned; its GC cannot know
                 log.warning("ledger %d: could not delete its data on %s: %s", ledger_id, b, exc)
         self.metadata_store.delete(ledger_id)
+
+    # ---------------------------------------------------------------- logs
+    def open_log_writer(self, name: str, **options: Any) -> LogWriter:
+        """Take ownership of log ``name`` (fence the last two ledgers, create, CAS)."""
+        from bk_spark.core import log
+
+        return log.open_log_writer(self, name, **options)
+
+    def open_log_reader(self, name: str, start: Any = "earliest", *,
+                        timestamp_ms: int | None = None, password: bytes = b"") -> LogReader:
+        """Read log ``name`` from ``start`` ("earliest", "latest", a Position) or a time."""
+        from bk_spark.core import log
+
+        return log.open_log_reader(self, name, start, timestamp_ms=timestamp_ms,
+                                   password=password)
+
+    def create_log(self, name: str, **options: Any) -> Any:
+        from bk_spark.core import log
+
+        return log.create_log(self, name, **options)
+
+    def list_logs(self) -> list[str]:
+        from bk_spark.core import log
+
+        return list(log.list_logs(self))
+
+    def log_metadata(self, name: str) -> Any:
+        from bk_spark.core import log
+
+        return log.log_metadata(self, name)
+
+    def truncate_log(self, name: str, before: Any) -> list[int]:
+        """Drop the whole ledgers of ``name`` before position ``before``; reclaim their space."""
+        from bk_spark.core import log
+
+        return log.truncate_log(self, name, before)
+
+    def delete_log(self, name: str) -> list[int]:
+        from bk_spark.core import log
+
+        return log.delete_log(self, name)
 
     def _codec(self, md: LedgerMetadata, password: bytes) -> EntryCodec:
         return EntryCodec(md.ledger_id, DigestManager(md.digest_type, password))
