@@ -191,6 +191,60 @@ def ledger_add(uri: str, n: int, size: int = KiB, in_flight: int = 2000
         return n / dt, n * size / dt / 1e6, pct(lat, 0.5) * 1e3, pct(lat, 0.99) * 1e3, lid
 
 
+def log_append(uri: str, n: int, roll_entries: int, size: int = KiB, in_flight: int = 2000
+               ) -> tuple[float, int]:
+    """(entries/s, ledgers used) appending to a log that rolls every ``roll_entries``."""
+    from bk_spark.core import BookKeeper
+
+    with BookKeeper(uri) as bk:
+        w = bk.open_log_writer("bench-log", roll_max_entries=roll_entries)
+        data = b"g" * size
+        window: deque = deque()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            if len(window) >= in_flight:
+                window.popleft().result(300)
+            window.append(w.append_async(data))
+        last = None
+        for f in window:
+            last = f.result(300)
+        dt = time.perf_counter() - t0
+        w.close()
+        assert last is not None
+        from bk_spark.core.log import log_ledgers
+
+        return n / dt, len(log_ledgers(bk, "bench-log"))
+
+
+def tail_latency(uri: str, n: int = 400, interval_s: float = 0.005) -> tuple[float, float]:
+    """(p50 ms, p99 ms) from append to the entry seen by a tailing reader."""
+    from bk_spark.core import BookKeeper
+
+    with BookKeeper(uri) as wbk, BookKeeper(uri) as rbk:
+        w = wbk.open_log_writer("bench-tail")
+        w.append(b"0" * 8)
+        reader = rbk.open_log_reader("bench-tail", "earliest")
+        lat: list[float] = []
+
+        def consume() -> None:
+            seen = 0
+            for rec in reader.tail(timeout=10.0):
+                if rec.payload != b"0" * 8:
+                    lat.append(time.perf_counter() - float(rec.payload.decode()))
+                    seen += 1
+                if seen >= n:
+                    return
+
+        t = threading.Thread(target=consume, daemon=True)
+        t.start()
+        for _ in range(n):
+            w.append_async(repr(time.perf_counter()).encode())
+            time.sleep(interval_s)
+        t.join(60)
+        w.close()
+        return pct(lat, 0.5) * 1e3, pct(lat, 0.99) * 1e3
+
+
 def ledger_recovery(uri: str, ledger_id: int) -> float:
     from bk_spark.core import BookKeeper
 
@@ -252,6 +306,15 @@ def main() -> None:
             rec = ledger_recovery(sb.metadata_service_uri, lid)
             res.add(f"recovery open of a {n_adds:,}-entry ledger (writer gone)",
                     f"{rec * 1e3:,.0f} ms", "-", "-")
+            print("== log (same sandbox)")
+            roll = max(n_adds // 5, 1000)
+            geps, nledgers = log_append(sb.metadata_service_uri, n_adds, roll)
+            res.add(f"log append 1 KiB, rolling every {roll:,} entries",
+                    f"{geps:,.0f} e/s ({nledgers} ledgers)", f"{leps:,.0f} e/s one ledger",
+                    f"{geps / leps:.2f}x")
+            t50, t99 = tail_latency(sb.metadata_service_uri)
+            res.add("log tail latency (append -> seen by tailing reader) p50 / p99",
+                    f"{t50:.1f} / {t99:.1f} ms", "-", "-")
         finally:
             sb.stop()
     md = "# bench results\n\n" + time.strftime("%Y-%m-%d %H:%M") + "\n\n" + res.markdown()

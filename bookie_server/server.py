@@ -58,18 +58,18 @@ class BookieService:
         _check_id("ledger_id", req.ledger_id)
         if self.storage.read_only and (len(req.entries) > 0 or not req.recovery):
             raise ReadOnlyError(f"bookie {self.config.bookie_id} is readonly (disk full)")
-        entries = []
-        for e in req.entries:
-            if e.ledger_id != req.ledger_id:
-                raise InvalidRequestError(
-                    f"entry of ledger {e.ledger_id} in a request for ledger {req.ledger_id}")
-            _check_id("entry_id", e.entry_id)
-            entries.append((e.entry_id, e.lac, e.payload, e.digest))
-        self.storage.add_entries(req.ledger_id, req.master_key, entries,
+        lid = req.ledger_id
+        entries = [(e.entry_id, e.lac, e.payload, e.digest, e.ledger_id) for e in req.entries]
+        if entries:
+            if min(e[0] for e in entries) < 0:
+                raise InvalidRequestError("entry ids must be >= 0")
+            if any(e[4] != lid for e in entries):
+                raise InvalidRequestError(f"an entry of another ledger in a request for "
+                                          f"ledger {lid}")
+        self.storage.add_entries(lid, req.master_key, [e[:4] for e in entries],
                                  recovery=req.recovery, lac=req.lac)
-        return pb.AddResponse(
-            status=pb.OK,
-            results=[pb.AddResult(entry_id=e[0], status=pb.OK) for e in entries])
+        # The status covers every entry of the request: no per-entry results needed.
+        return pb.AddResponse(status=pb.OK)
 
     def read_entries(self, req: pb.ReadRequest) -> pb.ReadResponse:
         _check_id("ledger_id", req.ledger_id)
