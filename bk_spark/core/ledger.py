@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
@@ -32,7 +31,6 @@ from bk_spark.core.schedule import write_set
 from bk_spark.errors import (
     BKError,
     BookieUnavailableError,
-    InvalidConfigError,
     LedgerClosedError,
     LedgerFencedError,
     LedgerStateError,
@@ -389,11 +387,3 @@ def close_as_writer(bk: BookKeeper, md: Versioned[LedgerMetadata], last_entry: i
 
     return bk.metadata_store.update(lid, needs_change, make_change, current=md)
 
-
-def check_quorums(ensemble_size: int, write_quorum_size: int, ack_quorum_size: int) -> None:
-    """``E >= Qw >= Qa >= 1`` or a clear InvalidConfigError."""
-    LedgerMetadata.validate_quorums(ensemble_size, write_quorum_size, ack_quorum_size)
-
-
-Callback = Callable[[BKError | None], None]
-__all__ = ["LedgerHandle", "close_as_writer", "check_quorums", "InvalidConfigError"]
