@@ -70,6 +70,9 @@ def bookie(
     tls_cert: Annotated[Path | None, typer.Option("--tls-cert", help="PEM certificate")] = None,
     tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key")] = None,
     no_register: Annotated[bool, typer.Option(help="do not register in ZooKeeper")] = False,
+    debug_expose_session: Annotated[bool, typer.Option(
+        "--debug-expose-session", hidden=True,
+        help="fault injection: write the ZooKeeper session to <data-dir>/zk-session")] = False,
 ) -> None:
     """Run one bookie in the foreground until SIGTERM or Ctrl-C."""
     from bk_spark.metadata_uri import parse_metadata_service_uri
@@ -91,6 +94,10 @@ def bookie(
         tls_cert=tls_cert, tls_key=tls_key)
     if port and not port_is_free(port, host):
         _fail(f"port {port} on {host} is taken: is another bookie running? choose another --port")
+    if debug_expose_session:
+        from bk_spark.registration import SESSION_FILE_ENV
+
+        os.environ[SESSION_FILE_ENV] = str(data_dir / "zk-session")
     BookieServer(cfg).serve_forever()
 
 
@@ -209,6 +216,15 @@ def bookies(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False) -> No
         t.add_row(b.bookie_id, "readonly" if b.read_only else "rw")
     console.print(t)
     console.print(f"{len(found)} bookies")
+
+
+# The shell (ledger, log, simpletest, bookie-sanity) reuses the options above; under
+# `python -m bk_spark.cli` it must import this module, not a second copy of it.
+if __name__ == "__main__":
+    sys.modules.setdefault("bk_spark.cli", sys.modules[__name__])
+from bk_spark.shell import register  # noqa: E402
+
+register(app)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from dataclasses import dataclass
 
@@ -20,6 +21,11 @@ from bk_spark.metadata_uri import MetadataServiceUri, parse_metadata_service_uri
 from bk_spark.zk import connect_zk
 
 log = logging.getLogger(__name__)
+
+#: Debug hook for fault injection (``bk bookie --debug-expose-session`` sets it): a file the
+#: registration rewrites with ``<session id hex> <password hex>`` after every registration,
+#: so a test can expire the bookie's ZooKeeper session (kazoo's second-client trick).
+SESSION_FILE_ENV = "BK_DEBUG_ZK_SESSION_FILE"
 
 
 @dataclass(frozen=True)
@@ -112,6 +118,18 @@ class BookieRegistration:
                 log.exception("could not register %s", want)
                 return
             log.info("registered %s", want)
+            self._expose_session()
+
+    def _expose_session(self) -> None:
+        """Write the session to ``$BK_DEBUG_ZK_SESSION_FILE`` (debug hook, see above)."""
+        path = os.environ.get(SESSION_FILE_ENV)
+        if not path or self.zk is None:
+            return
+        session_id, password = self.zk.client_id
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as f:
+            f.write(f"{session_id:x} {password.hex()}\n")
+        os.replace(tmp, path)
 
     def set_read_only(self, read_only: bool) -> None:
         """Move the registration between ``available/`` and ``available/readonly/``."""
