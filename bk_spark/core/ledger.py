@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
@@ -45,6 +47,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# Completion of an add: (entry id, None) once acknowledged, (entry id, error) if it failed.
+AddDone = Callable[[int, "BKError | None"], None]
+
 # Errors after which a bookie is replaced; anything else fails the ledger.
 _REPLACEABLE = (BookieUnavailableError, ReadOnlyError)
 
@@ -67,8 +72,10 @@ class LedgerHandle:
         self._next_entry = 0
         self._length = 0  # bytes of all entries handed out so far
         self._acked_length = 0
-        # entry id -> (future, serialized wire entry, ledger length after this entry)
-        self._in_flight: dict[int, tuple[Future, bytes, int]] = {}
+        # entry id -> (future or callback, serialized wire entry, ledger length after it)
+        self._in_flight: dict[int, tuple[Future[int] | AddDone, bytes, int]] = {}
+        self._deliveries: deque[tuple[Future[int] | AddDone, int, BKError | None]] = deque()
+        self._deliver_lock = threading.Lock()
         self._lock = threading.RLock()
         self._drained = threading.Condition(self._lock)
         self._error: BKError | None = None
@@ -114,12 +121,21 @@ class LedgerHandle:
         Futures complete in entry-id order: an entry is acknowledged only after
         Qa bookies of its write set confirmed it and every lower entry was.
         """
-        payload = bytes(payload)
+        fut: Future[int] = Future()
+        self._add(bytes(payload), fut)
+        return fut
+
+    def add_entry_callback(self, payload: bytes, callback: AddDone) -> int:
+        """Start adding one entry; ``callback(entry_id, error)`` runs once it is decided,
+        in entry-id order (the log writer's hot path: no future per entry). Returns the
+        entry id; raises at once if the handle already failed or closed."""
+        return self._add(bytes(payload), callback)
+
+    def _add(self, payload: bytes, target: Future[int] | AddDone) -> int:
         if len(payload) > self._bk.config.max_entry_size:
             raise TooLargeError(
                 f"entry of {len(payload)} bytes exceeds max_entry_size "
                 f"{self._bk.config.max_entry_size}")
-        fut: Future[int] = Future()
         with self._lock:
             if self._error is not None:
                 raise self._error
@@ -131,7 +147,7 @@ class LedgerHandle:
             entry = self._codec.encode(eid, self._pending.last_add_confirmed, self._length,
                                        payload).SerializeToString()
             self._pending.add(eid)
-            self._in_flight[eid] = (fut, entry, self._length)
+            self._in_flight[eid] = (target, entry, self._length)
             self._outbox.append(eid)
             if self._sender is None:
                 self._sender = threading.Thread(target=self._send_loop,
@@ -139,7 +155,7 @@ class LedgerHandle:
                 self._sender.start()
             elif len(self._outbox) == 1:
                 self._outbox_ready.notify()
-        return fut
+        return eid
 
     def _send_loop(self) -> None:
         """Ship queued entries: one batch per bookie of the ensemble per round.
@@ -184,23 +200,47 @@ class LedgerHandle:
         if err is not None:
             self._on_bookie_error(index, bookie, err)
             return
-        done: list[tuple[Future, int]] = []
         with self._lock:
             if self._ensemble[index] != bookie or self._error is not None:
                 return  # a stale answer from a replaced bookie
             in_flight = self._in_flight
-            for acked in self._pending.ack_many([e for e in eids if e in in_flight], index):
-                fut, _entry, length = in_flight.pop(acked)
+            acked_ids = self._pending.ack_many([e for e in eids if e in in_flight], index)
+            if not acked_ids:
+                return
+            deliveries = self._deliveries
+            for acked in acked_ids:
+                target, _entry, length = in_flight.pop(acked)
                 self._acked_length = length
-                done.append((fut, acked))
-            if done:
-                if not self._in_flight:
-                    self._drained.notify_all()
-                self._lac_wakeup.notify_all()
-        for fut, acked in done:
-            fut.set_result(acked)
-        if done:
-            self._ensure_lac_thread()
+                deliveries.append((target, acked, None))
+            if not in_flight:
+                self._drained.notify_all()
+            self._lac_wakeup.notify_all()
+        self._deliver()
+        self._ensure_lac_thread()
+
+    def _deliver(self) -> None:
+        """Complete queued adds in entry order, whichever thread queued them.
+
+        Acknowledgements are decided in order under the handle's lock and queued in that
+        order; one deliverer at a time drains the queue, so no caller ever sees entry n
+        complete before entry n - 1.
+        """
+        with self._deliver_lock:
+            q = self._deliveries
+            while q:
+                target, eid, err = q.popleft()
+                if isinstance(target, Future):
+                    if target.done():
+                        continue
+                    if err is None:
+                        target.set_result(eid)
+                    else:
+                        target.set_exception(err)
+                else:
+                    try:
+                        target(eid, err)
+                    except Exception:  # a callback bug must not stop deliveries
+                        log.exception("add callback failed")
 
     def _on_bookie_error(self, index: int, bookie: str, err: BKError) -> None:
         if isinstance(err, _REPLACEABLE):
@@ -220,14 +260,13 @@ class LedgerHandle:
         with self._lock:
             if self._error is None:
                 self._error = err
-            pending = sorted(self._in_flight.items())
+            for eid, (target, _e, _l) in sorted(self._in_flight.items()):
+                self._deliveries.append((target, eid, err))
             self._in_flight.clear()
             self._drained.notify_all()
             self._outbox_ready.notify_all()
             self._lac_wakeup.notify_all()
-        for _eid, (fut, _e, _l) in pending:
-            if not fut.done():
-                fut.set_exception(err)
+        self._deliver()
 
     # ------------------------------------------------------------------ ensemble change
     def _change_ensemble(self, index: int, failed: str, cause: BKError) -> None:
@@ -248,10 +287,14 @@ class LedgerHandle:
         with self._change_lock:
             try:
                 new_md = self._cas_new_fragment(index, failed, first)
-            except BKError as exc:
+            except Exception as exc:  # BKError, and kazoo's own (session expired, connection
+                # lost): a replacement that cannot finish must fail the adds, never leave
+                # them waiting forever on an index that has no bookie
                 with self._lock:
                     self._changing.discard(index)
-                self._fail(exc)
+                self._fail(exc if isinstance(exc, BKError) else BKError(
+                    f"ledger {self.id}: could not replace bookie {failed} ({exc!r}); this "
+                    f"writer stops, the unacknowledged adds may or may not be in the ledger"))
                 return
         with self._lock:
             self._md = new_md

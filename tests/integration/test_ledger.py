@@ -300,3 +300,26 @@ def test_delete_ledger_removes_metadata_and_bookie_data(cluster, bk) -> None:
         bk.ledger_metadata(lh.id)
     for b in ensemble:
         assert held_entries(b, lh.id, list(range(10))) == []
+
+
+def test_adds_complete_in_entry_order_for_futures_and_callbacks(cluster, bk) -> None:
+    lh = bk.create_ledger(3, 2, 2)
+    futs: list = []
+    violations: list[int] = []
+    order: list[int] = []
+
+    def check(f) -> None:
+        eid = f.result()
+        if not all(g.done() for g in futs[:eid // 2]):  # futures hold the even ids
+            violations.append(eid)
+
+    for i in range(3000):
+        f = lh.add_entry_async(payload(i))
+        futs.append(f)
+        f.add_done_callback(check)
+        lh.add_entry_callback(payload(i), lambda eid, err: order.append(eid))
+    for f in futs:
+        f.result(60)
+    lh.close()
+    assert violations == []
+    assert order == list(range(1, 6000, 2))
