@@ -17,7 +17,7 @@ java:
 
 $(STAMP): pyproject.toml | java
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -e ".[dev]"
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[dev]" --config-settings editable_mode=compat
 	@touch $(STAMP)
 
 demo: install

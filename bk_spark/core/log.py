@@ -18,6 +18,8 @@ One protocol step, one place:
 * :class:`LogReader`: reading closed ledgers whole and the open last one up to its
   last-add-confirmed without fencing; tailing with long-polls and a metadata watch.
 * :func:`truncate_log`, :func:`delete_log`: admin, CAS first, then deleting ledgers.
+* :func:`commit_ledgers`: adding ledgers written and closed elsewhere (one per Spark task)
+  as the log's new owner, in one CAS with a transaction id (exactly-once sinks).
 
 Usage::
 
@@ -32,6 +34,7 @@ Usage::
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import threading
@@ -86,10 +89,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "LedgerInfo", "LogLimits", "LogMetadata", "LogReader", "LogRecord", "LogWriter",
-    "LogWriterConfig", "Position", "create_log", "delete_log", "list_logs", "log_ledgers",
-    "log_metadata", "open_log_reader", "open_log_writer", "truncate_log",
-    "update_log_properties",
+    "ClosedLedger", "CommitResult", "LedgerInfo", "LogLimits", "LogMetadata", "LogReader",
+    "LogRecord", "LogWriter", "LogWriterConfig", "Position", "commit_ledgers", "committed_txn",
+    "create_log", "delete_log", "list_logs", "log_ledgers", "log_metadata", "open_log_reader",
+    "open_log_writer", "truncate_log", "update_log_properties",
 ]
 
 #: Custom metadata key naming the log a ledger was created for (finds orphans).
@@ -1154,3 +1157,170 @@ def delete_log(bk: BookKeeper, name: str) -> list[int]:
         _delete_ledger_quietly(bk, lid)
     store.delete_tree(name)
     return ledgers
+
+
+# ======================================================================== committing ledgers
+
+#: Log property holding, per transaction key, the last transaction id that
+#: :func:`commit_ledgers` committed (e.g. a Spark sink's last batch id):
+#: ``{"bk-spark.txn": {"<txn key>": <txn id>}}``.
+TXN_PROPERTY = "bk-spark.txn"
+
+
+@dataclass(frozen=True)
+class ClosedLedger:
+    """A ledger written and closed outside the log, ready to be added to it: its id, last
+    entry id and the timestamps of its first and last entries (log entry frames)."""
+
+    ledger_id: int
+    last_entry_id: int
+    first_ts_ms: int
+    last_ts_ms: int
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What :func:`commit_ledgers` did. ``committed`` is False when the transaction id was
+    already committed (nothing was added). ``dropped``: the ledgers a ``replace`` removed
+    from the log (and deleted)."""
+
+    committed: bool
+    metadata: LogMetadata
+    dropped: tuple[int, ...] = ()
+
+
+def committed_txn(md: LogMetadata, txn_key: str) -> int | None:
+    """The last transaction id committed under ``txn_key`` (None: none yet)."""
+    value = (md.properties.get(TXN_PROPERTY) or {}).get(txn_key)
+    return value if isinstance(value, int) else None
+
+
+def commit_ledgers(bk: BookKeeper, name: str, ledgers: list[ClosedLedger], *,
+                   txn_key: str | None = None, txn_id: int | None = None,
+                   properties: PropertiesUpdate | None = None, replace: bool = False,
+                   password: bytes = b"", create_if_missing: bool = True,
+                   limits: LogLimits | None = None, max_attempts: int = 30) -> CommitResult:
+    """Append closed ``ledgers`` to log ``name`` in one CAS with transaction ``txn_id``.
+
+    For writers that fill ledgers elsewhere (e.g. Spark tasks, one ledger each) and add
+    them all at once, exactly once. The seed's "Opening a log" with the new ledgers
+    created beforehand:
+
+    1. Read the list of ledgers. If ``txn_key`` already committed ``txn_id`` or a later id,
+       add nothing: ``CommitResult(committed=False)`` (a replayed or zombie commit).
+    2. Fence the last two ledgers in the list (and read the end of any older ledger whose end
+       is not recorded): no earlier writer of the log can append after this commit.
+    3. (The ledgers were created and closed by the caller.)
+    4. Add them, described (last entry, timestamps), to the ledger list, with the
+       transaction id and ``properties``; ``replace``: drop every earlier ledger first.
+    5. Write the list back with a CAS; when it fails, start again at step 1.
+
+    ``properties`` is applied as in :meth:`LogMetadata.with_properties` (a function may
+    raise to refuse the commit). With ``replace`` the dropped ledgers are deleted after the
+    CAS. Ledgers must be closed; their order in ``ledgers`` is their order in the log.
+    """
+    validate_log_name(name)
+    if (txn_key is None) != (txn_id is None):
+        raise InvalidConfigError("give txn_key and txn_id together (or neither)")
+    limits = limits or LogLimits()
+    password = password.encode() if isinstance(password, str) else bytes(password)
+    store = _store(bk)
+    for attempt in range(max_attempts):
+        if attempt:
+            time.sleep(random.uniform(0, min(0.5, 0.02 * attempt)))
+        # Step 1: read the list of ledgers.
+        try:
+            current = store.read(name)
+        except LogNotFoundError:
+            if not create_if_missing:
+                raise
+            try:
+                create_log(bk, name)
+            except LogExistsError:
+                pass
+            continue
+        done = _commit_from(bk, store, name, current, ledgers, txn_key, txn_id, properties,
+                            replace, password, limits)
+        if done is not None:
+            return done
+    raise LogOwnershipLostError(
+        f"log {name!r}: could not commit ledgers in {max_attempts} attempts: other writers "
+        f"keep taking the log")
+
+
+def _with_closed_ledgers(m: LogMetadata, ledgers: list[ClosedLedger]) -> LogMetadata:
+    """``m`` with described rows for ``ledgers`` appended to its tail (in one step: a
+    commit may add thousands)."""
+    present = {r.ledger_id for r in m.tail}
+    rows = []
+    for i, c in enumerate(ledgers):
+        if c.ledger_id in present:
+            raise ValueError(f"ledger {c.ledger_id} is already in the log")
+        present.add(c.ledger_id)
+        rows.append(LedgerInfo(c.ledger_id, m.end_index + i, c.first_ts_ms).described(
+            c.last_entry_id, c.last_ts_ms if c.last_entry_id >= 0 else None))
+    return dataclasses.replace(m, tail=m.tail + tuple(rows))
+
+
+def _commit_from(bk: BookKeeper, store: LogMetadataStore, name: str,
+                 current: Versioned[LogMetadata], ledgers: list[ClosedLedger],
+                 txn_key: str | None, txn_id: int | None,
+                 properties: PropertiesUpdate | None, replace: bool, password: bytes,
+                 limits: LogLimits) -> CommitResult | None:
+    """Steps 1-5 of :func:`commit_ledgers` from the list read; None: start again."""
+    md = current.value
+    if md.deleting:
+        raise LogNotFoundError(f"log {name!r} is being deleted")
+
+    def already(m: LogMetadata) -> bool:
+        last = committed_txn(m, txn_key) if txn_key is not None else None
+        return last is not None and txn_id is not None and last >= txn_id
+
+    def present(m: LogMetadata) -> bool:  # our own CAS succeeded (its answer was lost)
+        return bool(ledgers) and m.find_in_tail(ledgers[-1].ledger_id) is not None
+
+    if present(md) or already(md):
+        return CommitResult(present(md), md)
+    # Step 2: fence the last two ledgers.
+    described: dict[int, tuple[int, int | None]] = {}
+    try:
+        for info in md.tail[-2:]:
+            if info.index >= md.first_index:
+                described[info.ledger_id] = _describe_ledger(bk, info.ledger_id, password)
+        for info in md.tail[:-2]:
+            if not info.is_described and info.index >= md.first_index:
+                described[info.ledger_id] = _describe_ledger(bk, info.ledger_id, password)
+    except NoSuchLedgerError:
+        return None  # truncated meanwhile: the list changed
+    dropped = tuple(r.ledger_id for r in _all_ledgers(store, name, md)) if replace else ()
+
+    made: list[LogMetadata] = []
+
+    def make_change(m: LogMetadata) -> LogMetadata:
+        # Step 4: add the ledgers, the transaction id and the properties.
+        for lid, (last, ts) in described.items():
+            m = m.with_ledger_described(lid, last, ts)
+        if replace:
+            m = m.truncated(m.end_index)
+        m = _with_closed_ledgers(m, ledgers)
+        if properties is not None:
+            m = m.with_properties(properties)
+        if txn_key is not None:
+            m = m.with_properties(
+                lambda p: {**p, TXN_PROPERTY: {**(p.get(TXN_PROPERTY) or {}), txn_key: txn_id}})
+        made.append(m.spilled(limits))
+        return made[-1]
+
+    # Step 5: CAS against the version read in step 1; a lost CAS starts again at step 1.
+    try:
+        written = _update_log(bk, name,
+                              needs_change=lambda m: not (present(m) or already(m)),
+                              make_change=make_change, current=current, max_attempts=1)
+    except MetadataVersionError:
+        log.info("log %r: lost the CAS committing ledgers; starting again", name)
+        return None
+    if not (made and written.value == made[-1]) and not present(written.value):
+        return CommitResult(False, written.value)  # another commit of the same txn id won
+    for lid in dropped:
+        _delete_ledger_quietly(bk, lid)
+    return CommitResult(True, written.value, dropped)

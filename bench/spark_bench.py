@@ -1,0 +1,171 @@
+"""Spark figures for ``make bench``, each beside Spark's own Parquet (or the trigger) in the
+same run, on the same rows.
+
+``spark_bench(uri, tmpdir, results)`` needs a running cluster at ``uri``; it starts (or
+reuses) a local[2] SparkSession and records:
+
+* batch write of an arrow log vs ``df.write.parquet`` (rows/s);
+* batch read of that log vs ``spark.read.parquet`` of the same rows, into Spark's ``noop``
+  sink (rows/s);
+* raw read: one entry per row (rows/s), vs the arrow read;
+* streaming end-to-end latency: entry appended -> row in a ``foreachBatch`` sink, p50 /
+  p99, vs the trigger interval.
+
+Run alone: ``python -m bench.spark_bench zk://127.0.0.1:2181/ledgers``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+
+class ResultSink(Protocol):
+    def add(self, what: str, value: str, reference: str, ratio: str) -> None: ...
+
+
+def _session() -> Any:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    from bk_spark.datasource import BookKeeperDataSource
+
+    spark = (SparkSession.builder.master("local[2]").appName("bk-spark-bench")
+             .config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.sql.python.filterPushdown.enabled", "true").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(BookKeeperDataSource)
+    return spark
+
+
+def _timed(fn: Any) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def _bk(spark: Any, uri: str, log: str, **options: Any) -> Any:
+    r = spark.read.format("bookkeeper").option("metadataServiceUri", uri).option("log", log)
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def _noop(df: Any) -> None:
+    df.write.format("noop").mode("overwrite").save()
+
+
+def stream_latency(spark: Any, uri: str, tmpdir: Path, trigger_s: float = 0.5,
+                   seconds: float = 20.0, interval_s: float = 0.02) -> list[float]:
+    """Seconds from append to the row in a foreachBatch sink, for entries appended every
+    ``interval_s`` while a query with a ``trigger_s`` processing-time trigger runs."""
+    from bk_spark.core import BookKeeper
+    from bk_spark.core.log import open_log_writer
+
+    log = f"bench-stream-{int(time.time())}"
+    lat: list[float] = []
+    with BookKeeper(uri) as bk:
+        w = open_log_writer(bk, log)
+        w.append(b"start")
+
+        def sink(batch: Any, _batch_id: int) -> None:
+            now = time.time()
+            for r in batch.select("value").collect():
+                v = bytes(r.value)
+                if v != b"start":
+                    lat.append(now - float(v.decode()))
+
+        src = (spark.readStream.format("bookkeeper").option("metadataServiceUri", uri)
+               .option("log", log).option("startingOffsets", "latest").load())
+        q = (src.writeStream.foreachBatch(sink)
+             .option("checkpointLocation", str(tmpdir / f"{log}-ckpt"))
+             .trigger(processingTime=f"{int(trigger_s * 1000)} milliseconds").start())
+        try:
+            time.sleep(8.0)  # the first micro-batch of a query starts the Python workers
+            stop = time.monotonic() + seconds
+            while time.monotonic() < stop:
+                w.append_async(repr(time.time()).encode())
+                time.sleep(interval_s)
+            w.close()
+            time.sleep(3 * trigger_s + 2.0)
+        finally:
+            q.stop()
+    return lat
+
+
+def spark_bench(uri: str, tmpdir: Path, results: ResultSink, rows: int = 2_000_000,
+                raw_rows: int = 200_000) -> None:
+    """Record the Spark figures into ``results`` (see the module docstring)."""
+    spark = _session()
+    tmpdir = Path(tmpdir)
+    stamp = int(time.time())
+    arrow_log, raw_log = f"bench-arrow-{stamp}", f"bench-raw-{stamp}"
+    df = spark.range(0, rows, 1, 2).selectExpr(
+        "id", "id % 1000 AS user", "CAST(id AS DOUBLE) * 0.5 AS amount",
+        "CONCAT('event-', id) AS name", "TIMESTAMP_SECONDS(1700000000 + id) AS ts")
+    parquet = str(tmpdir / "bench.parquet")
+
+    def write_bk(frame: Any, log: str, **options: Any) -> None:
+        w = frame.write.format("bookkeeper").mode("append") \
+            .option("metadataServiceUri", uri).option("log", log)
+        for k, v in options.items():
+            w = w.option(k, v)
+        w.save()
+
+    # Warm up the Python workers and both paths on a few rows.
+    write_bk(df.limit(1000), f"{arrow_log}-warm")
+    _noop(_bk(spark, uri, f"{arrow_log}-warm"))
+    df.limit(1000).write.mode("overwrite").parquet(parquet)
+    _noop(spark.read.parquet(parquet))
+
+    t_bk_w = _timed(lambda: write_bk(df, arrow_log))
+    t_pq_w = _timed(lambda: df.write.mode("overwrite").parquet(parquet))
+    results.add(f"Spark batch write, arrow log ({rows:,} rows, 5 cols)",
+                f"{rows / t_bk_w:,.0f} rows/s", f"{rows / t_pq_w:,.0f} rows/s parquet",
+                f"{t_pq_w / t_bk_w:.2f}x")
+
+    n_bk = _bk(spark, uri, arrow_log).count()
+    assert n_bk == rows, (n_bk, rows)
+    t_bk_r = min(_timed(lambda: _noop(_bk(spark, uri, arrow_log))) for _ in range(2))
+    t_pq_r = min(_timed(lambda: _noop(spark.read.parquet(parquet))) for _ in range(2))
+    results.add("Spark batch read, arrow log -> noop", f"{rows / t_bk_r:,.0f} rows/s",
+                f"{rows / t_pq_r:,.0f} rows/s parquet", f"{t_pq_r / t_bk_r:.2f}x")
+
+    raw = spark.range(0, raw_rows, 1, 2).selectExpr("CAST(REPEAT('r', 100) AS BINARY) AS value")
+    write_bk(raw, raw_log, entryFormat="raw")
+    t_raw = min(_timed(lambda: _noop(_bk(spark, uri, raw_log))) for _ in range(2))
+    results.add("Spark batch read, raw log (1 entry = 1 row of 100 B)",
+                f"{raw_rows / t_raw:,.0f} rows/s", f"{rows / t_bk_r:,.0f} rows/s arrow log",
+                f"{(raw_rows / t_raw) / (rows / t_bk_r):.2f}x")
+
+    trigger_s = 0.5
+    lat = stream_latency(spark, uri, tmpdir, trigger_s=trigger_s)
+    if lat:
+        results.add("Spark streaming append -> foreachBatch row, p50 / p99",
+                    f"{_pct(lat, 0.5) * 1e3:.0f} / {_pct(lat, 0.99) * 1e3:.0f} ms",
+                    f"{trigger_s * 1e3:.0f} ms trigger interval",
+                    f"{_pct(lat, 0.5) / trigger_s:.2f}x")
+
+
+class _Print:
+    def add(self, what: str, value: str, reference: str, ratio: str) -> None:
+        print(f"{what:<55} {value:>26}  ref {reference:>30}  {ratio}", flush=True)
+
+
+if __name__ == "__main__":
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="bk-spark-bench-") as d:
+        spark_bench(sys.argv[1] if len(sys.argv) > 1 else "zk://127.0.0.1:2181/ledgers",
+                    Path(d), _Print(),
+                    rows=int(sys.argv[2]) if len(sys.argv) > 2 else 2_000_000)

@@ -1,0 +1,348 @@
+"""Every option of the ``bookkeeper`` data source, parsed and validated in this one place.
+
+Option names are case-insensitive (Spark lower-cases them). An unknown option, an option
+that does not apply (a reading option given to a writer, ``endingOffsets`` to a stream) or a
+malformed value fails at once with an :class:`~bk_spark.errors.InvalidConfigError` whose
+message names the option.
+
+=========================  ======  =====================================================
+option                     used    meaning (default)
+=========================  ======  =====================================================
+``metadataServiceUri``     all     ``zk://host:port[,host:port]/root`` of the cluster
+                                   (env ``BK_METADATA_SERVICE_URI``, else
+                                   ``zk://127.0.0.1:2181/ledgers``). Resolved on the driver.
+``log``                    all     log name, or a comma-separated list to read several
+                                   (also ``load("<log>")`` / ``save("<log>")``).
+``ledgers``                read    comma-separated ledger ids instead of ``log``: raw,
+                                   read-only access to ledgers (entries of a log's ledger
+                                   are unframed, others returned as stored).
+``startingOffsets``        read    ``earliest``, ``latest`` (streams only) or JSON per log,
+                                   ``{"events": {"ledger": 12, "entry": 5}}`` = start at
+                                   entry 5 of ledger 12; a log's value may also be
+                                   ``"earliest"``/``"latest"``; unnamed logs start at the
+                                   default. (batch: ``earliest``, stream: ``latest``)
+``endingOffsets``          batch   ``latest`` or JSON per log (exclusive end positions, as
+                                   above). (``latest``: the snapshot at planning time)
+``startingTimestamp``      read    ms since the epoch: start at the first entry appended
+                                   at or after it (not with ``startingOffsets``).
+``maxEntriesPerTrigger``   stream  at most this many entries per micro-batch (all logs).
+``maxBytesPerTrigger``     stream  about this many bytes per micro-batch (estimated from
+                                   ledger lengths; at least one entry).
+``minEntriesPerTrigger``   stream  wait for this many entries before a micro-batch...
+``maxTriggerDelay``        stream  ...but no longer than this (``15m``; ``500ms``, ``10s``,
+                                   ``5m``, ``1h`` or seconds).
+``failOnDataLoss``         read    ``true``: fail when data to read was truncated or
+                                   deleted; ``false``: log it and skip. (``true``)
+``minPartitions``          read    split ledgers into entry ranges so there are at least
+                                   this many input partitions.
+``includePositions``       read    arrow logs: add ``log, ledger_id, entry_id, timestamp``
+                                   columns after the stored ones. (``false``)
+``password``               all     ledger password (``""``).
+``ensembleSize``           write   bookies per new ledger (3).
+``writeQuorumSize``        write   copies of each entry (2).
+``ackQuorumSize``          write   acknowledgements awaited per entry (2).
+``entryFormat``            write   ``raw`` (one entry per row of a ``value`` binary/string
+                                   column) or ``arrow`` (rows packed as Arrow IPC record
+                                   batches, schema kept in the log). (the log's recorded
+                                   format; a new or empty log: ``arrow``; a log with
+                                   entries but no recorded format: ``raw``)
+``sinkId``                 stream  identity of a streaming sink for exactly-once commits
+                                   (the query's ``checkpointLocation``).
+=========================  ======  =====================================================
+
+Positions: a ledger's entries are numbered from 0; a position names the next entry to read,
+so ``{"ledger": 12, "entry": 0}`` is the start of ledger 12 and an ending position is
+exclusive. Streaming offsets in the checkpoint use the same JSON plus each ledger's index in
+the log (see :mod:`bk_spark.datasource.offsets`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from bk_spark.core.log_format import validate_log_name
+from bk_spark.errors import InvalidConfigError
+from bk_spark.metadata_uri import parse_metadata_service_uri
+
+EntryFormat = Literal["raw", "arrow"]
+ENTRY_FORMATS: tuple[str, ...] = ("raw", "arrow")
+
+#: A log's start or end: "earliest", "latest" or (ledger id, entry id).
+Bound = str | tuple[int, int]
+
+_COMMON = ("metadataServiceUri", "log", "password", "path")
+_READ = ("ledgers", "startingOffsets", "startingTimestamp", "minPartitions",
+         "includePositions", "failOnDataLoss")
+_BATCH_READ = ("endingOffsets",)
+_STREAM_READ = ("maxEntriesPerTrigger", "maxBytesPerTrigger", "minEntriesPerTrigger",
+                "maxTriggerDelay")
+_WRITE = ("ensembleSize", "writeQuorumSize", "ackQuorumSize", "entryFormat")
+_STREAM_WRITE = ("sinkId", "checkpointLocation")
+_ALL = _COMMON + _READ + _BATCH_READ + _STREAM_READ + _WRITE + _STREAM_WRITE
+#: lower-case name -> documented name
+_NAMES = {n.lower(): n for n in _ALL}
+
+
+def _fail(option: str, problem: str) -> InvalidConfigError:
+    return InvalidConfigError(f"bookkeeper data source option '{option}': {problem}")
+
+
+def _check_names(options: Mapping[str, str], allowed: tuple[str, ...], what: str) -> None:
+    allowed_lower = {a.lower() for a in allowed}
+    for key in options:
+        k = key.lower()
+        if k in allowed_lower:
+            continue
+        if k in _NAMES:
+            raise _fail(_NAMES[k], f"does not apply to {what}")
+        close = difflib.get_close_matches(k, list(_NAMES), n=1)
+        hint = f" (did you mean '{_NAMES[close[0]]}'?)" if close else ""
+        raise _fail(key, f"unknown option{hint}; the options are listed in "
+                         f"bk_spark/datasource/options.py")
+
+
+def _get(options: Mapping[str, str], name: str) -> str | None:
+    for key, value in options.items():
+        if key.lower() == name.lower():
+            return None if value is None else str(value)
+    return None
+
+
+def _int(options: Mapping[str, str], name: str, *, minimum: int = 1,
+         default: int | None = None) -> int | None:
+    raw = _get(options, name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise _fail(name, f"expected an integer, got {raw!r}") from None
+    if value < minimum:
+        raise _fail(name, f"must be >= {minimum}, got {value}")
+    return value
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = _get(options, name)
+    if raw is None or raw.strip() == "":
+        return default
+    v = raw.strip().lower()
+    if v in ("true", "1", "yes"):
+        return True
+    if v in ("false", "0", "no"):
+        return False
+    raise _fail(name, f"expected true or false, got {raw!r}")
+
+
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|secs|seconds?|m|min|minutes?|h|hours?)?"
+                       r"\s*", re.IGNORECASE)
+_UNIT_S = {"ms": 0.001, "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1, "m": 60,
+           "min": 60, "minute": 60, "minutes": 60, "h": 3600, "hour": 3600, "hours": 3600}
+
+
+def parse_duration_s(option: str, raw: str) -> float:
+    """``"500ms"``, ``"10s"``, ``"5m"``, ``"1h"`` or plain seconds -> seconds."""
+    m = _DURATION.fullmatch(raw)
+    if m is None:
+        raise _fail(option, f"expected a duration such as 500ms, 10s, 5m or 1h, got {raw!r}")
+    return float(m.group(1)) * _UNIT_S[(m.group(2) or "s").lower()]
+
+
+def _uri(options: Mapping[str, str]) -> str:
+    raw = _get(options, "metadataServiceUri")
+    try:
+        return parse_metadata_service_uri(raw or None).uri
+    except InvalidConfigError as exc:
+        raise _fail("metadataServiceUri", str(exc)) from None
+
+
+def _logs(options: Mapping[str, str], required: bool, single: bool) -> tuple[str, ...]:
+    raw = _get(options, "log")
+    option = "log"
+    if raw is None:
+        raw, option = _get(options, "path"), "path"
+    if raw is None or not raw.strip():
+        if required:
+            raise _fail("log", "required: name the log, e.g. .option('log', 'events')")
+        return ()
+    names = tuple(n.strip() for n in raw.split(","))
+    for n in names:
+        try:
+            validate_log_name(n)
+        except InvalidConfigError as exc:
+            raise _fail(option, str(exc)) from None
+    if len(set(names)) != len(names):
+        raise _fail(option, f"names a log twice: {raw!r}")
+    if single and len(names) != 1:
+        raise _fail(option, f"write to one log at a time, got {raw!r}")
+    return names
+
+
+def _ledger_ids(options: Mapping[str, str]) -> tuple[int, ...]:
+    raw = _get(options, "ledgers")
+    if raw is None or not raw.strip():
+        return ()
+    try:
+        ids = tuple(int(x.strip()) for x in raw.split(","))
+    except ValueError:
+        raise _fail("ledgers", f"expected comma-separated ledger ids, got {raw!r}") from None
+    if any(i < 0 for i in ids):
+        raise _fail("ledgers", f"ledger ids are >= 0, got {raw!r}")
+    return ids
+
+
+def _bounds(options: Mapping[str, str], name: str, logs: tuple[str, ...],
+            default: str, allowed: tuple[str, ...]) -> dict[str, Bound]:
+    """Per-log bounds from ``earliest``/``latest`` or the JSON form."""
+    raw = _get(options, name)
+    if raw is None or not raw.strip():
+        return dict.fromkeys(logs, default)
+    text = raw.strip()
+    if text.lower() in ("earliest", "latest"):
+        if text.lower() not in allowed:
+            raise _fail(name, f"{text.lower()!r} is not allowed here (use one of "
+                              f"{', '.join(allowed)} or JSON positions)")
+        return dict.fromkeys(logs, text.lower())
+    try:
+        spec = json.loads(text)
+    except ValueError as exc:
+        raise _fail(name, f"expected earliest, latest or JSON such as "
+                          f'{{"events": {{"ledger": 12, "entry": 5}}}}: {exc}') from None
+    if not isinstance(spec, dict):
+        raise _fail(name, f"JSON must map log names to positions, got {text!r}")
+    unknown = sorted(set(spec) - set(logs))
+    if unknown:
+        raise _fail(name, f"names logs that are not read: {', '.join(unknown)}")
+    out: dict[str, Bound] = dict.fromkeys(logs, default)
+    for log_name, pos in spec.items():
+        if isinstance(pos, str) and pos.lower() in allowed:
+            out[log_name] = pos.lower()
+            continue
+        if not (isinstance(pos, dict) and set(pos) <= {"ledger", "entry", "index"}
+                and isinstance(pos.get("ledger"), int) and isinstance(pos.get("entry"), int)
+                and pos["ledger"] >= 0 and pos["entry"] >= 0):
+            raise _fail(name, f"position of log {log_name!r} must be "
+                              f'{{"ledger": <id>, "entry": <id>}} (ids >= 0) or one of '
+                              f"{', '.join(allowed)}, got {json.dumps(pos)}")
+        out[log_name] = (pos["ledger"], pos["entry"])
+    return out
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """Options of a batch or streaming read (plain, picklable data)."""
+
+    uri: str
+    logs: tuple[str, ...] = ()
+    ledger_ids: tuple[int, ...] = ()
+    password: bytes = b""
+    starting: dict[str, Bound] = field(default_factory=dict)
+    ending: dict[str, Bound] = field(default_factory=dict)
+    starting_timestamp_ms: int | None = None
+    min_partitions: int | None = None
+    include_positions: bool = False
+    max_entries_per_trigger: int | None = None
+    max_bytes_per_trigger: int | None = None
+    min_entries_per_trigger: int | None = None
+    max_trigger_delay_s: float = 15 * 60.0
+    fail_on_data_loss: bool = True
+    streaming: bool = False
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], streaming: bool | None) -> ReadOptions:
+        """``streaming`` None: not known yet (``schema()``), accept both kinds."""
+        what = "a streaming read" if streaming else "a batch read"
+        allowed = _COMMON + _READ + {True: _STREAM_READ, False: _BATCH_READ,
+                                     None: _STREAM_READ + _BATCH_READ}[streaming]
+        _check_names(options, allowed, what)
+        logs = _logs(options, required=False, single=False)
+        ledger_ids = _ledger_ids(options)
+        if logs and ledger_ids:
+            raise _fail("ledgers", "give either 'log' or 'ledgers', not both")
+        if not logs and not ledger_ids:
+            raise _fail("log", "required: name the log(s) to read, e.g. "
+                               ".option('log', 'events') (or give 'ledgers')")
+        if streaming and ledger_ids:
+            raise _fail("ledgers", "ledgers are read in batch only; stream a log instead")
+        ts = _int(options, "startingTimestamp", minimum=0)
+        if ts is not None and _get(options, "startingOffsets"):
+            raise _fail("startingTimestamp", "give either startingTimestamp or "
+                                             "startingOffsets, not both")
+        if ledger_ids:
+            for name in ("startingOffsets", "endingOffsets", "startingTimestamp"):
+                if _get(options, name):
+                    raise _fail(name, "applies to logs, not to 'ledgers'")
+        start_allowed = ("earliest",) if streaming is False else ("earliest", "latest")
+        starting = _bounds(options, "startingOffsets", logs,
+                           "latest" if streaming else "earliest", start_allowed)
+        ending = {} if streaming else _bounds(options, "endingOffsets", logs, "latest",
+                                               ("latest",))
+        min_entries = _int(options, "minEntriesPerTrigger")
+        delay_raw = _get(options, "maxTriggerDelay")
+        if delay_raw is not None and min_entries is None:
+            raise _fail("maxTriggerDelay", "only applies with minEntriesPerTrigger")
+        max_entries = _int(options, "maxEntriesPerTrigger")
+        if min_entries is not None and max_entries is not None and min_entries > max_entries:
+            raise _fail("minEntriesPerTrigger", f"{min_entries} is more than "
+                                                f"maxEntriesPerTrigger {max_entries}")
+        return cls(
+            uri=_uri(options), logs=logs, ledger_ids=ledger_ids,
+            password=(_get(options, "password") or "").encode(),
+            starting=starting, ending=ending, starting_timestamp_ms=ts,
+            min_partitions=_int(options, "minPartitions"),
+            include_positions=_bool(options, "includePositions", False),
+            max_entries_per_trigger=max_entries,
+            max_bytes_per_trigger=_int(options, "maxBytesPerTrigger"),
+            min_entries_per_trigger=min_entries,
+            max_trigger_delay_s=(parse_duration_s("maxTriggerDelay", delay_raw)
+                                 if delay_raw is not None else 15 * 60.0),
+            fail_on_data_loss=_bool(options, "failOnDataLoss", True),
+            streaming=bool(streaming))
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """Options of a batch write or a streaming sink (plain, picklable data)."""
+
+    uri: str
+    log: str
+    password: bytes = b""
+    ensemble_size: int = 3
+    write_quorum_size: int = 2
+    ack_quorum_size: int = 2
+    entry_format: EntryFormat | None = None  # None: decided from the log (see the table)
+    sink_id: str | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], streaming: bool) -> WriteOptions:
+        allowed = _COMMON + _WRITE + (_STREAM_WRITE if streaming else ())
+        _check_names(options, allowed, "a streaming write" if streaming else "a batch write")
+        (log_name,) = _logs(options, required=True, single=True)
+        e = _int(options, "ensembleSize", default=3)
+        qw = _int(options, "writeQuorumSize", default=2)
+        qa = _int(options, "ackQuorumSize", default=2)
+        assert e is not None and qw is not None and qa is not None
+        if qw > e:
+            raise _fail("writeQuorumSize", f"{qw} is more than ensembleSize {e}")
+        if qa > qw:
+            raise _fail("ackQuorumSize", f"{qa} is more than writeQuorumSize {qw}")
+        fmt = _get(options, "entryFormat")
+        if fmt is not None:
+            fmt = fmt.strip().lower()
+            if fmt not in ENTRY_FORMATS:
+                raise _fail("entryFormat", f"expected raw or arrow, got {fmt!r}")
+        sink_id = _get(options, "sinkId") or _get(options, "checkpointLocation")
+        if streaming and not sink_id:
+            raise _fail("sinkId", "a streaming sink needs an identity for exactly-once "
+                                  "commits: set checkpointLocation (or sinkId)")
+        return cls(uri=_uri(options), log=log_name,
+                   password=(_get(options, "password") or "").encode(),
+                   ensemble_size=e, write_quorum_size=qw, ack_quorum_size=qa,
+                   entry_format=fmt,  # type: ignore[arg-type]
+                   sink_id=sink_id)
+

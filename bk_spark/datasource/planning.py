@@ -1,0 +1,215 @@
+"""Planning reads: which entries of which ledgers, split into input partitions.
+
+Runs on the driver (in Spark's planning worker). Everything it returns is plain picklable
+data: a :class:`Slice` is a contiguous entry range of one ledger, a :class:`ScanPartition`
+a few slices read by one task.
+
+The readable part of a log is a *consistent prefix*, as a :class:`~bk_spark.core.log.LogReader`
+sees it: closed ledgers whole, then the first ledger that is still open up to its
+last-add-confirmed (LAC), read through a non-fencing open so a live writer is never
+disturbed, and nothing after it (during a roll the writer may still be adding to that
+ledger while the next one exists). Planning fixes the end of every slice, so a task reads
+exactly what was planned, whatever the writer does meanwhile.
+
+Partitions: ledgers are cut into ranges of at most ``target`` entries
+(:data:`RAW_PARTITION_ENTRIES` / :data:`ARROW_PARTITION_ENTRIES`, or fewer so that there are
+at least ``minPartitions``) and consecutive ranges are packed up to ``target`` entries, so
+thousands of small ledgers (one per Spark task per micro-batch) do not become thousands of
+tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import InputPartition
+
+from bk_spark.core.client import BookKeeper
+from bk_spark.core.log import LEDGER_LOG_KEY, LogMetadataStore
+from bk_spark.core.log_format import LedgerInfo, LogMetadata, Segment
+from bk_spark.datasource.filters import Constraints
+from bk_spark.datasource.offsets import LogOffset
+
+#: Entries per input partition by default: raw entries are small, arrow ones ~1 MiB.
+RAW_PARTITION_ENTRIES = 100_000
+ARROW_PARTITION_ENTRIES = 64
+
+
+@dataclass(frozen=True)
+class Slice:
+    """Entries ``first_entry..last_entry`` (inclusive) of one ledger. ``log``: the log it
+    belongs to (None: a ledger read by id that belongs to none); ``framed``: its entries
+    carry the log frame (timestamp)."""
+
+    log: str | None
+    ledger_id: int
+    first_entry: int
+    last_entry: int
+    framed: bool = True
+
+    @property
+    def entries(self) -> int:
+        return self.last_entry - self.first_entry + 1
+
+
+@dataclass(frozen=True)
+class ScanPartition(InputPartition):
+    """The slices one Spark task reads, in order."""
+
+    slices: tuple[Slice, ...]
+
+
+class LogView:
+    """One read of a log's metadata; spilled segments are loaded when needed."""
+
+    def __init__(self, bk: BookKeeper, name: str) -> None:
+        self.bk = bk
+        self.name = name
+        self._store = LogMetadataStore(bk.zk, bk.msu.root)
+        self.md: LogMetadata = self._store.read(name).value
+        self._segments: dict[int, Segment] = {}
+
+    def at(self, index: int) -> LedgerInfo | None:
+        """The live ledger at absolute ``index`` (None: truncated or not added yet)."""
+        md = self.md
+        if not md.first_index <= index < md.end_index:
+            return None
+        if index >= md.tail_start:
+            return md.tail_ledger(index)
+        s = md.segment_for(index)
+        if s is None:
+            return None
+        if s.number not in self._segments:
+            self._segments[s.number] = self._store.read_segment(self.name, s.number)
+        return self._segments[s.number].ledgers[index - s.start]
+
+    def index_of(self, ledger_id: int) -> int | None:
+        """The index of live ledger ``ledger_id`` (None: not in the log)."""
+        info = self.md.find_in_tail(ledger_id)
+        if info is not None and info.index >= self.md.first_index:
+            return info.index
+        for s in self.md.live_segments:
+            for index in range(max(s.start, self.md.first_index), s.end):
+                got = self.at(index)
+                if got is not None and got.ledger_id == ledger_id:
+                    return index
+        return None
+
+    def earliest(self) -> LogOffset:
+        first = self.at(self.md.first_index)
+        return LogOffset(self.md.first_index, 0, first.ledger_id if first else -1)
+
+
+def ledger_end(bk: BookKeeper, info: LedgerInfo, password: bytes) -> tuple[int, bool]:
+    """``(last readable entry, closed)`` of a log's ledger: from the log metadata when the
+    ledger is described, else through a non-fencing open (its LAC while open)."""
+    if info.is_described:
+        assert info.last_entry_id is not None
+        return info.last_entry_id, True
+    rh = bk.open_ledger(info.ledger_id, password, recovery=False)
+    return rh.last_add_confirmed, rh.is_closed
+
+
+def after(view: LogView, info: LedgerInfo, last_entry: int, closed: bool) -> LogOffset:
+    """The offset after entry ``last_entry`` of ``info``: past the end of a closed ledger
+    it is the start of the next ledger, so truncating a ledger read to its end is no loss."""
+    if not closed:
+        return LogOffset(info.index, last_entry + 1, info.ledger_id)
+    nxt = view.at(info.index + 1)
+    return LogOffset(info.index + 1, 0, nxt.ledger_id if nxt is not None else -1)
+
+
+def log_end(view: LogView, password: bytes) -> LogOffset:
+    """The end of the readable prefix of a log (exclusive)."""
+    md = view.md
+    end = LogOffset(md.end_index, 0, -1)
+    if md.ledger_count == 0:
+        return end
+    # Spilled ledgers are all described (closed); so are tail ledgers before the first
+    # undescribed one: the prefix ends at the first ledger still open.
+    undescribed = [r for r in md.tail if r.index >= md.first_index and not r.is_described]
+    if not undescribed:
+        return end
+    for index in range(undescribed[0].index, md.end_index):
+        info = view.at(index)
+        assert info is not None
+        last, closed = ledger_end(view.bk, info, password)
+        if not closed:
+            return LogOffset(index, last + 1, info.ledger_id)
+    return end
+
+
+def position_offset(view: LogView, ledger_id: int, entry_id: int) -> LogOffset | None:
+    """The offset of a user-given position (None: its ledger is not in the log)."""
+    index = view.index_of(ledger_id)
+    return None if index is None else LogOffset(index, entry_id, ledger_id)
+
+
+def walk(view: LogView, start: LogOffset, end: LogOffset, password: bytes,
+         constraints: Constraints | None = None) -> Iterator[tuple[LedgerInfo, Slice]]:
+    """The entries of ``[start, end)`` ledger by ledger (``end`` within the readable
+    prefix), skipping ledgers and entries ``constraints`` exclude."""
+    c = constraints or Constraints()
+    if not c.allows_log(view.name) or c.matches_nothing:
+        return
+    md = view.md
+    e_lo, e_hi = c.entry_ids.bounds()
+    for index in range(max(start.index, md.first_index), min(end.index, md.end_index - 1) + 1):
+        info = view.at(index)
+        assert info is not None
+        if info.ledger_id not in c.ledger_ids or \
+                not c.ledger_may_match(info.first_ts_ms, info.last_ts_ms):
+            continue
+        first = start.entry if index == start.index else 0
+        if index == end.index:
+            last = end.entry - 1
+        else:  # before the end: closed
+            last = ledger_end(view.bk, info, password)[0]
+        first, last = max(first, e_lo), min(last, e_hi)
+        if first <= last:
+            yield info, Slice(view.name, info.ledger_id, first, last)
+
+
+def ledger_slices(bk: BookKeeper, ledger_ids: tuple[int, ...], password: bytes,
+                  constraints: Constraints) -> list[Slice]:
+    """Slices of ledgers read by id: closed ones whole, open ones up to their LAC."""
+    out = []
+    e_lo, e_hi = constraints.entry_ids.bounds()
+    for lid in ledger_ids:
+        if lid not in constraints.ledger_ids:
+            continue
+        rh = bk.open_ledger(lid, password, recovery=False)
+        log_name = dict(rh.metadata.custom_metadata).get(LEDGER_LOG_KEY)
+        if not constraints.allows_log(log_name):
+            continue
+        first, last = max(0, e_lo), min(rh.last_add_confirmed, e_hi)
+        if first <= last:
+            out.append(Slice(log_name, lid, first, last, framed=log_name is not None))
+    return out
+
+
+def pack(slices: list[Slice], target: int, min_partitions: int | None
+         ) -> list[ScanPartition]:
+    """Cut slices into ranges of at most ``target`` entries (fewer if ``min_partitions``
+    asks for more partitions) and pack consecutive ranges into partitions."""
+    total = sum(s.entries for s in slices)
+    if min_partitions:
+        target = min(target, max(1, total // min_partitions))
+    pieces: list[Slice] = []
+    for s in slices:
+        for lo in range(s.first_entry, s.last_entry + 1, target):
+            pieces.append(Slice(s.log, s.ledger_id, lo, min(lo + target - 1, s.last_entry),
+                                s.framed))
+    out: list[ScanPartition] = []
+    current: list[Slice] = []
+    size = 0
+    for p in pieces:
+        if current and size + p.entries > target:
+            out.append(ScanPartition(tuple(current)))
+            current, size = [], 0
+        current.append(p)
+        size += p.entries
+    if current:
+        out.append(ScanPartition(tuple(current)))
+    return out

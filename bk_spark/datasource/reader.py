@@ -1,0 +1,127 @@
+"""Batch reads: plan ledger slices on the driver, read them as Arrow in the tasks.
+
+Two reader classes, because of how Spark treats ``pushFilters``:
+
+* :class:`BookKeeperPushdownReader` answers filters on ``log``, ``ledger_id``,
+  ``entry_id`` and ``timestamp`` (:mod:`bk_spark.datasource.filters`); Spark asks it only
+  when ``spark.sql.python.filterPushdown.enabled`` is true, from its filter-pushdown
+  planning worker.
+* :class:`BookKeeperBatchReader` has no ``pushFilters``: with the conf false, Spark fails
+  every read of a reader that overrides it (``DATA_SOURCE_PUSHDOWN_DISABLED``), so
+  :func:`reader_for_planner` returns this one unless the caller is the pushdown worker.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
+
+from bk_spark.datasource import connections
+from bk_spark.datasource.filters import Constraints, push
+from bk_spark.datasource.formats import POSITION_COLUMNS
+from bk_spark.datasource.offsets import LogOffset
+from bk_spark.datasource.options import ReadOptions
+from bk_spark.datasource.planning import (
+    ARROW_PARTITION_ENTRIES,
+    RAW_PARTITION_ENTRIES,
+    LogView,
+    ScanPartition,
+    Slice,
+    ledger_slices,
+    log_end,
+    pack,
+    position_offset,
+    walk,
+)
+from bk_spark.datasource.scan import ScanSpec, read_partition
+from bk_spark.errors import InvalidConfigError
+
+#: The module of Spark's planning worker that calls ``pushFilters``.
+PUSHDOWN_WORKER = "pyspark.sql.worker.data_source_pushdown_filters"
+
+
+class BookKeeperBatchReader(DataSourceReader):
+    """Reads logs (or ledgers by id) as of planning time; no filter pushdown."""
+
+    def __init__(self, options: ReadOptions, spec: ScanSpec) -> None:
+        self.options = options
+        self.spec = spec
+
+    def partitions(self) -> list[InputPartition]:
+        """Slices of every log (or ledger) read, packed into partitions. Runs after
+        ``pushFilters`` but after the reader was pickled for the tasks: keeps no state."""
+        o = self.options
+        bk = connections.client(o.uri)
+        c = self.spec.constraints
+        if o.ledger_ids:
+            slices = ledger_slices(bk, o.ledger_ids, o.password, c)
+        else:
+            slices = []
+            for name in o.logs:
+                slices.extend(self._log_slices(LogView(bk, name), c))
+        target = ARROW_PARTITION_ENTRIES if self.spec.entry_format == "arrow" \
+            else RAW_PARTITION_ENTRIES
+        return list(pack(slices, target, o.min_partitions))
+
+    def _log_slices(self, view: LogView, c: Constraints) -> list[Slice]:
+        o = self.options
+        end = log_end(view, o.password)
+        start = _bound(view, o.starting[view.name], "startingOffsets") or view.earliest()
+        user_end = _bound(view, o.ending[view.name], "endingOffsets")
+        if user_end is not None:
+            end = min(end, user_end)
+        if end <= start:
+            return []
+        return [s for _info, s in walk(view, start, end, o.password, c)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_partition(self.spec, partition)
+
+
+class BookKeeperPushdownReader(BookKeeperBatchReader):
+    """:class:`BookKeeperBatchReader` that answers filters on the position columns."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        # Only position columns are answered (an arrow log's own columns may share names).
+        columns = POSITION_COLUMNS if self.spec.include_positions else ()
+        constraints, rejected = push(filters, self.spec.constraints, columns,
+                                     logs_never_null=not self.options.ledger_ids)
+        self.spec = replace(self.spec, constraints=constraints)
+        return rejected
+
+
+def _bound(view: LogView, bound: object, option: str) -> LogOffset | None:
+    """A position given in ``option`` as an offset (None: earliest/latest)."""
+    if not isinstance(bound, tuple):
+        return None
+    ledger_id, entry_id = bound
+    off = position_offset(view, ledger_id, entry_id)
+    if off is None:
+        raise InvalidConfigError(
+            f"bookkeeper data source option '{option}': ledger {ledger_id} is not in log "
+            f"{view.name!r} (truncated, or never part of it)")
+    return off
+
+
+def reader_for_planner(options: ReadOptions, spec: ScanSpec) -> BookKeeperBatchReader:
+    """The reader for the Spark planning worker calling ``DataSource.reader()``.
+
+    Spark calls ``reader()`` from its filter-pushdown worker only when
+    ``spark.sql.python.filterPushdown.enabled`` is true; any other caller (the plain
+    planning worker, used when it is false) gets the reader without ``pushFilters``. The
+    conf itself is not visible in Python workers, so the calling module tells.
+    """
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == PUSHDOWN_WORKER:
+            return BookKeeperPushdownReader(options, spec)
+        frame = frame.f_back  # type: ignore[assignment]
+    return BookKeeperBatchReader(options, spec)
+
+
+__all__ = ["BookKeeperBatchReader", "BookKeeperPushdownReader", "ScanPartition",
+           "reader_for_planner"]

@@ -1,0 +1,170 @@
+"""Streaming reads: admission control, lag in progress, open ledgers, data loss."""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+import pytest
+from pyspark.errors import PySparkException
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
+
+from bk_spark.core.log import log_ledgers, open_log_writer, truncate_log
+from bk_spark.core.log_format import Position
+from bk_spark.datasource.options import ReadOptions
+from bk_spark.datasource.source import resolve_read_format, scan_spec
+from bk_spark.datasource.stream import BookKeeperStreamReader
+from bk_spark.errors import LogTruncatedError
+
+
+def fill(bk, name: str, n: int, roll_every: int | None = None, close: bool = True):  # type: ignore[no-untyped-def]
+    """Append ``n`` entries (a new ledger every ``roll_every``)."""
+    w = open_log_writer(bk, name)
+    step = roll_every or n
+    for lo in range(0, n, step):
+        if lo:
+            w.roll()
+        for f in [w.append_async(f"{name}:{i}".encode()) for i in range(lo, min(n, lo + step))]:
+            f.result()
+    if close:
+        w.close()
+    return w
+
+
+def stream(spark, uri: str, log: str, **options: str):  # type: ignore[no-untyped-def]
+    r = spark.readStream.format("bookkeeper").option("metadataServiceUri", uri) \
+        .option("log", log).option("startingOffsets", "earliest")
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def run_available_now(df, tmp_path, name: str):  # type: ignore[no-untyped-def]
+    """Run to the end with availableNow into a foreachBatch sink, checkpoint under
+    ``tmp_path/name``; returns (rows, (batch sizes, progress))."""
+    got: list = []
+
+    def collect(batch_df, _batch_id):  # type: ignore[no-untyped-def]
+        got.extend(batch_df.collect())
+
+    q = (df.writeStream.foreachBatch(collect)
+         .option("checkpointLocation", str(tmp_path / name)).trigger(availableNow=True)
+         .start())
+    q.awaitTermination(300)
+    if q.exception() is not None:
+        raise q.exception()
+    progress = q.recentProgress
+    return got, ([p["numInputRows"] for p in progress], progress)
+
+
+def test_max_entries_per_trigger_sizes_batches_under_available_now(
+        spark, bk, uri, log_name, tmp_path):
+    name = log_name()
+    fill(bk, name, 250, roll_every=60)
+    rows, (sizes, progress) = run_available_now(
+        stream(spark, uri, name, maxEntriesPerTrigger="70"), tmp_path, "q_max_entries")
+    assert [s for s in sizes if s] == [70, 70, 70, 40]
+    assert sorted(int(bytes(r.value).split(b":")[1]) for r in rows) == list(range(250))
+    # reportLatestOffset: the progress shows how far the log goes (the lag).
+    latest = progress[0]["sources"][0]["latestOffset"]
+    assert name in latest and latest != progress[0]["sources"][0]["endOffset"]
+
+
+def reader(uri: str, name: str, **options: str) -> BookKeeperStreamReader:
+    o = ReadOptions.parse({"metadataServiceUri": uri, "log": name, **options},
+                          streaming=True)
+    return BookKeeperStreamReader(o, scan_spec(o, resolve_read_format(o)))
+
+
+def entries_between(r: BookKeeperStreamReader, start: dict, end: dict) -> int:
+    return sum(s.entries for p in r.partitions(start, end) for s in p.slices)
+
+
+def test_max_bytes_per_trigger_limits_batches_by_ledger_lengths(bk, uri, log_name):
+    name = log_name()
+    fill(bk, name, 100)  # entries of ~80 bytes
+    r = reader(uri, name, startingOffsets="earliest", maxBytesPerTrigger="500")
+    start = r.initialOffset()
+    end = r.latestOffset(start, r.getDefaultReadLimit())
+    first = log_ledgers(bk, name)[0]
+    size = bk.ledger_metadata(first.ledger_id).length / (first.last_entry_id + 1)
+    assert entries_between(r, start, end) == int(500 // size)
+    tiny = reader(uri, name, startingOffsets="earliest", maxBytesPerTrigger="1")
+    assert entries_between(tiny, start, tiny.latestOffset(start, ReadMaxBytes(1))) == 1
+
+
+def test_min_entries_per_trigger_waits_until_enough_or_max_delay(bk, uri, log_name):
+    name = log_name()
+    w = fill(bk, name, 5, close=False)
+    r = reader(uri, name, startingOffsets="earliest", minEntriesPerTrigger="20",
+               maxTriggerDelay="2s")
+    start = r.initialOffset()
+    time.sleep(0.3)  # the LAC of the last entry travels with the next add or within 50 ms
+    assert r.latestOffset(start, r.getDefaultReadLimit()) == start  # 5 < 20: wait
+    for f in [w.append_async(b"more") for _ in range(20)]:
+        f.result()
+    time.sleep(0.3)
+    end = r.latestOffset(start, r.getDefaultReadLimit())
+    assert entries_between(r, start, end) >= 20
+    w.append(b"one")
+    time.sleep(0.3)
+    assert r.latestOffset(end, r.getDefaultReadLimit()) == end
+    time.sleep(2.0)  # maxTriggerDelay passed: a batch with what there is
+    assert entries_between(r, end, r.latestOffset(end, r.getDefaultReadLimit())) >= 1
+    w.close()
+
+
+def test_open_ledger_is_read_up_to_its_lac_then_continued(bk, uri, log_name):
+    name = log_name()
+    w = fill(bk, name, 10, close=False)
+    time.sleep(0.3)
+    r = reader(uri, name, startingOffsets="earliest")
+    start = r.initialOffset()
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert entries_between(r, start, end) == 10
+    assert r.reportLatestOffset() == end
+    w.roll()
+    for f in [w.append_async(b"x") for _ in range(5)]:
+        f.result()
+    w.close()
+    end2 = r.latestOffset(end, ReadAllAvailable())
+    assert entries_between(r, end, end2) == 5
+    assert r.latestOffset(end2, ReadMaxRows(3)) == end2  # nothing new: the same offset
+
+
+def test_fail_on_data_loss_fails_or_skips_truncated_unread_ledgers(
+        spark, bk, uri, log_name, tmp_path):
+    name = log_name()
+    fill(bk, name, 20)  # ledger A, read by a first run
+    rows, _ = run_available_now(stream(spark, uri, name), tmp_path, "q_loss_first")
+    assert len(rows) == 20
+    shutil.copytree(tmp_path / "q_loss_first", tmp_path / "q_loss_skip")
+    fill(bk, name, 20)  # ledger B: never read...
+    fill(bk, name, 20)  # ledger C
+    ledgers = log_ledgers(bk, name)
+    truncate_log(bk, name, before=Position(ledgers[-1].ledger_id, 0, ledgers[-1].index))
+
+    with pytest.raises(PySparkException, match="truncated before they were read.*"
+                                               "failOnDataLoss=false"):
+        run_available_now(stream(spark, uri, name), tmp_path, "q_loss_first")
+    rows, _ = run_available_now(stream(spark, uri, name, failOnDataLoss="false"), tmp_path,
+                                "q_loss_skip")
+    assert sorted(bytes(r.value) for r in rows) == \
+        sorted(f"{name}:{i}".encode() for i in range(20))  # ledger C only
+
+
+def test_truncated_data_is_skipped_by_the_reader_when_not_fail_on_data_loss(
+        bk, uri, log_name):
+    name = log_name()
+    fill(bk, name, 60, roll_every=20)
+    r = reader(uri, name, startingOffsets="earliest", failOnDataLoss="false")
+    start = r.initialOffset()
+    ledgers = log_ledgers(bk, name)
+    truncate_log(bk, name, before=Position(ledgers[2].ledger_id, 0, ledgers[2].index))
+    end = r.latestOffset(start, ReadAllAvailable())
+    rows = [b for p in r.partitions(start, end) for b in r.read(p)]
+    assert sum(b.num_rows for b in rows) == 20  # the last ledger only
+    assert r.latestOffset(end, ReadAllAvailable()) == end
+    strict = reader(uri, name, startingOffsets="earliest")
+    with pytest.raises(LogTruncatedError, match="failOnDataLoss=false"):
+        strict.latestOffset(start, ReadAllAvailable())
