@@ -315,6 +315,13 @@ def main() -> None:
             t50, t99 = tail_latency(sb.metadata_service_uri)
             res.add("log tail latency (append -> seen by tailing reader) p50 / p99",
                     f"{t50:.1f} / {t99:.1f} ms", "-", "-")
+            if "--no-spark" not in sys.argv:
+                print("== Spark (local[2], same sandbox)")
+                from bench.spark_bench import spark_bench
+
+                spark_bench(sb.metadata_service_uri, tmpd / "spark", res,
+                            rows=500_000 if quick else 2_000_000,
+                            raw_rows=50_000 if quick else 200_000)
         finally:
             sb.stop()
     md = "# bench results\n\n" + time.strftime("%Y-%m-%d %H:%M") + "\n\n" + res.markdown()
