@@ -360,49 +360,64 @@ class LogWriterConfig:
                    (self.roll_max_entries, self.roll_max_bytes, self.roll_max_age_s))
 
 
+class _Slot:
+    """One append awaiting its ledger's verdict."""
+
+    __slots__ = ("outer", "ledger_id", "index", "entry_id", "error", "done")
+
+    def __init__(self, ledger_id: int, index: int) -> None:
+        self.outer: Future[Position] = Future()
+        self.ledger_id, self.index = ledger_id, index
+        self.entry_id = -1
+        self.error: BaseException | None = None
+        self.done = False
+
+
 class _InOrderAcks:
     """Completes a writer's futures in append order, across ledgers.
 
     Within one ledger the ledger handle already acknowledges in entry order; across a roll
     the new ledger's first entries may be confirmed before the previous ledger's last ones.
-    Futures are queued in append order and completed from the head only. The first failed
+    Slots are queued in append order and completed from the head only. The first failed
     add fails it and every later one (with ``translate(error, ledger_id)``): nothing after
     an add whose fate is unknown is reported as written.
     """
 
     def __init__(self, translate: Callable[[BaseException, int], BKError]) -> None:
-        self._queue: deque[tuple[Future[int], Future[Position], int, int]] = deque()
+        self._queue: deque[_Slot] = deque()
         self._lock = threading.Lock()
         self._deliver = threading.RLock()
         self._translate = translate
         self._error: BKError | None = None
 
-    def push(self, inner: Future[int], ledger_id: int, ledger_index: int) -> Future[Position]:
-        """Queue the add ``inner`` (in append order); then call :meth:`watch` on it, outside
-        any lock of the caller (the callback may run at once, in the calling thread)."""
-        outer: Future[Position] = Future()
+    def push(self, slot: _Slot) -> None:
+        """Queue ``slot`` (in append order); it may already be decided."""
         with self._lock:
-            self._queue.append((inner, outer, ledger_id, ledger_index))
-        return outer
+            self._queue.append(slot)
+        if slot.done:
+            self._drain()
 
-    def watch(self, inner: Future[int]) -> None:
-        inner.add_done_callback(lambda _f: self._drain())
+    def complete(self, slot: _Slot, entry_id: int, error: BaseException | None) -> None:
+        """The ledger decided the add of ``slot`` (called in entry order per ledger)."""
+        slot.entry_id, slot.error = entry_id, error
+        slot.done = True
+        self._drain()
 
     def _drain(self) -> None:
         with self._deliver:  # one deliverer at a time keeps the order
             while True:
                 with self._lock:
-                    if not self._queue or not self._queue[0][0].done():
+                    if not self._queue or not self._queue[0].done:
                         return
-                    inner, outer, ledger_id, index = self._queue.popleft()
-                exc = inner.exception()
-                if exc is not None and self._error is None:
-                    self._error = self._translate(exc, ledger_id)
+                    slot = self._queue.popleft()
+                if slot.error is not None and self._error is None:
+                    self._error = self._translate(slot.error, slot.ledger_id)
                 try:
                     if self._error is not None:
-                        outer.set_exception(_copy_error(self._error))
+                        slot.outer.set_exception(_copy_error(self._error))
                     else:
-                        outer.set_result(Position(ledger_id, inner.result(), index))
+                        slot.outer.set_result(Position(slot.ledger_id, slot.entry_id,
+                                                       slot.index))
                 except InvalidStateError:  # the caller cancelled its future
                     pass
 
@@ -520,17 +535,20 @@ class LogWriter:
             ts = max(now_ms(), self._ts_floor)
             self._ts_floor = ts
             lh, index = self._lh, self._index
+            slot = _Slot(lh.id, index)
+            acks = self._acks
             try:
-                inner = lh.add_entry_async(encode_entry(payload, ts))
+                lh.add_entry_callback(encode_entry(payload, ts),
+                                      lambda eid, err: acks.complete(slot, eid, err))
             except LedgerFencedError:
                 raise _copy_error(self._set_error(self._lost_by_fencing(lh.id))) from None
-            fut = self._acks.push(inner, lh.id, index)
+            acks.push(slot)
+            fut = slot.outer
             self._last_ts = ts
             self._entries += 1
             self._bytes += len(payload)
             if self._roll_due():
                 self._wakeup.notify_all()
-        self._acks.watch(inner)
         return fut
 
     # ----------------------------------------------------------------- rolling

@@ -5,12 +5,11 @@ from __future__ import annotations
 import pickle
 import random
 import threading
-from concurrent.futures import Future
 from dataclasses import replace
 
 import pytest
 
-from bk_spark.core.log import _InOrderAcks
+from bk_spark.core.log import _InOrderAcks, _Slot
 from bk_spark.core.log_format import (
     FRAME_HEADER_SIZE,
     LedgerInfo,
@@ -284,33 +283,32 @@ def _acks() -> tuple[_InOrderAcks, list[tuple[BaseException, int]]]:
 
 def test_acknowledgements_cross_a_roll_in_append_order() -> None:
     acks, _ = _acks()
-    old = [Future() for _ in range(3)]
-    new = [Future() for _ in range(3)]
-    outs = [acks.push(f, 1, 0) for f in old] + [acks.push(f, 2, 1) for f in new]
-    for f in old + new:
-        acks.watch(f)
+    old = [_Slot(1, 0) for _ in range(3)]
+    new = [_Slot(2, 1) for _ in range(3)]
+    for slot in old + new:
+        acks.push(slot)
     order: list[Position] = []
-    for o in outs:
-        o.add_done_callback(lambda o: order.append(o.result()))
-    for i, f in enumerate(new):  # the new ledger confirms first
-        f.set_result(i)
+    for slot in old + new:
+        slot.outer.add_done_callback(lambda o: order.append(o.result()))
+    for i, slot in enumerate(new):  # the new ledger confirms first
+        acks.complete(slot, i, None)
     assert order == []
-    for i, f in enumerate(old):
-        f.set_result(i)
+    for i, slot in enumerate(old):
+        acks.complete(slot, i, None)
     assert order == [Position(1, 0, 0), Position(1, 1, 0), Position(1, 2, 0),
                      Position(2, 0, 1), Position(2, 1, 1), Position(2, 2, 1)]
 
 
 def test_after_a_failed_add_no_later_add_is_reported_written() -> None:
     acks, seen = _acks()
-    inner = [Future() for _ in range(4)]
-    outs = [acks.push(f, 1 if i < 2 else 2, 0 if i < 2 else 1) for i, f in enumerate(inner)]
-    for f in inner:
-        acks.watch(f)
-    inner[0].set_result(0)
-    inner[2].set_result(0)
-    inner[3].set_result(1)
-    inner[1].set_exception(LedgerFencedError("fenced"))
+    inner = [_Slot(1 if i < 2 else 2, 0 if i < 2 else 1) for i in range(4)]
+    for slot in inner:
+        acks.push(slot)
+    outs = [slot.outer for slot in inner]
+    acks.complete(inner[0], 0, None)
+    acks.complete(inner[2], 0, None)
+    acks.complete(inner[3], 1, None)
+    acks.complete(inner[1], -1, LedgerFencedError("fenced"))
     assert outs[0].result() == Position(1, 0, 0)
     for o in outs[1:]:
         with pytest.raises(BKError, match="lost at ledger 1"):
@@ -320,10 +318,10 @@ def test_after_a_failed_add_no_later_add_is_reported_written() -> None:
 
 def test_acknowledgements_stay_ordered_under_concurrent_completion() -> None:
     acks, _ = _acks()
-    inner = [Future() for _ in range(2000)]
-    outs = [acks.push(f, 1, 0) for f in inner]
-    for f in inner:
-        acks.watch(f)
+    inner = [_Slot(1, 0) for _ in range(2000)]
+    for slot in inner:
+        acks.push(slot)
+    outs = [slot.outer for slot in inner]
     order: list[int] = []
     lock = threading.Lock()
     for o in outs:
@@ -331,7 +329,7 @@ def test_acknowledgements_stay_ordered_under_concurrent_completion() -> None:
                                        lock.release()))
     ids = list(range(2000))
     random.Random(3).shuffle(ids)
-    threads = [threading.Thread(target=lambda part=ids[k::4]: [inner[i].set_result(i)
+    threads = [threading.Thread(target=lambda part=ids[k::4]: [acks.complete(inner[i], i, None)
                                                               for i in part])
                for k in range(4)]
     for t in threads:
