@@ -126,6 +126,30 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def wait_for_bookie(bookie_id: str, timeout: float, proc: subprocess.Popen | None = None
+                    ) -> None:
+    """Block until the bookie answers an ``Info`` RPC (its journal is replayed and it serves)."""
+    import grpc
+
+    from bk_spark.proto import bookie_pb2 as pb
+
+    deadline = time.monotonic() + max(timeout, 1.0)
+    with grpc.insecure_channel(bookie_id) as channel:
+        info = channel.unary_unary("/bkspark.v1.Bookie/Info",
+                                   request_serializer=pb.InfoRequest.SerializeToString,
+                                   response_deserializer=pb.InfoResponse.FromString)
+        while True:
+            if proc is not None and proc.poll() is not None:
+                raise SandboxError(f"bookie {bookie_id} exited with {proc.returncode} "
+                                   f"while starting")
+            try:
+                info(pb.InfoRequest(), timeout=1.0, wait_for_ready=True)
+                return
+            except grpc.RpcError as exc:
+                if time.monotonic() > deadline:
+                    raise SandboxError(f"bookie {bookie_id} does not answer: {exc}") from None
+
+
 class ZooKeeperServer:
     """One standalone ZooKeeper server process on 127.0.0.1."""
 
@@ -216,7 +240,10 @@ class BookieProcess:
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=detached)
         log.close()
+        deadline = time.monotonic() + timeout
         wait_for_port(self.port, timeout, self.proc)
+        if "--tls-cert" not in self.extra_args:
+            wait_for_bookie(self.bookie_id, deadline - time.monotonic(), self.proc)
         return self.proc.pid
 
     def stop(self) -> None:

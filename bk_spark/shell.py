@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
 import time
 from collections import deque
@@ -843,6 +844,16 @@ def log_tail(
         reader = bk.open_log_reader(name, where, password=password)
         err_console.print(f"tailing log {name!r} from {_pos(reader.position)} "
                           f"(Ctrl-C stops)", highlight=False)
+
+        def stop_now(_signum: int, _frame: object) -> None:
+            # A tail only reads (non-fencing): nothing to clean up, so Ctrl-C or SIGTERM ends
+            # the process at once instead of waiting out a long-poll inside gRPC.
+            sys.stdout.flush()
+            err_console.print(f"{n} records", highlight=False)
+            os._exit(0)
+
+        signal.signal(signal.SIGINT, stop_now)
+        signal.signal(signal.SIGTERM, stop_now)
         try:
             for r in reader.tail(timeout):
                 if as_json:

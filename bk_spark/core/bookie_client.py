@@ -115,7 +115,14 @@ class BookieClient:
         self.config = config or ClientConfig()
         opts = [("grpc.max_receive_message_length", 256 * MiB),
                 ("grpc.max_send_message_length", 256 * MiB),
-                ("grpc.enable_retries", 0)]
+                ("grpc.enable_retries", 0),
+                # A restarted bookie must be reachable again soon: gRPC's default reconnect
+                # backoff grows to minutes, and channels share subchannels (and their
+                # backoff) unless each has its own pool.
+                ("grpc.use_local_subchannel_pool", 1),
+                ("grpc.initial_reconnect_backoff_ms", 100),
+                ("grpc.min_reconnect_backoff_ms", 100),
+                ("grpc.max_reconnect_backoff_ms", 2000)]
         if self.config.tls is not None:
             self.channel = grpc.secure_channel(bookie_id, self.config.tls.credentials(), opts)
         else:
