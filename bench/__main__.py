@@ -319,9 +319,16 @@ def main() -> None:
                 print("== Spark (local[2], same sandbox)")
                 from bench.spark_bench import spark_bench
 
-                spark_bench(sb.metadata_service_uri, tmpd / "spark", res,
-                            rows=500_000 if quick else 2_000_000,
-                            raw_rows=50_000 if quick else 200_000)
+                try:
+                    spark_bench(sb.metadata_service_uri, tmpd / "spark", res,
+                                rows=500_000 if quick else 2_000_000,
+                                raw_rows=50_000 if quick else 200_000)
+                finally:  # stop Spark's workers (and their clients) before the sandbox
+                    from pyspark.sql import SparkSession
+
+                    active = SparkSession.getActiveSession()
+                    if active is not None:
+                        active.stop()
         finally:
             sb.stop()
     md = "# bench results\n\n" + time.strftime("%Y-%m-%d %H:%M") + "\n\n" + res.markdown()
