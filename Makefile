@@ -35,6 +35,12 @@ test-integration: install
 bench: install
 	$(PY) -m bench
 
+# Fault injection: 200 seeded long schedules against real processes (bookies killed, paused,
+# filled, corrupted; ZooKeeper restarted; writers and the Spark driver killed), checked by an
+# independent checker. Prints a summary; a failing schedule prints the command replaying it.
+faults: install
+	$(PY) -m bk_spark.faults --schedules 200
+
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check bk_spark/core bk_spark/errors.py || true

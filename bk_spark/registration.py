@@ -82,7 +82,8 @@ class BookieRegistration:
 
     def start(self) -> None:
         self.zk = connect_zk(self.msu)
-        self.zk.ensure_path(self.msu.readonly_path)
+        # Listen before the first registration: if ZooKeeper goes away during it, the next
+        # CONNECTED registers again (a transient connection loss must not stop the bookie).
         self.zk.add_listener(self._on_state)
         self._register()
 
@@ -100,11 +101,12 @@ class BookieRegistration:
             data = json.dumps({**self.info, "read_only": self.read_only}).encode()
             want, other = self._path(self.read_only), self._path(not self.read_only)
             try:
+                self.zk.ensure_path(self.msu.readonly_path)
                 self.zk.delete(other)
             except NoNodeError:
                 pass
             except Exception:  # connection trouble: the next CONNECTED retries
-                log.exception("could not remove %s", other)
+                log.exception("could not register %s yet", want)
                 return
             try:
                 self.zk.create(want, data, ephemeral=True, makepath=True)

@@ -638,7 +638,8 @@ class BookieStorage:
             ids: Sequence[int] = entry_ids
         else:
             ids = sorted(set(entry_ids))
-        if len(ids) and ids[0] < 0:
+        # not len(ids): a range of 2**63 ids (0..INT64_MAX) has no C-sized length
+        if ids and ids[0] < 0:
             raise InvalidRequestError(f"entry ids must be >= 0, got {ids[0]}")
         found: list[tuple[int, int]] = []
         missing: list[int] = []

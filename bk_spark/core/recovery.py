@@ -11,6 +11,9 @@ fencing.txt "Fencing internals"):
 3. Read forward from the highest LAC, writing every entry found back to its
    whole write quorum with the recovery flag, until an entry is absent from
    (Qw - Qa) + 1 bookies of its write set: it cannot have been acknowledged.
+   A bookie that cannot take the write-back is replaced, as BookKeeper's recovery
+   does: a new fragment from the first entry that missed its ack quorum, CASed while
+   the ledger is IN_RECOVERY (only a recoverer may still change the ensemble).
 4. CAS the state to CLOSED with the last entry found. Concurrent recoverers
    read the same replicated entries and their CASes converge on one last entry.
 """
@@ -28,12 +31,14 @@ from bk_spark.core.bookie_client import check_response
 from bk_spark.core.entry import EntryCodec
 from bk_spark.core.metadata import LedgerMetadata, LedgerState
 from bk_spark.core.metadata_store import Versioned
+from bk_spark.core.placement import replace_bookie
 from bk_spark.core.schedule import QuorumCoverageSet, RecoveryReadTally, write_set
 from bk_spark.errors import (
     BKError,
     BookieUnavailableError,
     DigestMismatchError,
     NoSuchLedgerError,
+    ReadOnlyError,
     UnauthorizedError,
 )
 from bk_spark.proto import bookie_pb2 as pb
@@ -66,7 +71,7 @@ def recover_ledger(bk: BookKeeper, md: Versioned[LedgerMetadata], codec: EntryCo
     # Step 2: fence the last fragment.
     max_lac = fence_last_fragment(bk, m, master_key)
     # Step 3: read forward from the highest LAC, writing back what is found.
-    last, length = _read_forward(bk, m, codec, master_key, max_lac)
+    last, length = _read_forward(bk, md, codec, master_key, max_lac)
     # Step 4: CLOSED at the last entry found; converge with concurrent recoverers.
     log.info("ledger %d recovered: last entry %d, %d bytes", lid, last, length)
     return bk.metadata_store.update(
@@ -115,9 +120,13 @@ def fence_last_fragment(bk: BookKeeper, m: LedgerMetadata, master_key: bytes) ->
         return int(state["max_lac"])
 
 
-def _read_forward(bk: BookKeeper, m: LedgerMetadata, codec: EntryCodec, master_key: bytes,
-                  max_lac: int) -> tuple[int, int]:
-    """Seed step 3; returns (last entry, ledger length)."""
+def _read_forward(bk: BookKeeper, md: Versioned[LedgerMetadata], codec: EntryCodec,
+                  master_key: bytes, max_lac: int) -> tuple[int, int]:
+    """Seed step 3; returns (last entry, ledger length).
+
+    Reads go to the fragments as they were when recovery started (``m``); write-backs to
+    the fragments as they are now (a write-back may have replaced a bookie)."""
+    m = md.value
     E, Qw, Qa = m.ensemble_size, m.write_quorum_size, m.ack_quorum_size
     # Start at the LAC itself (not LAC + 1) so the length of the last entry is known.
     next_id = max(max_lac, 0)
@@ -181,29 +190,68 @@ def _read_forward(bk: BookKeeper, m: LedgerMetadata, codec: EntryCodec, master_k
                 raise RecoveryError(
                     f"ledger {m.ledger_id}: cannot tell whether entry {e} exists (too many "
                     f"bookies of its write set unavailable); retry when bookies are back")
-        write_back(bk, m, master_key, to_write)
+        md = write_back(bk, md, master_key, to_write)
+        if md.value.is_closed:  # another recoverer finished first: step 4 converges on it
+            return md.value.last_entry_id, md.value.length
         if stop:
             return last, length
         next_id += batch
         batch = min(batch * 4, MAX_BATCH)
 
 
-def write_back(bk: BookKeeper, m: LedgerMetadata, master_key: bytes,
-               entries: list[pb.Entry]) -> None:
-    """Write ``entries`` to their whole write quorums (recovery flag); wait for Qa each."""
-    if not entries:
-        return
+def write_back(bk: BookKeeper, md: Versioned[LedgerMetadata], master_key: bytes,
+               entries: list[pb.Entry]) -> Versioned[LedgerMetadata]:
+    """Write ``entries`` to their whole write quorums (recovery flag); wait for Qa each.
+
+    Bookies of the last fragment that cannot take them (unavailable, readonly) are replaced
+    by a new fragment starting at the first entry that missed its ack quorum, and the
+    entries from there are written again to their new write quorums. Returns the metadata
+    as it is now (CLOSED if another recoverer closed the ledger meanwhile).
+    """
+    replaced: set[str] = set()
+    for _attempt in range(md.value.ensemble_size + 1):
+        failed, bad = _write_back_once(bk, md.value, master_key, entries)
+        if not failed:
+            return md
+        first = min(failed)
+        m = md.value
+        last_start, last_ensemble = m.ensembles[-1]
+        errors = bad[first]
+        broken = {i: b for i, b in enumerate(last_ensemble)
+                  if any(isinstance(err, _REPLACEABLE) for b2, err in errors if b2 == b)}
+        if first < last_start or not broken:
+            raise BookieUnavailableError(
+                f"ledger {m.ledger_id}: could not write back entry {first} to an ack quorum "
+                f"({'; '.join(f'{b}: {err}' for b, err in errors)})")
+        replaced.update(broken.values())
+        log.warning("ledger %d: recovery replaces %s from entry %d", m.ledger_id,
+                    sorted(broken.values()), first)
+        md = _replace_for_write_back(bk, md, first, broken, replaced)
+        if md.value.is_closed:
+            return md
+        entries = [e for e in entries if e.entry_id >= first]
+    raise RecoveryError(f"ledger {md.value.ledger_id}: write-back kept failing after "
+                        f"replacing {sorted(replaced)}; retry when bookies are back")
+
+
+_REPLACEABLE = (BookieUnavailableError, ReadOnlyError)
+
+
+def _write_back_once(bk: BookKeeper, m: LedgerMetadata, master_key: bytes,
+                     entries: list[pb.Entry]
+                     ) -> tuple[list[int], dict[int, list[tuple[str, BKError]]]]:
+    """One round of write-backs: the entries that missed Qa, and each entry's errors."""
     E, Qw, Qa = m.ensemble_size, m.write_quorum_size, m.ack_quorum_size
     cv = threading.Condition()
     ok: dict[int, int] = defaultdict(int)
-    bad: dict[int, list[str]] = defaultdict(list)
+    bad: dict[int, list[tuple[str, BKError]]] = defaultdict(list)
 
     def cb(eid: int, bookie: str, err: BKError | None) -> None:
         with cv:
             if err is None:
                 ok[eid] += 1
             else:
-                bad[eid].append(f"{bookie}: {err}")
+                bad[eid].append((bookie, err))
             cv.notify_all()
 
     for ent in entries:
@@ -220,8 +268,24 @@ def write_back(bk: BookKeeper, m: LedgerMetadata, master_key: bytes,
     with cv:
         if not cv.wait_for(finished, timeout=bk.config.client.add_timeout_s + 5):
             raise RecoveryError(f"ledger {m.ledger_id}: write-back timed out")
-        failed = [e.entry_id for e in entries if ok[e.entry_id] < Qa]
-    if failed:
-        raise BookieUnavailableError(
-            f"ledger {m.ledger_id}: could not write back entry {failed[0]} to an ack quorum "
-            f"({'; '.join(bad[failed[0]])})")
+        return [e.entry_id for e in entries if ok[e.entry_id] < Qa], dict(bad)
+
+
+def _replace_for_write_back(bk: BookKeeper, md: Versioned[LedgerMetadata], first: int,
+                            broken: dict[int, str], exclude: set[str]
+                            ) -> Versioned[LedgerMetadata]:
+    """CAS a new fragment from ``first`` without the ``broken`` bookies (index -> bookie)
+    while the ledger is IN_RECOVERY; a CLOSED ledger is returned as it is."""
+    available = bk.writable_bookies()
+
+    def needs_change(m: LedgerMetadata) -> bool:
+        return not m.is_closed and any(m.last_ensemble[i] == b for i, b in broken.items())
+
+    def make_change(m: LedgerMetadata) -> LedgerMetadata:
+        ensemble = list(m.last_ensemble)
+        for i, b in broken.items():
+            if ensemble[i] == b:
+                ensemble[i] = replace_bookie(ensemble, i, available, exclude=exclude)
+        return m.with_ensemble_change(max(first, m.ensembles[-1][0]), ensemble)
+
+    return bk.metadata_store.update(md.value.ledger_id, needs_change, make_change, current=md)

@@ -1,0 +1,803 @@
+"""Running schedules against one shared :class:`FaultCluster`, and the run's summary.
+
+One schedule, in order:
+
+1. start the writer processes of its workload and a tailing observer (its own client,
+   non-fencing reads only, recording what it read);
+2. inject every fault at its time and undo it after its duration (fences and takeovers run
+   in threads so a slow recovery does not delay the rest of the timeline); halfway through,
+   check that a wrong password can neither open, fence nor add;
+3. heal the cluster (bookies killed "forever" stay down), stop the writers with SIGTERM (they
+   finish, close and exit) and the observer;
+4. check (checker.py) with two fresh clients: A recovers every ledger and log, B reads them
+   without fencing; then restart the bookie killed forever and delete the schedule's
+   ledgers and logs, so the next schedule starts from a healthy cluster.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bk_spark.core.bookie_client import ClientConfig
+from bk_spark.core.client import BookKeeper, BookKeeperConfig
+from bk_spark.core.digest import master_key
+from bk_spark.core.log import delete_log, open_log_reader, open_log_writer
+from bk_spark.core.reader import ReadHandle
+from bk_spark.errors import BKError, UnauthorizedError
+from bk_spark.faults import checker
+from bk_spark.faults.checker import Findings, LogRecordRead
+from bk_spark.faults.cluster import FaultCluster, FaultInjectionError, signal_pid
+from bk_spark.faults.plan import (
+    Fault,
+    FaultKind,
+    LedgerWriterSpec,
+    LogWriterSpec,
+    Schedule,
+    bookie_index,
+)
+from bk_spark.faults.transcript import WriterTold, parse
+from bk_spark.faults.writers import PASSWORD
+from bk_spark.proto import bookie_pb2 as pb
+from bk_spark.registration import list_bookies
+
+WRONG_PASSWORD = b"not-the-password"
+WRITER_STOP_TIMEOUT = 40.0  # a writer drains adds (<= 18 s each when stuck) and closes
+ROLL_WAIT = 3.0
+
+
+def replay_command(seed: int, mode: str = "long", spark: bool = False) -> str:
+    """The one command that replays the schedule of ``seed``."""
+    extra = (" --mode short" if mode == "short" else "") + (" --spark" if spark else "")
+    return f"PYTHONPATH=. python -m bk_spark.faults --seed {seed}{extra}"
+
+
+def client(uri: str, timeout: float = 3.0) -> BookKeeper:
+    return BookKeeper(uri, BookKeeperConfig(client=ClientConfig(add_timeout_s=timeout,
+                                                                read_timeout_s=timeout)))
+
+
+# ================================================================================ writers
+
+
+class WriterProc:
+    """One writer process; a thread collects its stdout lines as they come."""
+
+    def __init__(self, args: list[str], tag: str, log_dir: Path) -> None:
+        self.tag = tag
+        env = {**os.environ,
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[2]),
+                                                           os.environ.get("PYTHONPATH")]))}
+        self.stderr_path = log_dir / f"{tag}.stderr"
+        with open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "bk_spark.faults.writers", *args],
+                stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True,
+                env=env)
+        self.lines: list[str] = []
+        self.out_path = log_dir / f"{tag}.out"
+        self.ledgers: list[int] = []  # ledgers it announced, in order
+        self.paused = False
+        self._cv = threading.Condition()
+        self._reader = threading.Thread(target=self._collect, daemon=True,
+                                        name=f"writer-{tag}-stdout")
+        self._reader.start()
+
+    def _collect(self) -> None:
+        assert self.proc.stdout is not None
+        with open(self.out_path, "w") as out:
+            for line in self.proc.stdout:
+                out.write(line)
+                self._add_line(line.rstrip("\n"))
+
+    def _add_line(self, line: str) -> None:
+        with self._cv:
+            self.lines.append(line)
+            w = line.split()
+            if len(w) >= 3 and w[0] in ("ledger", "open"):
+                try:
+                    self.ledgers.append(int(w[1] if w[0] == "ledger" else w[2]))
+                except ValueError:
+                    pass
+            self._cv.notify_all()
+
+    def wait_for_line(self, prefix: str, after: int, timeout: float) -> bool:
+        with self._cv:
+            return self._cv.wait_for(
+                lambda: any(x.startswith(prefix) for x in self.lines[after:]), timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def signal(self, sig: signal.Signals) -> bool:
+        return self.alive and signal_pid(self.proc.pid, sig)
+
+    def kill9(self) -> None:
+        if self.alive:
+            self.proc.kill()
+        self.proc.wait()
+        self._reader.join(5)
+
+    def stop(self) -> None:
+        """SIGCONT (it may be paused), then SIGTERM."""
+        self.signal(signal.SIGCONT)
+        self.paused = False
+        self.signal(signal.SIGTERM)
+
+    def wait(self, timeout: float) -> bool:
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        self._reader.join(5)
+        return True
+
+    def zk_session(self) -> tuple[int, bytes] | None:
+        with self._cv:
+            for line in reversed(self.lines):
+                w = line.split()
+                if len(w) == 3 and w[0] == "zk":
+                    try:
+                        return int(w[1], 16), bytes.fromhex(w[2])
+                    except ValueError:
+                        continue
+        return None
+
+    def told(self, kind: str, log: str | None) -> WriterTold:
+        with self._cv:
+            lines = list(self.lines)
+        return parse(kind, self.tag, lines, log)
+
+
+class WriterSlot:
+    """A workload writer: the process now running it and the ones before (killed)."""
+
+    def __init__(self, spec: LedgerWriterSpec | LogWriterSpec, uri: str, log_dir: Path) -> None:
+        self.spec = spec
+        self.uri = uri
+        self.log_dir = log_dir
+        self.kind = "ledger" if isinstance(spec, LedgerWriterSpec) else "log"
+        self.procs: list[WriterProc] = []
+
+    @property
+    def current(self) -> WriterProc | None:
+        return self.procs[-1] if self.procs else None
+
+    @property
+    def log(self) -> str | None:
+        return self.spec.log if isinstance(self.spec, LogWriterSpec) else None
+
+    def spawn(self) -> WriterProc:
+        s = self.spec
+        tag = f"{s.name}-{len(self.procs) + 1}"
+        quorum = f"{s.ensemble},{s.write_quorum},{s.ack_quorum}"
+        if isinstance(s, LedgerWriterSpec):
+            args = ["ledger", self.uri, tag, "--quorum", quorum,
+                    "--entries-per-ledger", str(s.entries_per_ledger)]
+        else:
+            args = ["log", self.uri, tag, s.log, "--quorum", quorum,
+                    "--roll-every", str(s.roll_every), "--roll-pause", "0.3"]
+        p = WriterProc(args, tag, self.log_dir)
+        self.procs.append(p)
+        return p
+
+    def all_told(self) -> list[WriterTold]:
+        return [p.told(self.kind, self.log) for p in self.procs]
+
+
+# ================================================================================ observer
+
+
+class Observer:
+    """A tailing reader with its own client: reads every ledger up to its LAC and every log
+    with a log reader, without fencing, and keeps what it read (checked against the end)."""
+
+    def __init__(self, uri: str, ledgers: Callable[[], list[int]], logs: list[str]) -> None:
+        self.uri = uri
+        self._ledgers = ledgers
+        self._logs = logs
+        self.ledger_reads: dict[int, list[bytes]] = {}
+        self.log_reads: dict[str, list[list[LogRecordRead]]] = {name: [] for name in logs}
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="observer")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+    def _run(self) -> None:
+        try:
+            bk = client(self.uri)
+        except Exception:  # noqa: BLE001 - ZooKeeper down at the start: nothing observed
+            return
+        handles: dict[int, ReadHandle] = {}
+        readers: dict[str, object] = {}
+        try:
+            while not self._stop.wait(0.3):
+                for lid in self._ledgers():
+                    try:
+                        self._poll_ledger(bk, handles, lid)
+                    except Exception:  # noqa: BLE001 - faults: try again next round
+                        handles.pop(lid, None)
+                        self.errors += 1
+                for name in self._logs:
+                    try:
+                        self._poll_log(bk, readers, name)
+                    except Exception:  # noqa: BLE001
+                        readers.pop(name, None)
+                        self.errors += 1
+        finally:
+            threading.Thread(target=bk.close, daemon=True).start()
+
+    def _poll_ledger(self, bk: BookKeeper, handles: dict[int, ReadHandle], lid: int) -> None:
+        rh = handles.get(lid)
+        if rh is None:
+            rh = handles[lid] = bk.open_ledger(lid, PASSWORD, recovery=False)
+        seen = self.ledger_reads.setdefault(lid, [])
+        lac = rh.read_last_add_confirmed()
+        if lac >= len(seen):
+            for e in rh.iter_entries(len(seen), min(lac, len(seen) + 999)):
+                seen.append(e.payload)
+
+    def _poll_log(self, bk: BookKeeper, readers: dict[str, object], name: str) -> None:
+        r = readers.get(name)
+        if r is None:
+            r = readers[name] = open_log_reader(bk, name, "earliest", password=PASSWORD)
+            self.log_reads[name].append([])
+        out = self.log_reads[name][-1]
+        for n, rec in enumerate(r.read_available()):  # type: ignore[attr-defined]
+            out.append((rec.position.ledger_id, rec.position.entry_id, rec.payload))
+            if n >= 999 or self._stop.is_set():
+                break
+
+
+# ================================================================================ results
+
+
+@dataclass
+class ScheduleResult:
+    schedule: Schedule
+    findings: Findings
+    injected: Counter
+    skipped: Counter
+    elapsed: float
+    events: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.findings.ok
+
+    def report(self) -> str:
+        s = self.schedule
+        head = (f"schedule seed={s.seed}: {'ok' if self.ok else 'FAILED'} in "
+                f"{self.elapsed:.1f}s, {self.findings.acknowledged} acknowledged")
+        if self.ok:
+            return head
+        lines = [head, s.describe(), "  findings:"]
+        lines += [f"    {m}" for m in self.findings.messages]
+        lines += ["  events:"] + [f"    {e}" for e in self.events[-60:]]
+        lines.append(f"  replay: {replay_command(s.seed, s.mode, s.spark)}")
+        return "\n".join(lines)
+
+
+@dataclass
+class Summary:
+    """Totals over a run of schedules (what ``make faults`` and ``make test`` print)."""
+
+    schedules: int = 0
+    failed: list[int] = field(default_factory=list)
+    replays: list[str] = field(default_factory=list)
+    injected: Counter = field(default_factory=Counter)
+    skipped: Counter = field(default_factory=Counter)
+    findings: Findings = field(default_factory=Findings)
+    elapsed: float = 0.0
+    wrong_password_refusals: int = 0
+    mode: str = "short"
+
+    def add(self, r: ScheduleResult) -> None:
+        self.schedules += 1
+        if not r.ok:
+            self.failed.append(r.schedule.seed)
+            s = r.schedule
+            self.replays.append(replay_command(s.seed, s.mode, s.spark))
+        self.injected.update(r.injected)
+        self.skipped.update(r.skipped)
+        self.findings.merge(r.findings)
+        self.elapsed += r.elapsed
+        self.wrong_password_refusals += r.findings.counts["wrong_password_refused"]
+
+    def render(self) -> str:
+        f = self.findings
+        c = f.counts
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted(self.injected.items()))
+        skipped = ", ".join(f"{k} {n}" for k, n in sorted(self.skipped.items())) or "none"
+        lines = [
+            "=" * 78,
+            f"fault schedules run: {self.schedules} ({self.mode} mode, {self.elapsed:.0f}s), "
+            f"failed: {len(self.failed)}"
+            + (f" (seeds {', '.join(map(str, self.failed))})" if self.failed else ""),
+            f"faults injected: {sum(self.injected.values())} ({kinds})",
+            f"faults skipped (victim not in a suitable state): {skipped}",
+            f"acknowledged entries: {f.acknowledged} (ledger adds {f.ledger_acks}, "
+            f"log appends {f.log_acks})",
+            f"lost: {c['lost']}   divergent reads: {c['divergent']}   "
+            f"duplicates: {c['duplicates']}",
+            f"successes after fencing: {c['fence_violations']}   interleaved: "
+            f"{c['interleaved']}   corrupt: {c['corrupt']}   bookie crashes: "
+            f"{c['bookie_crashes']}   stalled writers: {c['stalled_writers']}",
+            f"wrong-password operations refused: {self.wrong_password_refusals}, "
+            f"accepted: {c['wrong_password']}",
+        ]
+        if c["spark_runs"]:
+            lines.append(f"spark sink runs: {c['spark_runs']}, driver kills: "
+                         f"{c['spark_driver_kills']}, output mismatches: "
+                         f"{c['spark_mismatch']}")
+        for seed, command in zip(self.failed, self.replays, strict=True):
+            lines.append(f"  replay failed seed {seed}: {command}")
+        lines.append("=" * 78)
+        return "\n".join(lines)
+
+
+# ================================================================================ runner
+
+
+class Runner:
+    """Runs schedules on one shared cluster (see the module docstring)."""
+
+    def __init__(self, cluster: FaultCluster, work_dir: Path,
+                 log: Callable[[str], None] | None = None) -> None:
+        self.cluster = cluster
+        self.work_dir = Path(work_dir)
+        self.log = log or (lambda _line: None)
+
+    # ---------------------------------------------------------------- one schedule
+    def run(self, schedule: Schedule) -> ScheduleResult:
+        t_start = time.monotonic()
+        run = _ScheduleRun(self, schedule)
+        try:
+            run.execute()
+        finally:
+            run.cleanup()
+        result = ScheduleResult(schedule, run.findings, run.injected, run.skipped,
+                                time.monotonic() - t_start, run.events)
+        self.log(result.report())
+        return result
+
+
+class _ScheduleRun:
+    """The state of one schedule while it runs."""
+
+    def __init__(self, runner: Runner, schedule: Schedule) -> None:
+        self.runner = runner
+        self.cluster = runner.cluster
+        self.schedule = schedule
+        self.findings = Findings()
+        self.injected: Counter = Counter()
+        self.skipped: Counter = Counter()
+        self.events: list[str] = []
+        self.t0 = time.monotonic()
+        self.log_dir = runner.work_dir / f"seed-{schedule.seed}"
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        uri = self.cluster.uri
+        self.slots = {spec.name: WriterSlot(spec, uri, self.log_dir)
+                      for spec in (*schedule.ledger_writers, *schedule.log_writers)}
+        self.threads: list[threading.Thread] = []
+        self.observer: Observer | None = None
+        self.spark = None
+        self._counted_as: FaultKind | None = None  # the kind a fault really was
+
+    def event(self, text: str) -> None:
+        self.events.append(f"t={time.monotonic() - self.t0:6.2f}s {text}")
+
+    # ---------------------------------------------------------------- timeline
+    def execute(self) -> None:
+        s = self.schedule
+        self.event("before start: " + (", ".join(self.cluster.heal()) or "healthy"))
+        self.cluster.wait_writable()
+        if s.spark:
+            from bk_spark.faults.spark_sink import SparkSinkWorkload
+
+            self.spark = SparkSinkWorkload(self.cluster.uri, s, self.log_dir)
+            bk = client(self.cluster.uri)
+            try:
+                self.spark.start(bk)
+            finally:
+                bk.close()
+            self.event(f"spark: query running after {time.monotonic() - self.t0:.0f}s")
+        for slot in self.slots.values():
+            slot.spawn()
+        self.observer = Observer(self.cluster.uri, self._all_ledgers, s.logs)
+        self.observer.start()
+        self.t0 = time.monotonic()
+        actions: list[tuple[float, int, str, Fault]] = []
+        for i, f in enumerate(s.faults):
+            actions.append((f.at, i, "inject", f))
+            if 0 < f.duration < math.inf:
+                actions.append((f.end, i, "undo", f))
+        actions.sort(key=lambda a: (a[0], a[1], a[2] == "inject"))
+        wrong_pw_at = s.duration / 2
+        for at, _i, phase, fault in actions:
+            if wrong_pw_at is not None and wrong_pw_at <= at:
+                self._sleep_until(wrong_pw_at)
+                self._background("wrong-password", self._wrong_password_live)
+                wrong_pw_at = None
+            self._sleep_until(at)
+            self._act(phase, fault)
+        if wrong_pw_at is not None:
+            self._sleep_until(wrong_pw_at)
+            self._background("wrong-password", self._wrong_password_live)
+        self._sleep_until(s.duration)
+        for t in self.threads:
+            if not t.name.startswith("spark"):
+                t.join(60)
+        self._finish_workload()
+        for t in self.threads:  # a driver kill waits for a committed batch: minutes
+            t.join(600)
+        self._check()
+
+    def _sleep_until(self, at: float) -> None:
+        delay = self.t0 + at - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+
+    def _background(self, name: str, fn: Callable[[], None]) -> None:
+        def run() -> None:
+            try:
+                fn()
+            except Exception as exc:  # noqa: BLE001 - a failed fence is an event, no more
+                self.event(f"{name} failed: {exc!r}")
+
+        t = threading.Thread(target=run, daemon=True, name=name)
+        t.start()
+        self.threads.append(t)
+
+    def _all_ledgers(self) -> list[int]:
+        return [lid for slot in self.slots.values() if slot.kind == "ledger"
+                for p in slot.procs for lid in list(p.ledgers)]
+
+    # ---------------------------------------------------------------- faults
+    def _act(self, phase: str, f: Fault) -> None:
+        self._counted_as = None
+        try:
+            detail = (self._inject(f) if phase == "inject" else self._undo(f)) or ""
+        except FaultInjectionError as exc:
+            if phase == "inject":
+                self.skipped[f.kind.value] += 1
+            self.event(f"{phase} {f.kind.value} {f.target} skipped: {exc}")
+            return
+        except Exception as exc:  # noqa: BLE001 - ZooKeeper away etc.: the schedule goes on
+            if phase == "inject":
+                self.skipped[f.kind.value] += 1
+            self.event(f"{phase} {f.kind.value} {f.target} failed: {exc!r}")
+            return
+        if phase == "inject":
+            self.injected[(self._counted_as or f.kind).value] += 1
+        self.event(f"{phase} {f.kind.value} {f.target} {detail}".rstrip())
+
+    def _inject(self, f: Fault) -> str | None:
+        c = self.cluster
+        k = f.kind
+        if k in (FaultKind.BOOKIE_KILL, FaultKind.BOOKIE_KILL_FOREVER):
+            c.kill(bookie_index(f.target), forever=k == FaultKind.BOOKIE_KILL_FOREVER)
+        elif k == FaultKind.BOOKIE_PAUSE:
+            c.pause(bookie_index(f.target))
+        elif k == FaultKind.BOOKIE_DISK_FULL:
+            limit = c.fill_disk(bookie_index(f.target), int(f.param("headroom_kib", 0)))
+            return f"--max-disk-bytes {limit}"
+        elif k == FaultKind.ENTRY_LOG_CORRUPTION:
+            return c.corrupt_entry_log(bookie_index(f.target), int(f.param("bytes", 1)),
+                                       int(f.param("salt", 0)))
+        elif k == FaultKind.JOURNAL_TAIL_TRUNCATION:
+            return c.tear_journal_tail(bookie_index(f.target), str(f.param("tear", "cut")),
+                                       int(f.param("salt", 0)))
+        elif k == FaultKind.ZK_RESTART:
+            c.stop_zookeeper()
+        elif k == FaultKind.ZK_EXPIRE_BOOKIE:
+            return c.expire_bookie_session(bookie_index(f.target))
+        elif k == FaultKind.ZK_EXPIRE_WRITER:
+            p = self._writer(f.target)
+            session = p.zk_session()
+            if session is None:
+                raise FaultInjectionError(f"{p.tag} printed no ZooKeeper session yet")
+            c.expire_session(*session)
+            return f"{p.tag} session {session[0]:x}"
+        elif k in (FaultKind.WRITER_KILL, FaultKind.WRITER_KILL_MID_ROLL):
+            p = self._writer(f.target)
+            mid_roll = False
+            if k == FaultKind.WRITER_KILL_MID_ROLL:
+                mid_roll = p.wait_for_line("roll-cas", len(p.lines), ROLL_WAIT)
+            p.kill9()
+            if k == FaultKind.WRITER_KILL_MID_ROLL and not mid_roll:
+                self._counted_as = FaultKind.WRITER_KILL
+                return f"{p.tag} (no roll within {ROLL_WAIT}s: killed mid-stream)"
+            return p.tag
+        elif k == FaultKind.WRITER_PAUSE_FENCE:
+            p = self._writer(f.target)
+            p.signal(signal.SIGSTOP)
+            p.paused = True
+            self._background(f"fence {f.target}", lambda: self._fence(f.target, p))
+            return p.tag
+        elif k == FaultKind.FENCE:
+            p = self._writer(f.target)
+            self._background(f"fence {f.target}", lambda: self._fence(f.target, p))
+            return p.tag
+        elif k == FaultKind.SPARK_DRIVER_KILL:
+            if self.spark is None:
+                raise FaultInjectionError("no spark workload")
+            self._background("spark-driver-kill", lambda: self._spark_kill(f))
+            return "(once the driver committed a batch)"
+        return None
+
+    def _undo(self, f: Fault) -> str | None:
+        c = self.cluster
+        k = f.kind
+        if k in (FaultKind.BOOKIE_KILL, FaultKind.JOURNAL_TAIL_TRUNCATION):
+            i = bookie_index(f.target)
+            if c.slots[i].state == "killed":
+                c.restart(i)
+        elif k == FaultKind.BOOKIE_PAUSE:
+            i = bookie_index(f.target)
+            if c.slots[i].state == "paused":
+                c.resume(i)
+        elif k == FaultKind.ZK_RESTART:
+            c.start_zookeeper()
+        elif k in (FaultKind.WRITER_KILL, FaultKind.WRITER_KILL_MID_ROLL):
+            return self.slots[f.target].spawn().tag
+        elif k == FaultKind.WRITER_PAUSE_FENCE:
+            for t in self.threads:  # let the fence finish while the writer is stopped
+                if t.name == f"fence {f.target}":
+                    t.join(30)
+            p = self.slots[f.target].current
+            if p is not None:
+                p.signal(signal.SIGCONT)
+                p.paused = False
+        return None
+
+    def _spark_kill(self, f: Fault) -> None:
+        """kill -9 the Spark driver once it committed a batch, restart it ``f.duration``
+        later from its checkpoint (all in the background: the JVM takes its time)."""
+        assert self.spark is not None
+        bk = client(self.cluster.uri)
+        try:
+            delay = float(f.param("after_commit_s", 0.0) or 0.0)
+            self.event(f"spark: {self.spark.kill_driver(bk, delay)}")
+            time.sleep(f.duration)
+            self.event(f"spark: {self.spark.restart_driver()}")
+        finally:
+            bk.close()
+
+    def _writer(self, name: str) -> WriterProc:
+        p = self.slots[name].current
+        if p is None or not p.alive:
+            raise FaultInjectionError(f"writer {name} is not running")
+        return p
+
+    def _fence(self, name: str, p: WriterProc) -> None:
+        """Fence what writer ``p`` writes: recover its current ledger, or take over its log
+        (open a writer of our own, which fences the last two ledgers, and close it)."""
+        slot = self.slots[name]
+        bk = client(self.cluster.uri)
+        try:
+            if slot.kind == "ledger":
+                if not p.ledgers:
+                    raise FaultInjectionError(f"{p.tag} has no ledger yet")
+                lid = p.ledgers[-1]
+                rh = checker.retrying(lambda: bk.open_ledger(lid, PASSWORD, recovery=True),
+                                      10.0)
+                self.event(f"fenced ledger {lid} of {p.tag}: closed at "
+                           f"{rh.last_add_confirmed}")
+            else:
+                log = slot.log
+                assert log is not None
+
+                def take_over() -> int:
+                    w = open_log_writer(bk, log, create_if_missing=False, password=PASSWORD)
+                    lid = w.ledger_id
+                    w.close()
+                    return lid
+
+                lid = checker.retrying(take_over, 10.0)
+                self.event(f"took log {log} over from {p.tag} (harness ledger {lid})")
+        finally:
+            bk.close()
+
+    # ---------------------------------------------------------------- wrong password
+    def _wrong_password_live(self) -> None:
+        ledgers = self._all_ledgers()
+        if not ledgers:
+            self.event("wrong-password check: no ledger yet")
+            return
+        self._wrong_password(ledgers[-1])
+
+    def _wrong_password(self, lid: int) -> None:
+        """A client with the wrong password can neither open, fence nor add."""
+        bk = client(self.cluster.uri)
+        refused, accepted = 0, []
+        try:
+            for recovery in (True, False):
+                try:
+                    bk.open_ledger(lid, WRONG_PASSWORD, recovery=recovery)
+                    accepted.append(f"ledger {lid} opened (recovery={recovery}) with a wrong "
+                                    f"password")
+                except UnauthorizedError:
+                    refused += 1
+            wrong = master_key(WRONG_PASSWORD)
+            for b in bk.ledger_metadata(lid).last_ensemble:
+                bc = bk.bookies.get(b)
+                try:
+                    bc.read_lac(lid)  # only bookies that hold the ledger already
+                except BKError:
+                    continue
+                attempts: list[tuple[str, Callable[[], object]]] = [
+                    ("fence", lambda bc=bc: bc.fence(lid, wrong)),
+                    ("fencing read", lambda bc=bc: bc.read_entries(
+                        lid, entry_ids=[0], fence=True, master_key=wrong)),
+                    ("add", lambda bc=bc: _add_sync(bc, lid, wrong)),
+                ]
+                for what, op in attempts:
+                    try:
+                        op()
+                        accepted.append(f"bookie {b} accepted a {what} of ledger {lid} with a "
+                                        f"wrong master key")
+                    except UnauthorizedError:
+                        refused += 1
+                    except BKError as exc:
+                        self.event(f"wrong-password {what} on {b}: {exc!r}")
+        finally:
+            bk.close()
+        self.findings.counts["wrong_password_refused"] += refused
+        self.findings.add("wrong_password", accepted)
+        self.event(f"wrong-password check on ledger {lid}: {refused} refused, "
+                   f"{len(accepted)} accepted")
+
+    # ---------------------------------------------------------------- end of schedule
+    def _finish_workload(self) -> None:
+        crashed = [f"bookie-{s.index} (pid {s.process.pid}) died on its own"
+                   for s in self.cluster.slots
+                   if s.state in ("up", "paused") and s.process.proc is not None
+                   and s.process.proc.poll() is not None]
+        self.findings.add("bookie_crashes", crashed)
+        try:
+            readonly = [b.bookie_id for b in list_bookies(self.cluster.uri) if b.read_only]
+            if readonly:
+                self.event(f"readonly before healing: {readonly}")
+        except Exception:  # noqa: BLE001 - only a note
+            pass
+        healed = self.cluster.heal(keep_forever=True)
+        self.event("healed: " + (", ".join(healed) or "nothing to heal"))
+        try:
+            self.cluster.wait_writable(60)
+        except FaultInjectionError as exc:
+            self.event(f"after healing: {exc}")
+        time.sleep(0.5)  # writers make progress on the healed cluster
+        procs = [p for slot in self.slots.values() for p in slot.procs if p.alive]
+        for p in procs:
+            p.stop()
+        stalled = []
+        deadline = time.monotonic() + WRITER_STOP_TIMEOUT
+        for p in procs:
+            if not p.wait(max(0.1, deadline - time.monotonic())):
+                stalled.append(f"{p.tag} did not finish within {WRITER_STOP_TIMEOUT:.0f}s of "
+                               f"SIGTERM (last lines {p.lines[-3:]}); killed")
+                p.kill9()
+        for slot in self.slots.values():
+            for t in slot.all_told():
+                stalled += [f"{t.tag}: add {x} neither succeeded nor failed" for x in t.stuck]
+        self.findings.add("stalled_writers", stalled)
+        if self.observer is not None:
+            self.observer.stop()
+        self.event(f"writers stopped; observer read {len(self.observer.ledger_reads or {})} "
+                   f"ledgers with {self.observer.errors} transient errors"
+                   if self.observer else "writers stopped")
+
+    def _check(self) -> None:
+        uri = self.cluster.uri
+        a, b = client(uri, 5.0), client(uri, 5.0)
+        try:
+            self._check_with(a, b)
+        finally:
+            a.close()
+            b.close()
+
+    def _check_with(self, a: BookKeeper, b: BookKeeper) -> None:
+        obs = self.observer
+        closed_ledgers = []
+        for slot in self.slots.values():
+            if slot.kind != "ledger":
+                continue
+            for told in slot.all_told():
+                for lid in told.ledgers:
+                    ra = checker.read_ledger(a, lid, recovery=True)
+                    rb = checker.read_ledger(b, lid, recovery=False)
+                    observed = obs.ledger_reads.get(lid, []) if obs else []
+                    self.findings.merge(checker.check_ledger(told, lid, ra, rb, observed))
+                    if not isinstance(ra, Exception) and ra.last_entry >= 0:
+                        closed_ledgers.append(lid)
+        for name in self.schedule.logs:
+            writers = [t for slot in self.slots.values() if slot.log == name
+                       for t in slot.all_told()]
+            try:
+                checker.recover_log(a, name)
+            except Exception as exc:  # noqa: BLE001 - the reads below report it
+                self.event(f"log {name}: recovery failed: {exc!r}")
+            ra = checker.read_log(a, name)
+            rb = checker.read_log(b, name)
+            observed = obs.log_reads.get(name, []) if obs else []
+            self.findings.merge(checker.check_log(name, writers, ra, rb, observed))
+        if closed_ledgers:
+            self._wrong_password(random.Random(self.schedule.seed).choice(closed_ledgers))
+        if self.spark is not None:
+            self.findings.merge(self.spark.check(a))
+        n_writers = sum(len(s.procs) for s in self.slots.values())
+        self.event(f"checked {n_writers} writer processes: {self.findings.acknowledged} "
+                   f"acknowledged, counts {dict(self.findings.counts)}")
+
+    def cleanup(self) -> None:
+        """Stop whatever still runs, heal everything and delete the schedule's data."""
+        for slot in self.slots.values():
+            for p in slot.procs:
+                if p.alive:
+                    p.kill9()
+        if self.observer is not None:
+            self.observer.stop()
+        if self.spark is not None:
+            self.spark.stop()
+        try:
+            self.cluster.heal()
+            self.cluster.wait_writable(60)
+        except Exception as exc:  # noqa: BLE001 - the next schedule heals again
+            self.event(f"cleanup: heal failed: {exc!r}")
+            return
+        try:
+            bk = client(self.cluster.uri, 5.0)
+        except Exception as exc:  # noqa: BLE001
+            self.event(f"cleanup: no client: {exc!r}")
+            return
+        try:
+            logs = list(self.schedule.logs)
+            if self.spark is not None:
+                logs.append(self.spark.dst)
+            for name in logs:
+                try:
+                    delete_log(bk, name)
+                except BKError:
+                    pass
+            for lid in self._all_ledgers():
+                try:
+                    bk.delete_ledger(lid)
+                except BKError:
+                    pass
+        finally:
+            bk.close()
+
+
+def _add_sync(bc, lid: int, key: bytes) -> None:  # type: ignore[no-untyped-def]
+    """One add with ``key`` to one bookie; raises the bookie's typed error."""
+    done = threading.Event()
+    result: list[BKError | None] = []
+    entry = pb.Entry(ledger_id=lid, entry_id=10**12, lac=-1, payload=b"intruder", digest=b"")
+
+    def cb(err: BKError | None) -> None:
+        result.append(err)
+        done.set()
+
+    bc.add_entry(lid, key, entry, cb)
+    if not done.wait(10):
+        raise BKError("add timed out")
+    if result[0] is not None:
+        raise result[0]

@@ -1,0 +1,68 @@
+"""Fault schedules: reproducible from their seed and inside BookKeeper's fault model."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bk_spark.faults.plan import (
+    DAMAGING_KINDS,
+    GENERAL_KINDS,
+    SHORT_MODE_SEEDS,
+    UNAVAILABLE_KINDS,
+    FaultKind,
+    generate,
+)
+
+SEEDS = range(0, 300)
+
+
+def test_the_same_seed_always_yields_the_same_schedule() -> None:
+    for seed in (0, 1, 1234, 987_654):
+        assert generate(seed, "long") == generate(seed, "long")
+        assert generate(seed, "short") == generate(seed, "short")
+    assert generate(1, "long") != generate(2, "long")
+
+
+def test_the_short_mode_seeds_inject_every_kind_of_fault() -> None:
+    kinds = {f.kind for seed in SHORT_MODE_SEEDS for f in generate(seed, "short").faults}
+    assert kinds == set(GENERAL_KINDS)
+
+
+@pytest.mark.parametrize("mode", ["short", "long"])
+def test_only_the_damaged_bookie_loses_or_corrupts_copies(mode: str) -> None:
+    for seed in SEEDS:
+        s = generate(seed, mode)  # type: ignore[arg-type]
+        for f in s.faults:
+            if f.kind in DAMAGING_KINDS:
+                assert f.target == f"bookie-{s.damaged_bookie}", s.describe()
+
+
+@pytest.mark.parametrize("mode", ["short", "long"])
+def test_at_most_two_bookies_are_unavailable_and_each_victim_has_one_fault_at_a_time(
+        mode: str) -> None:
+    for seed in SEEDS:
+        s = generate(seed, mode)  # type: ignore[arg-type]
+        spans = [(f.at, f.at + max(f.duration, 0.05), f) for f in s.faults]
+        for a0, a1, fa in spans:
+            down = [f for b0, b1, f in spans
+                    if f.kind in UNAVAILABLE_KINDS and b0 <= a0 < b1]
+            assert len(down) <= 2, s.describe()
+            for b0, b1, fb in spans:
+                if fb is not fa and fb.target == fa.target:
+                    assert a1 <= b0 or b1 <= a0, s.describe()
+
+
+def test_every_quorum_keeps_an_intact_copy_when_one_bookie_is_damaged() -> None:
+    for seed in SEEDS:
+        s = generate(seed, "long")
+        for w in (*s.ledger_writers, *s.log_writers):
+            assert w.ack_quorum >= 2 and w.ensemble >= w.write_quorum >= w.ack_quorum
+
+
+def test_faults_that_last_forever_are_the_ones_healed_after_the_check() -> None:
+    for seed in SEEDS:
+        for f in generate(seed, "short").faults:
+            assert math.isinf(f.duration) == (f.kind in (FaultKind.BOOKIE_KILL_FOREVER,
+                                                         FaultKind.BOOKIE_DISK_FULL))
