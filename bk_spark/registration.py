@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient, KazooState
@@ -81,11 +82,42 @@ class BookieRegistration:
         return f"{base}/{self.bookie_id}"
 
     def start(self) -> None:
-        self.zk = connect_zk(self.msu)
+        """Connect and register; if ZooKeeper is unreachable, keep trying in the background
+        (a bookie keeps serving while the metadata service is down)."""
+        try:
+            self._connect()
+        except Exception as exc:  # ZooKeeper down or dying right now
+            log.warning("cannot register in ZooKeeper yet (%s); retrying in the background",
+                        exc)
+            threading.Thread(target=self._connect_until_done, daemon=True,
+                             name="bookie-registration").start()
+
+    def _connect(self) -> None:
+        zk = connect_zk(self.msu)
+        with self._lock:
+            if self._stopped:
+                zk.stop()
+                zk.close()
+                return
+            self.zk = zk
         # Listen before the first registration: if ZooKeeper goes away during it, the next
         # CONNECTED registers again (a transient connection loss must not stop the bookie).
-        self.zk.add_listener(self._on_state)
+        zk.add_listener(self._on_state)
         self._register()
+
+    def _connect_until_done(self) -> None:
+        while not self._stopped:
+            try:
+                self._connect()
+                return
+            except Exception as exc:
+                log.warning("cannot register in ZooKeeper yet (%s); retrying", exc)
+                with self._lock:
+                    zk, self.zk = self.zk, None
+                if zk is not None:
+                    zk.stop()
+                    zk.close()
+                time.sleep(1.0)
 
     def _on_state(self, state: str) -> None:
         if state == KazooState.LOST:
