@@ -48,7 +48,14 @@ def add_sync(client: BookieClient, ledger: int, entries: list[pb.Entry], key: by
 
 
 def du(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    total = 0
+    for p in path.rglob("*"):
+        try:  # the bookie's GC may delete a file between listing and stat
+            if p.is_file():
+                total += p.stat().st_size
+        except FileNotFoundError:
+            continue
+    return total
 
 
 @pytest.fixture

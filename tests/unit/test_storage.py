@@ -105,7 +105,14 @@ def simulate_crash(storage: BookieStorage) -> None:
 
 
 def data_dir_size(config: BookieConfig) -> int:
-    return sum(p.stat().st_size for p in Path(config.data_dir).rglob("*") if p.is_file())
+    total = 0
+    for p in Path(config.data_dir).rglob("*"):
+        try:  # the background GC may delete a file between listing and stat
+            if p.is_file():
+                total += p.stat().st_size
+        except FileNotFoundError:
+            continue
+    return total
 
 
 # -- adds and reads -------------------------------------------------------------------------
