@@ -86,15 +86,25 @@ def bk(uri: str) -> Iterator[BookKeeper]:
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    import time
+
+    from pyspark.errors import PySparkRuntimeError
     from pyspark.sql import SparkSession
 
-    session = (SparkSession.builder.master("local[2]").appName("bk-spark-tests")
+    builder = (SparkSession.builder.master("local[2]").appName("bk-spark-tests")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.sql.python.filterPushdown.enabled", "true")
                .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
-               .getOrCreate())
+               .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse"))))
+    for attempt in range(3):  # the JVM gateway occasionally dies at launch on a busy machine
+        try:
+            session = builder.getOrCreate()
+            break
+        except PySparkRuntimeError:
+            if attempt == 2:
+                raise
+            time.sleep(2.0)
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
