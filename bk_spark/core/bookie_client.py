@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import logging
 import threading
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -71,6 +73,30 @@ def _varint(n: int) -> bytes:
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+def frame_entry(entry: bytes) -> bytes:
+    """A serialized ``pb.Entry`` framed as one ``AddRequest.entries`` field.
+
+    A writer frames each entry once, however many bookies of its write set it goes to;
+    :meth:`BookieClient.send_batch` then only concatenates.
+    """
+    return _ENTRY_TAG + _varint(len(entry)) + entry
+
+
+def _chunk_ends(entries: Sequence[bytes], max_entries: int, max_bytes: int) -> list[int]:
+    """Where to cut ``entries`` into RPCs of at most ``max_entries`` entries, each also
+    stopping once it holds ``max_bytes`` (at least one entry per RPC)."""
+    sizes = list(accumulate(map(len, entries)))
+    ends: list[int] = []
+    start, base, n = 0, 0, len(entries)
+    while start < n:
+        # first index whose running size reaches max_bytes past this chunk's start
+        end = min(bisect_left(sizes, base + max_bytes, start) + 1, n, start + max_entries)
+        ends.append(end)
+        base = sizes[end - 1]
+        start = end
+    return ends
 
 
 def _raise_for(resp, bookie_id: str) -> None:
@@ -174,8 +200,9 @@ class BookieClient:
     def send_batch(self, ledger_id: int, master_key: bytes, entries: Sequence[bytes],
                    tokens: Sequence[Any], sink: AddSink, *, lac: int = -1,
                    recovery: bool = False) -> None:
-        """Send already-serialized entries (``pb.Entry`` bytes) in as few RPCs as the
-        batch limits allow; ``sink.on_added(tokens, err)`` gets each RPC's answer.
+        """Send already-serialized entries (``pb.Entry`` bytes framed by :func:`frame_entry`)
+        in as few RPCs as the batch limits allow; ``sink.on_added(tokens, err)`` gets each
+        RPC's answer, with the tokens of the entries it carried.
 
         Blocks while ``max_in_flight`` requests are outstanding (backpressure: the
         caller's next batch grows meanwhile).
@@ -183,13 +210,11 @@ class BookieClient:
         cfg = self.config
         head = pb.AddRequest(ledger_id=ledger_id, master_key=master_key, recovery=recovery,
                              lac=lac).SerializeToString()
-        start, n = 0, len(entries)
-        while start < n:
-            end, size = start, 0
-            while end < n and end - start < cfg.max_batch_entries and size < cfg.max_batch_bytes:
-                size += len(entries[end])
-                end += 1
-            body = b"".join([_ENTRY_TAG + _varint(len(e)) + e for e in entries[start:end]])
+        ends = (_chunk_ends(entries, cfg.max_batch_entries, cfg.max_batch_bytes)
+                if len(entries) > 1 else [len(entries)])
+        start = 0
+        for end in ends:
+            body = b"".join(entries[start:end])
             chunk_tokens = list(tokens[start:end])
             with self._cv:
                 while self._in_flight >= cfg.max_in_flight and not self._closed:

@@ -24,7 +24,9 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
+from bk_spark.core.bookie_client import frame_entry
 from bk_spark.core.entry import EntryCodec
+from bk_spark.core.futures import SharedConditionFuture, shared_condition
 from bk_spark.core.metadata import LedgerMetadata, LedgerState
 from bk_spark.core.metadata_store import Versioned
 from bk_spark.core.pending import PendingAdds
@@ -86,10 +88,14 @@ class LedgerHandle:
         self._lac_wakeup = threading.Condition(self._lock)
         self._lac_thread: threading.Thread | None = None
         self._sinks: dict[tuple[int, str], _BookieSink] = {}
-        self._outbox: list[int] = []
+        # entries handed out but not yet shipped: consecutive ids from _outbox_first
+        self._outbox: list[bytes] = []
+        self._outbox_first = 0
+        self._sender_idle = False
         self._outbox_ready = threading.Condition(self._lock)
         self._sender: threading.Thread | None = None
         self.explicit_lac_interval_s = bk.config.explicit_lac_interval_s
+        self._futures_condition = shared_condition()  # see core/futures.py
 
     # ------------------------------------------------------------------ properties
     @property
@@ -121,7 +127,7 @@ class LedgerHandle:
         Futures complete in entry-id order: an entry is acknowledged only after
         Qa bookies of its write set confirmed it and every lower entry was.
         """
-        fut: Future[int] = Future()
+        fut: Future[int] = SharedConditionFuture(self._futures_condition)
         self._add(bytes(payload), fut)
         return fut
 
@@ -144,16 +150,20 @@ class LedgerHandle:
             eid = self._next_entry
             self._next_entry += 1
             self._length += len(payload)
-            entry = self._codec.encode(eid, self._pending.last_add_confirmed, self._length,
-                                       payload).SerializeToString()
-            self._pending.add(eid)
+            entry = frame_entry(self._codec.encode(eid, self._pending.last_add_confirmed,
+                                                   self._length, payload).SerializeToString())
+            self._pending.register(eid)
             self._in_flight[eid] = (target, entry, self._length)
-            self._outbox.append(eid)
+            outbox = self._outbox
+            if not outbox:
+                self._outbox_first = eid
+            outbox.append(entry)
             if self._sender is None:
                 self._sender = threading.Thread(target=self._send_loop,
                                                 name=f"ledger-{self.id}-sender", daemon=True)
                 self._sender.start()
-            elif len(self._outbox) == 1:
+            elif self._sender_idle:
+                self._sender_idle = False
                 self._outbox_ready.notify()
         return eid
 
@@ -168,25 +178,28 @@ class LedgerHandle:
         while True:
             with self._lock:
                 while not self._outbox and not self._closed and self._error is None:
+                    self._sender_idle = True
                     self._outbox_ready.wait()
-                if not self._outbox:
-                    return
-                eids, self._outbox = self._outbox, []
+                self._sender_idle = False
+                if not self._outbox or self._error is not None:
+                    return  # closed and drained, or failed: _fail decided every add
+                blobs, first = self._outbox, self._outbox_first
+                self._outbox = []
                 ensemble = list(self._ensemble)
-                in_flight = self._in_flight
-                per_index: list[tuple[list[int], list[bytes]]] = [([], []) for _ in range(E)]
-                for eid in eids:
-                    item = in_flight.get(eid)
-                    if item is None:  # failed meanwhile
-                        continue
-                    for idx in sets[eid % E]:
-                        ids, blobs = per_index[idx]
-                        ids.append(eid)
-                        blobs.append(item[1])
-            for idx, (ids, blobs) in enumerate(per_index):
+            # The round holds entries first, first + 1, ...: those at offset k of the round
+            # share the write set of (first + k) % E, so each bookie's share is a few slices.
+            n = len(blobs)
+            per_index: list[tuple[list[int], list[bytes]]] = [([], []) for _ in range(E)]
+            for k in range(min(E, n)):
+                ids = range(first + k, first + n, E)
+                part = blobs[k::E]
+                for idx in sets[(first + k) % E]:
+                    per_index[idx][0].extend(ids)
+                    per_index[idx][1].extend(part)
+            for idx, (ids, part) in enumerate(per_index):
                 bookie = ensemble[idx]
                 if ids and bookie is not None:  # None: being replaced; the resend covers it
-                    self._send(idx, bookie, ids, blobs)
+                    self._send(idx, bookie, ids, part)
 
     def _send(self, index: int, bookie: str, eids: list[int], entries: list[bytes]) -> None:
         sink = self._sinks.get((index, bookie))
@@ -204,7 +217,8 @@ class LedgerHandle:
             if self._ensemble[index] != bookie or self._error is not None:
                 return  # a stale answer from a replaced bookie
             in_flight = self._in_flight
-            acked_ids = self._pending.ack_many([e for e in eids if e in in_flight], index)
+            # every id was added, and is still in flight or already acknowledged (ignored)
+            acked_ids = self._pending.ack_many(eids, index)
             if not acked_ids:
                 return
             deliveries = self._deliveries

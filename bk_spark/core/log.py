@@ -49,6 +49,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
 from kazoo.protocol.states import WatchedEvent
 
+from bk_spark.core.futures import SharedConditionFuture, shared_condition
 from bk_spark.core.ledger import LedgerHandle
 from bk_spark.core.log_format import (
     LedgerInfo,
@@ -365,8 +366,9 @@ class _Slot:
 
     __slots__ = ("outer", "ledger_id", "index", "entry_id", "error", "done")
 
-    def __init__(self, ledger_id: int, index: int) -> None:
-        self.outer: Future[Position] = Future()
+    def __init__(self, ledger_id: int, index: int,
+                 condition: threading.Condition | None = None) -> None:
+        self.outer: Future[Position] = SharedConditionFuture(condition or shared_condition())
         self.ledger_id, self.index = ledger_id, index
         self.entry_id = -1
         self.error: BaseException | None = None
@@ -463,6 +465,7 @@ class LogWriter:
         # closed ledgers whose (last entry, last timestamp) is not recorded yet
         self._ends_to_record: dict[int, tuple[int, int | None]] = {}
         self._acks = _InOrderAcks(self._on_add_failed)
+        self._futures_condition = shared_condition()  # see core/futures.py
         self._roller: threading.Thread | None = None
         if config.rolls:
             self._roller = threading.Thread(target=self._roll_loop, daemon=True,
@@ -535,7 +538,7 @@ class LogWriter:
             ts = max(now_ms(), self._ts_floor)
             self._ts_floor = ts
             lh, index = self._lh, self._index
-            slot = _Slot(lh.id, index)
+            slot = _Slot(lh.id, index, self._futures_condition)
             acks = self._acks
             try:
                 lh.add_entry_callback(encode_entry(payload, ts),

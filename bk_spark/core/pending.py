@@ -94,13 +94,17 @@ class PendingAdds:
 
     def add(self, entry_id: int) -> list[int]:
         """Register the next entry (ids strictly consecutive); return its write set."""
+        self.register(entry_id)
+        return write_set(entry_id, self.ensemble_size, self.write_quorum_size)
+
+    def register(self, entry_id: int) -> None:
+        """:meth:`add` without computing the write set (the writer's hot path)."""
         if entry_id != self._next_entry_id:
             raise ValueError(
                 f"entry {entry_id} added out of order: the next entry id is {self._next_entry_id}"
             )
         self._confirmed[entry_id] = set()
         self._next_entry_id += 1
-        return write_set(entry_id, self.ensemble_size, self.write_quorum_size)
 
     def ack(self, entry_id: int, bookie_index: int) -> list[int]:
         """Record that the bookie at ``bookie_index`` confirmed ``entry_id``.

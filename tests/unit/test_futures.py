@@ -1,0 +1,89 @@
+"""SharedConditionFuture: a real concurrent.futures.Future whose condition is shared."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import CancelledError, Future, as_completed, wait
+
+import pytest
+
+from bk_spark.core.bookie_client import _chunk_ends
+from bk_spark.core.futures import SharedConditionFuture, shared_condition
+
+
+def test_is_a_future_and_completes() -> None:
+    cond = shared_condition()
+    f: SharedConditionFuture[int] = SharedConditionFuture(cond)
+    seen: list[int] = []
+    f.add_done_callback(lambda fut: seen.append(fut.result()))
+    assert isinstance(f, Future) and not f.done()
+    f.set_result(7)
+    assert f.done() and f.result() == 7 and f.exception() is None and seen == [7]
+
+
+def test_exception_is_raised_by_result() -> None:
+    f: SharedConditionFuture[int] = SharedConditionFuture(shared_condition())
+    f.set_exception(ValueError("boom"))
+    with pytest.raises(ValueError, match="boom"):
+        f.result(0)
+    assert isinstance(f.exception(0), ValueError)
+
+
+def test_wake_up_for_a_sibling_is_not_a_timeout() -> None:
+    """A plain Future raises TimeoutError after one wait; sharing a condition must not."""
+    cond = shared_condition()
+    a: SharedConditionFuture[str] = SharedConditionFuture(cond)
+    b: SharedConditionFuture[str] = SharedConditionFuture(cond)
+    out: list[object] = []
+    waiter = threading.Thread(target=lambda: out.append(a.result(5)))
+    waiter.start()
+    time.sleep(0.05)
+    b.set_result("b")  # wakes the waiter of a spuriously
+    time.sleep(0.05)
+    assert waiter.is_alive() and out == []
+    a.set_result("a")
+    waiter.join(5)
+    assert out == ["a"]
+
+
+def test_timeout_and_cancel() -> None:
+    cond = shared_condition()
+    f: SharedConditionFuture[int] = SharedConditionFuture(cond)
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError):
+        f.result(0.1)
+    assert time.monotonic() - t0 >= 0.1
+    g: SharedConditionFuture[int] = SharedConditionFuture(cond)
+    assert g.cancel()
+    with pytest.raises(CancelledError):
+        g.result(1)
+
+
+def test_wait_and_as_completed_work_with_shared_conditions() -> None:
+    cond = shared_condition()
+    futures = [SharedConditionFuture(cond) for _ in range(5)]
+    threading.Timer(0.05, lambda: [f.set_result(i) for i, f in enumerate(futures)]).start()
+    done, not_done = wait(futures, timeout=5)
+    assert len(done) == 5 and not not_done
+    assert sorted(f.result() for f in as_completed(futures, timeout=5)) == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("sizes,max_entries,max_bytes,expected", [
+    ([10] * 10, 4, 1000, [4, 8, 10]),
+    ([10] * 10, 100, 25, [3, 6, 9, 10]),  # a chunk stops once it reaches max_bytes
+    ([100] * 3, 100, 5, [1, 2, 3]),       # an entry larger than max_bytes goes alone
+    ([1], 10, 10, [1]),
+    ([], 10, 10, []),
+])
+def test_chunk_ends(sizes: list[int], max_entries: int, max_bytes: int,
+                    expected: list[int]) -> None:
+    entries = [b"x" * n for n in sizes]
+    ends = _chunk_ends(entries, max_entries, max_bytes)
+    assert ends == expected
+    start = 0
+    for end in ends:  # the chunks cover everything, in order, within the limits
+        assert 0 < end - start <= max_entries
+        assert sum(sizes[start:end - 1]) < max_bytes
+        start = end
+    assert start == len(sizes)
