@@ -15,7 +15,13 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import CancelledError, Future
-from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING
+from concurrent.futures._base import (
+    CANCELLED,
+    CANCELLED_AND_NOTIFIED,
+    FINISHED,
+    PENDING,
+    RUNNING,
+)
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -60,6 +66,50 @@ class SharedConditionFuture(Future[T]):
         with self._condition:
             self._wait_done(timeout)
         return self._exception
+
+
+def complete_in_order(items: list[tuple[SharedConditionFuture[Any], Any, BaseException | None]]
+                      ) -> None:
+    """Complete futures that share one condition, in list order, holding it once.
+
+    ``items`` are ``(future, result, error)``; a future already done (cancelled by its
+    caller) is skipped. Waiters are woken once for the whole list, then the done-callbacks
+    run in list order, each future's after the earlier ones' (what ``set_result`` called
+    per future would do, for one lock round trip instead of one per future).
+    """
+    start = 0
+    while start < len(items):  # runs of futures that share a condition
+        condition = items[start][0]._condition
+        end = start + 1
+        while end < len(items) and items[end][0]._condition is condition:
+            end += 1
+        _complete_run(condition, items[start:end])
+        start = end
+
+
+def _complete_run(condition: threading.Condition,
+                  items: list[tuple[SharedConditionFuture[Any], Any, BaseException | None]]
+                  ) -> None:
+    done: list[SharedConditionFuture[Any]] = []
+    with condition:
+        for fut, result, error in items:
+            if fut._state != PENDING and fut._state != RUNNING:
+                continue
+            if error is None:
+                fut._result = result
+                fut._state = FINISHED
+                for waiter in fut._waiters:
+                    waiter.add_result(fut)
+            else:
+                fut._exception = error
+                fut._state = FINISHED
+                for waiter in fut._waiters:
+                    waiter.add_exception(fut)
+            done.append(fut)
+        condition.notify_all()
+    for fut in done:
+        if fut._done_callbacks:
+            fut._invoke_callbacks()
 
 
 def shared_condition() -> threading.Condition:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from bk_spark.core.bookie_client import frame_entry
 from bk_spark.core.entry import EntryCodec
-from bk_spark.core.futures import SharedConditionFuture, shared_condition
+from bk_spark.core.futures import SharedConditionFuture, complete_in_order, shared_condition
 from bk_spark.core.metadata import LedgerMetadata, LedgerState
 from bk_spark.core.metadata_store import Versioned
 from bk_spark.core.pending import PendingAdds
@@ -241,20 +241,19 @@ class LedgerHandle:
         """
         with self._deliver_lock:
             q = self._deliveries
+            futures: list[tuple[SharedConditionFuture[int], int, BKError | None]] = []
             while q:
                 target, eid, err = q.popleft()
-                if isinstance(target, Future):
-                    if target.done():
-                        continue
-                    if err is None:
-                        target.set_result(eid)
-                    else:
-                        target.set_exception(err)
-                else:
-                    try:
-                        target(eid, err)
-                    except Exception:  # a callback bug must not stop deliveries
-                        log.exception("add callback failed")
+                if isinstance(target, SharedConditionFuture):
+                    futures.append((target, eid, err))
+                    continue
+                complete_in_order(futures)  # the futures before this callback first
+                futures = []
+                try:
+                    target(eid, err)
+                except Exception:  # a callback bug must not stop deliveries
+                    log.exception("add callback failed")
+            complete_in_order(futures)
 
     def _on_bookie_error(self, index: int, bookie: str, err: BKError) -> None:
         if isinstance(err, _REPLACEABLE):

@@ -41,7 +41,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -49,7 +49,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
 from kazoo.protocol.states import WatchedEvent
 
-from bk_spark.core.futures import SharedConditionFuture, shared_condition
+from bk_spark.core.futures import SharedConditionFuture, complete_in_order, shared_condition
 from bk_spark.core.ledger import LedgerHandle
 from bk_spark.core.log_format import (
     LedgerInfo,
@@ -408,20 +408,23 @@ class _InOrderAcks:
     def _drain(self) -> None:
         with self._deliver:  # one deliverer at a time keeps the order
             while True:
+                ready: list[_Slot] = []
                 with self._lock:
-                    if not self._queue or not self._queue[0].done:
-                        return
-                    slot = self._queue.popleft()
-                if slot.error is not None and self._error is None:
-                    self._error = self._translate(slot.error, slot.ledger_id)
-                try:
+                    q = self._queue
+                    while q and q[0].done:
+                        ready.append(q.popleft())
+                if not ready:
+                    return
+                items: list[tuple[Future[Position], Position | None, BKError | None]] = []
+                for slot in ready:
+                    if slot.error is not None and self._error is None:
+                        self._error = self._translate(slot.error, slot.ledger_id)
                     if self._error is not None:
-                        slot.outer.set_exception(_copy_error(self._error))
+                        items.append((slot.outer, None, _copy_error(self._error)))
                     else:
-                        slot.outer.set_result(Position(slot.ledger_id, slot.entry_id,
-                                                       slot.index))
-                except InvalidStateError:  # the caller cancelled its future
-                    pass
+                        items.append((slot.outer, Position(slot.ledger_id, slot.entry_id,
+                                                           slot.index), None))
+                complete_in_order(items)  # skips futures their callers cancelled
 
 
 def _copy_error(err: BKError) -> BKError:

@@ -87,3 +87,24 @@ def test_chunk_ends(sizes: list[int], max_entries: int, max_bytes: int,
         assert sum(sizes[start:end - 1]) < max_bytes
         start = end
     assert start == len(sizes)
+
+
+def test_complete_in_order_runs_callbacks_in_order_and_skips_cancelled() -> None:
+    from bk_spark.core.futures import complete_in_order
+
+    one, other = shared_condition(), shared_condition()
+    futures = [SharedConditionFuture(one), SharedConditionFuture(one),
+               SharedConditionFuture(other), SharedConditionFuture(one)]
+    order: list[int] = []
+    for i, f in enumerate(futures):
+        f.add_done_callback(lambda fut, i=i: order.append(i))
+    assert futures[1].cancel()
+    order.clear()  # cancel() ran the callback of 1
+    err = RuntimeError("failed")
+    complete_in_order([(futures[0], 0, None), (futures[1], 1, None), (futures[2], 2, None),
+                       (futures[3], None, err)])
+    assert order == [0, 2, 3]
+    assert futures[0].result(0) == 0 and futures[2].result(0) == 2
+    assert futures[1].cancelled() and futures[3].exception(0) is err
+    done, _ = wait(futures, timeout=0)  # (a cancelled future counts once it is notified)
+    assert done == {futures[0], futures[2], futures[3]}
