@@ -89,7 +89,14 @@ _NAMES = {n.lower(): n for n in _ALL}
 
 
 def _fail(option: str, problem: str) -> InvalidConfigError:
-    return InvalidConfigError(f"bookkeeper data source option '{option}': {problem}")
+    return InvalidConfigError(f"bookkeeper data source option '{_shown(option)}': "
+                              f"{problem.splitlines()[0] if problem else problem}")
+
+
+def _shown(name: str) -> str:
+    """An option name as the one-line message shows it (control characters and quotes
+    escaped, so a name with a newline still gives one line)."""
+    return name.encode("unicode_escape").decode("ascii").replace("'", "\\'")
 
 
 def _check_names(options: Mapping[str, str], allowed: tuple[str, ...], what: str) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pyspark.errors import PySparkException
 
 from bk_spark.datasource.options import ReadOptions, WriteOptions
@@ -91,3 +93,40 @@ def test_spark_reports_a_bad_option_before_running_anything(spark, uri):
         spark.range(1).write.format("bookkeeper").mode("append") \
             .option("metadataServiceUri", uri).option("log", "x") \
             .option("ackQuorumSize", "3").save()
+
+
+_BAD_READ_OPTION = st.one_of(
+    st.tuples(st.sampled_from(["minPartitions", "startingTimestamp"]),
+              st.one_of(st.integers(-(2**40), -1).map(str), st.text(
+                  alphabet="abcxyz.,-", min_size=1, max_size=8))),
+    st.tuples(st.just("failOnDataLoss"), st.sampled_from(["maybe", "2", "tru", "-"])),
+    st.tuples(st.just("startingOffsets"), st.sampled_from(
+        ["latest", "{", "[1]", '{"other": "earliest"}',
+         '{"fuzzed-options": {"ledger": -1, "entry": 0}}',
+         '{"fuzzed-options": {"ledger": "a", "entry": 0}}'])),
+    st.tuples(st.sampled_from(["maxEntriesPerTriger", "subscribe", "kafka.bootstrap.servers",
+                               "startingOffsetsByTimestamp"]), st.just("1")),
+)
+
+
+@settings(max_examples=12, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(bad=_BAD_READ_OPTION)
+def test_spark_names_the_bad_option_of_fuzzed_batch_reads(spark, uri, bk, bad):
+    """Through a real SparkSession: a batch read of an existing log with one invalid option
+    fails before reading, and the error carries one line naming that option."""
+    from bk_spark.errors import LogExistsError
+
+    try:
+        bk.create_log("fuzzed-options")
+    except LogExistsError:
+        pass
+    name, value = bad
+    reader = spark.read.format("bookkeeper").option("metadataServiceUri", uri) \
+        .option("log", "fuzzed-options").option(name, value)
+    with pytest.raises(PySparkException) as info:
+        reader.load().collect()
+    lines = [ln for ln in str(info.value).splitlines()
+             if "bookkeeper data source option '" in ln]
+    assert lines, str(info.value)
+    assert f"option '{name.lower()}'" in lines[-1].lower(), lines[-1]  # Spark lower-cases names
