@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -339,7 +340,8 @@ class Summary:
             f"duplicates: {c['duplicates']}",
             f"successes after fencing: {c['fence_violations']}   interleaved: "
             f"{c['interleaved']}   corrupt: {c['corrupt']}   bookie crashes: "
-            f"{c['bookie_crashes']}   stalled writers: {c['stalled_writers']}",
+            f"{c['bookie_crashes']}   stalled writers: {c['stalled_writers']}   harness errors: "
+            f"{c['harness_errors']}",
             f"wrong-password operations refused: {self.wrong_password_refusals}, "
             f"accepted: {c['wrong_password']}",
         ]
@@ -371,6 +373,8 @@ class Runner:
         run = _ScheduleRun(self, schedule)
         try:
             run.execute()
+        except Exception:  # a harness bug fails this schedule, never the whole run
+            run.findings.add("harness_errors", [traceback.format_exc(limit=8)])
         finally:
             run.cleanup()
         result = ScheduleResult(schedule, run.findings, run.injected, run.skipped,

@@ -66,3 +66,12 @@ def test_faults_that_last_forever_are_the_ones_healed_after_the_check() -> None:
         for f in generate(seed, "short").faults:
             assert math.isinf(f.duration) == (f.kind in (FaultKind.BOOKIE_KILL_FOREVER,
                                                          FaultKind.BOOKIE_DISK_FULL))
+
+
+@pytest.mark.parametrize("mode", ["short", "long"])
+def test_every_spark_schedule_has_the_log_writer_the_sink_reads(mode: str) -> None:
+    """The Spark sink reads the log of writer G0 (seed 1049 once had only dueling writers
+    and crashed the whole make-faults run)."""
+    for seed in [*SEEDS, 1049]:
+        s = generate(seed, mode, spark=True)  # type: ignore[arg-type]
+        assert any(g.name == "G0" for g in s.log_writers), s.describe()
