@@ -57,7 +57,7 @@ class ClientConfig:
     read_timeout_s: float = 10.0
     max_batch_entries: int = 2048
     max_batch_bytes: int = 8 * MiB
-    max_in_flight: int = 4
+    max_in_flight: int = 2
     tls: TlsOptions | None = None
 
 
