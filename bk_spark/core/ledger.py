@@ -96,6 +96,10 @@ class LedgerHandle:
         self._sender: threading.Thread | None = None
         self.explicit_lac_interval_s = bk.config.explicit_lac_interval_s
         self._futures_condition = shared_condition()  # see core/futures.py
+        #: Called after each run of add completions (futures and callbacks) was delivered:
+        #: lets a caller of :meth:`add_entry_callback` finish its own work per run, not per
+        #: entry (the log writer completes its futures there).
+        self.on_delivered: Callable[[], None] | None = None
 
     # ------------------------------------------------------------------ properties
     @property
@@ -247,13 +251,20 @@ class LedgerHandle:
                 if isinstance(target, SharedConditionFuture):
                     futures.append((target, eid, err))
                     continue
-                complete_in_order(futures)  # the futures before this callback first
-                futures = []
+                if futures:  # the futures before this callback first
+                    complete_in_order(futures)
+                    futures = []
                 try:
                     target(eid, err)
                 except Exception:  # a callback bug must not stop deliveries
                     log.exception("add callback failed")
             complete_in_order(futures)
+            hook = self.on_delivered
+            if hook is not None:
+                try:
+                    hook()
+                except Exception:
+                    log.exception("on_delivered hook failed")
 
     def _on_bookie_error(self, index: int, bookie: str, err: BKError) -> None:
         if isinstance(err, _REPLACEABLE):

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import random
 import threading
 import time
@@ -361,18 +362,22 @@ class LogWriterConfig:
                    (self.roll_max_entries, self.roll_max_bytes, self.roll_max_age_s))
 
 
-class _Slot:
-    """One append awaiting its ledger's verdict."""
-
-    __slots__ = ("outer", "ledger_id", "index", "entry_id", "error", "done")
+class _Slot(SharedConditionFuture["Position"]):
+    """One append awaiting its ledger's verdict; also the future its caller holds (one
+    object per append on the hot path). ``decided``/``entry_id``/``error`` are what the
+    ledger said; the future completes later, in append order (:class:`_InOrderAcks`)."""
 
     def __init__(self, ledger_id: int, index: int,
                  condition: threading.Condition | None = None) -> None:
-        self.outer: Future[Position] = SharedConditionFuture(condition or shared_condition())
+        super().__init__(condition or shared_condition())
         self.ledger_id, self.index = ledger_id, index
         self.entry_id = -1
         self.error: BaseException | None = None
-        self.done = False
+        self.decided = False
+
+    @property
+    def outer(self) -> Future[Position]:
+        return self
 
 
 class _InOrderAcks:
@@ -396,13 +401,21 @@ class _InOrderAcks:
         """Queue ``slot`` (in append order); it may already be decided."""
         with self._lock:
             self._queue.append(slot)
-        if slot.done:
+        if slot.decided:
             self._drain()
 
-    def complete(self, slot: _Slot, entry_id: int, error: BaseException | None) -> None:
-        """The ledger decided the add of ``slot`` (called in entry order per ledger)."""
+    def complete(self, slot: _Slot, entry_id: int, error: BaseException | None,
+                 drain: bool = True) -> None:
+        """The ledger decided the add of ``slot`` (called in entry order per ledger).
+        ``drain=False``: the caller calls :meth:`flush` once the ledger's run of
+        completions is over (one pass over the queue per run, not per entry)."""
         slot.entry_id, slot.error = entry_id, error
-        slot.done = True
+        slot.decided = True
+        if drain:
+            self._drain()
+
+    def flush(self) -> None:
+        """Complete every decided slot at the head of the queue."""
         self._drain()
 
     def _drain(self) -> None:
@@ -411,7 +424,7 @@ class _InOrderAcks:
                 ready: list[_Slot] = []
                 with self._lock:
                     q = self._queue
-                    while q and q[0].done:
+                    while q and q[0].decided:
                         ready.append(q.popleft())
                 if not ready:
                     return
@@ -420,9 +433,9 @@ class _InOrderAcks:
                     if slot.error is not None and self._error is None:
                         self._error = self._translate(slot.error, slot.ledger_id)
                     if self._error is not None:
-                        items.append((slot.outer, None, _copy_error(self._error)))
+                        items.append((slot, None, _copy_error(self._error)))
                     else:
-                        items.append((slot.outer, Position(slot.ledger_id, slot.entry_id,
+                        items.append((slot, Position(slot.ledger_id, slot.entry_id,
                                                            slot.index), None))
                 complete_in_order(items)  # skips futures their callers cancelled
 
@@ -469,6 +482,9 @@ class LogWriter:
         self._ends_to_record: dict[int, tuple[int, int | None]] = {}
         self._acks = _InOrderAcks(self._on_add_failed)
         self._futures_condition = shared_condition()  # see core/futures.py
+        c = config
+        self._roll_entries = c.roll_max_entries if c.roll_max_entries is not None else math.inf
+        self._roll_bytes = c.roll_max_bytes if c.roll_max_bytes is not None else math.inf
         self._roller: threading.Thread | None = None
         if config.rolls:
             self._roller = threading.Thread(target=self._roll_loop, daemon=True,
@@ -537,23 +553,29 @@ class LogWriter:
         """
         payload = bytes(payload)
         with self._lock:
-            self._check_usable()
-            ts = max(now_ms(), self._ts_floor)
+            if self._error is not None or self._closed:
+                self._check_usable()  # raises
+            ts = time.time_ns() // 1_000_000  # now_ms(), inlined: the hot path
+            if ts < self._ts_floor:
+                ts = self._ts_floor
             self._ts_floor = ts
             lh, index = self._lh, self._index
             slot = _Slot(lh.id, index, self._futures_condition)
             acks = self._acks
+            if lh.on_delivered is None:
+                lh.on_delivered = acks.flush  # completes the futures once per run of acks
             try:
                 lh.add_entry_callback(encode_entry(payload, ts),
-                                      lambda eid, err: acks.complete(slot, eid, err))
+                                      lambda eid, err: acks.complete(slot, eid, err, False))
             except LedgerFencedError:
                 raise _copy_error(self._set_error(self._lost_by_fencing(lh.id))) from None
             acks.push(slot)
-            fut = slot.outer
+            fut = slot
             self._last_ts = ts
             self._entries += 1
             self._bytes += len(payload)
-            if self._roll_due():
+            # (rolling by age is the roller's own timer)
+            if self._entries >= self._roll_entries or self._bytes >= self._roll_bytes:
                 self._wakeup.notify_all()
         return fut
 
