@@ -38,7 +38,8 @@ class SparkCluster:
     def __init__(self, uri: str, base: Path) -> None:
         self.uri = uri
         self.bookies = [BookieProcess(uri, base / f"bookie-{i}", port=free_port(),
-                                      metrics_port=0) for i in range(3)]
+                                      metrics_port=0, extra_args=["--journal-file-size-mb", "8"])
+                        for i in range(3)]
 
     def start(self) -> None:
         for b in self.bookies:
@@ -48,6 +49,7 @@ class SparkCluster:
     def stop(self) -> None:
         for b in self.bookies:
             b.stop()
+            b.drop_data()
 
     def entries_read(self) -> int:
         """Entries all bookies have served so far (their ``bookie_read_entries``)."""
