@@ -350,7 +350,11 @@ def wait_for_registrations(metadata_service_uri: str, n: int, timeout: float = 3
         if len([b for b in seen if not b.read_only]) >= n:
             return
         time.sleep(0.1)
-    raise SandboxError(f"only {len(seen)} of {n} bookies registered after {timeout:.0f}s")
+    writable = [b for b in seen if not b.read_only]
+    readonly = len(seen) - len(writable)
+    raise SandboxError(
+        f"only {len(writable)} of {n} bookies registered as writable after {timeout:.0f}s"
+        + (f" ({readonly} registered readonly: is the disk full?)" if readonly else ""))
 
 
 def write_state(data_dir: Path, state: SandboxState) -> Path:
