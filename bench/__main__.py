@@ -107,8 +107,9 @@ def bookie_add(bookie_id: str, n: int, size: int = KiB, in_flight: int = 2000
     """(entries/s, MB/s, p50 ms, p99 ms) of pipelined adds to one bookie.
 
     The client drives the bookie the way a ledger writer does (entries serialized once,
-    shipped with ``send_batch``, two requests of ``in_flight / 2`` in flight), so the figure is the bookie's
-    rate, not a slow client's: the reference the ledger figure is compared with.
+    shipped with ``send_batch``, two requests of ``in_flight / 2`` in flight), so the figure
+    is the bookie's rate, not a slow client's: the reference the ledger figure is compared
+    with.
     """
     from bk_spark.core.bookie_client import BookieClient, frame_entry
     from bk_spark.proto import bookie_pb2 as pb
