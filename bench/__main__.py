@@ -156,6 +156,47 @@ def bookie_add(bookie_id: str, n: int, size: int = KiB, in_flight: int = 2000
     return n / dt, n * size / dt / 1e6, pct(lat, 0.5) * 1e3, pct(lat, 0.99) * 1e3
 
 
+def bookie_add_per_entry(bookie_id: str, n: int, size: int = KiB, in_flight: int = 2000
+                         ) -> float:
+    """entries/s of adds to one bookie by a client that builds and queues each entry on
+    its own with a callback per entry (the reference before the batched one)."""
+    from bk_spark.core.bookie_client import BookieClient
+    from bk_spark.proto import bookie_pb2 as pb
+
+    client = BookieClient(bookie_id)
+    sem = threading.Semaphore(in_flight)
+    lat: list[float] = []
+    done = threading.Event()
+    count = [0]
+    lock = threading.Lock()
+    data = b"p" * size
+    errors: list = []
+
+    def cb(err, t: float) -> None:
+        now = time.perf_counter()
+        sem.release()
+        with lock:
+            if err is not None:
+                errors.append(err)
+            lat.append(now - t)
+            count[0] += 1
+            if count[0] == n:
+                done.set()
+
+    t0 = time.perf_counter()
+    for i in range(n):
+        sem.acquire()
+        e = pb.Entry(ledger_id=1, entry_id=i, lac=i - 1, payload=data, digest=b"\0" * 12)
+        t = time.perf_counter()
+        client.add_entry(1, b"k", e, lambda err, t=t: cb(err, t))
+    done.wait(300)
+    dt = time.perf_counter() - t0
+    client.close()
+    if errors:
+        raise RuntimeError(f"{len(errors)} adds failed: {errors[0]}")
+    return n / dt
+
+
 def bookie_reads(bookie_id: str, n_entries: int, seconds: float = 1.5) -> tuple[float, float]:
     """(single-entry reads entries/s, batched range reads entries/s) from one bookie."""
     from bk_spark.core.bookie_client import BookieClient
@@ -300,6 +341,10 @@ def main() -> None:
                     f"{eps:,.0f} e/s {bmbs:,.1f} MB/s", f"{ceiling:,.0f} rec/s disk (256/sync)",
                     f"{eps / ceiling:.2f}x")
             res.add("bookie add latency p50 / p99", f"{p50:.1f} / {p99:.1f} ms", "-", "-")
+            eps_single = bookie_add_per_entry(b.bookie_id, n_adds)
+            res.add("bookie add 1 KiB, per-entry client (one pb.Entry + callback each)",
+                    f"{eps_single:,.0f} e/s", f"{eps:,.0f} e/s batched client",
+                    f"{eps_single / eps:.2f}x")
             single, batched = bookie_reads(b.bookie_id, n_adds)
             res.add("bookie single-entry reads", f"{single:,.0f} e/s",
                     f"{calls:,.0f} raw gRPC calls/s", f"{single / calls:.2f}x")
@@ -316,6 +361,8 @@ def main() -> None:
             res.add("ledger add 1 KiB, E3 Qw2 Qa2, 2000 in flight",
                     f"{leps:,.0f} e/s {lmbs:,.1f} MB/s", f"{eps:,.0f} e/s one bookie",
                     f"{leps / eps:.2f}x")
+            res.add("ledger add vs the per-entry bookie client", f"{leps:,.0f} e/s",
+                    f"{eps_single:,.0f} e/s", f"{leps / eps_single:.2f}x")
             res.add("ledger add latency p50 / p99", f"{lp50:.1f} / {lp99:.1f} ms", "-", "-")
             rec = ledger_recovery(sb.metadata_service_uri, lid)
             res.add(f"recovery open of a {n_adds:,}-entry ledger (writer gone)",
