@@ -212,6 +212,31 @@ def _store(bk: BookKeeper) -> LogMetadataStore:
     return LogMetadataStore(bk.zk, bk.msu.root)
 
 
+def _read_attempts(bk: BookKeeper, name: str, attempts: int, create_if_missing: bool
+                   ) -> Iterator[Versioned[LogMetadata]]:
+    """Step 1 of the read-modify-CAS protocols of logs (take over, commit): read the list
+    of ledgers, up to ``attempts`` times with a growing random pause between attempts (the
+    caller goes on to the next attempt when its CAS lost). A missing log is created first
+    when ``create_if_missing`` (a log created concurrently by another client is fine)."""
+    store = _store(bk)
+    attempt = 0
+    while attempt < attempts:
+        if attempt:
+            time.sleep(random.uniform(0, min(0.5, 0.02 * attempt)))
+        attempt += 1
+        try:
+            current = store.read(name)
+        except LogNotFoundError:
+            if not create_if_missing:
+                raise
+            try:
+                create_log(bk, name)
+            except LogExistsError:
+                pass
+            continue
+        yield current
+
+
 def _update_log(bk: BookKeeper, name: str, needs_change: Callable[[LogMetadata], bool],
                 make_change: Callable[[LogMetadata], LogMetadata],
                 current: Versioned[LogMetadata] | None = None,
@@ -374,10 +399,6 @@ class _Slot(SharedConditionFuture["Position"]):
         self.entry_id = -1
         self.error: BaseException | None = None
         self.decided = False
-
-    @property
-    def outer(self) -> Future[Position]:
-        return self
 
 
 class _InOrderAcks:
@@ -808,21 +829,7 @@ def _take_over(bk: BookKeeper, name: str, config: LogWriterConfig, create_if_mis
     The CAS of step 5 also records the last entry and timestamp of the fenced ledgers.
     Returns the new ledger, the metadata written and the timestamp floor for its entries.
     """
-    store = _store(bk)
-    for attempt in range(config.max_open_attempts):
-        if attempt:
-            time.sleep(random.uniform(0, min(0.5, 0.02 * attempt)))
-        # Step 1: read the list of ledgers.
-        try:
-            current = store.read(name)
-        except LogNotFoundError:
-            if not create_if_missing:
-                raise
-            try:
-                create_log(bk, name)
-            except LogExistsError:
-                pass
-            continue
+    for current in _read_attempts(bk, name, config.max_open_attempts, create_if_missing):
         taken = _take_over_from(bk, name, config, current)
         if taken is not None:
             return taken
@@ -1271,20 +1278,7 @@ def commit_ledgers(bk: BookKeeper, name: str, ledgers: list[ClosedLedger], *,
     limits = limits or LogLimits()
     password = password.encode() if isinstance(password, str) else bytes(password)
     store = _store(bk)
-    for attempt in range(max_attempts):
-        if attempt:
-            time.sleep(random.uniform(0, min(0.5, 0.02 * attempt)))
-        # Step 1: read the list of ledgers.
-        try:
-            current = store.read(name)
-        except LogNotFoundError:
-            if not create_if_missing:
-                raise
-            try:
-                create_log(bk, name)
-            except LogExistsError:
-                pass
-            continue
+    for current in _read_attempts(bk, name, max_attempts, create_if_missing):
         done = _commit_from(bk, store, name, current, ledgers, txn_key, txn_id, properties,
                             replace, password, limits)
         if done is not None:

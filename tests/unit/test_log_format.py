@@ -289,7 +289,7 @@ def test_acknowledgements_cross_a_roll_in_append_order() -> None:
         acks.push(slot)
     order: list[Position] = []
     for slot in old + new:
-        slot.outer.add_done_callback(lambda o: order.append(o.result()))
+        slot.add_done_callback(lambda o: order.append(o.result()))
     for i, slot in enumerate(new):  # the new ledger confirms first
         acks.complete(slot, i, None)
     assert order == []
@@ -304,7 +304,7 @@ def test_after_a_failed_add_no_later_add_is_reported_written() -> None:
     inner = [_Slot(1 if i < 2 else 2, 0 if i < 2 else 1) for i in range(4)]
     for slot in inner:
         acks.push(slot)
-    outs = [slot.outer for slot in inner]
+    outs = [slot for slot in inner]
     acks.complete(inner[0], 0, None)
     acks.complete(inner[2], 0, None)
     acks.complete(inner[3], 1, None)
@@ -321,7 +321,7 @@ def test_acknowledgements_stay_ordered_under_concurrent_completion() -> None:
     inner = [_Slot(1, 0) for _ in range(2000)]
     for slot in inner:
         acks.push(slot)
-    outs = [slot.outer for slot in inner]
+    outs = [slot for slot in inner]
     order: list[int] = []
     lock = threading.Lock()
     for o in outs:
