@@ -65,8 +65,10 @@ _ENTRY_TAG = b"\x22"  # AddRequest.entries: field 4, length-delimited
 
 
 def _varint(n: int) -> bytes:
-    if n < 0x80:
+    """Protobuf's base-128 varint; negative numbers as 64-bit two's complement."""
+    if 0 <= n < 0x80:
         return bytes((n,))
+    n &= 0xFFFFFFFFFFFFFFFF
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)

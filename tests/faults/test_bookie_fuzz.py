@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from bk_spark.core.bookie_client import _varint
 from bk_spark.core.digest import master_key
 from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.sandbox import BookieProcess, free_port
@@ -156,16 +157,6 @@ def ledger_request(draw, msg_type):  # type: ignore[no-untyped-def]
     if msg_type is pb.DeleteLedgerRequest:
         return pb.DeleteLedgerRequest(ledger_id=draw(ids))
     return msg_type(ledger_id=draw(ids), master_key=draw(keys))
-
-
-def _varint(n: int) -> bytes:
-    n %= 2**64
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 @st.composite
