@@ -102,6 +102,36 @@ def grpc_round_trips(seconds: float = 1.5) -> tuple[float, float]:
 
 
 # ----------------------------------------------------------------------------- bookie
+class _AddTally:
+    """Completions of ``n`` pipelined adds: a window of ``in_flight`` permits, latencies and
+    errors (shared by the bookie add figures)."""
+
+    def __init__(self, n: int, in_flight: int) -> None:
+        self.n = n
+        self.window = threading.Semaphore(in_flight)
+        self.lat: list[float] = []
+        self.errors: list = []
+        self.count = 0
+        self.done = threading.Event()
+        self._lock = threading.Lock()
+
+    def record(self, entries: int, err, started: float) -> None:  # type: ignore[no-untyped-def]
+        now = time.perf_counter()
+        self.window.release(entries)
+        with self._lock:
+            if err is not None:
+                self.errors.append(err)
+            self.lat.append(now - started)
+            self.count += entries
+            if self.count >= self.n:
+                self.done.set()
+
+    def finish(self) -> None:
+        self.done.wait(300)
+        if self.errors:
+            raise RuntimeError(f"{len(self.errors)} adds failed: {self.errors[0]}")
+
+
 def bookie_add(bookie_id: str, n: int, size: int = KiB, in_flight: int = 2000
                ) -> tuple[float, float, float, float]:
     """(entries/s, MB/s, p50 ms, p99 ms) of pipelined adds to one bookie.
@@ -115,13 +145,8 @@ def bookie_add(bookie_id: str, n: int, size: int = KiB, in_flight: int = 2000
     from bk_spark.proto import bookie_pb2 as pb
 
     client = BookieClient(bookie_id)
-    window = threading.Semaphore(in_flight)
-    lat: list[float] = []
-    done = threading.Event()
-    count = [0]
-    lock = threading.Lock()
+    tally = _AddTally(n, in_flight)
     data = b"p" * size
-    errors: list = []
     chunk = max(in_flight // 2, 1)
 
     class Sink:
@@ -129,31 +154,23 @@ def bookie_add(bookie_id: str, n: int, size: int = KiB, in_flight: int = 2000
             self.t = t
 
         def on_added(self, tokens: list, err) -> None:  # type: ignore[no-untyped-def]
-            now = time.perf_counter()
-            for _ in tokens:
-                window.release()
-            with lock:
-                if err is not None:
-                    errors.append(err)
-                lat.append(now - self.t)
-                count[0] += len(tokens)
-                if count[0] >= n:
-                    done.set()
+            tally.record(len(tokens), err, self.t)
 
     t0 = time.perf_counter()
-    for first in range(0, n, chunk):
-        ids = range(first, min(first + chunk, n))
-        for _ in ids:
-            window.acquire()
-        entries = [frame_entry(pb.Entry(ledger_id=1, entry_id=i, lac=i - 1, payload=data,
-                                        digest=b"\0" * 12).SerializeToString()) for i in ids]
-        client.send_batch(1, b"k", entries, list(ids), Sink(time.perf_counter()))
-    done.wait(300)
+    try:
+        for first in range(0, n, chunk):
+            ids = range(first, min(first + chunk, n))
+            for _ in ids:
+                tally.window.acquire()
+            entries = [frame_entry(pb.Entry(ledger_id=1, entry_id=i, lac=i - 1, payload=data,
+                                            digest=b"\0" * 12).SerializeToString())
+                       for i in ids]
+            client.send_batch(1, b"k", entries, list(ids), Sink(time.perf_counter()))
+        tally.finish()
+    finally:
+        client.close()
     dt = time.perf_counter() - t0
-    client.close()
-    if errors:
-        raise RuntimeError(f"{len(errors)} adds failed: {errors[0]}")
-    return n / dt, n * size / dt / 1e6, pct(lat, 0.5) * 1e3, pct(lat, 0.99) * 1e3
+    return n / dt, n * size / dt / 1e6, pct(tally.lat, 0.5) * 1e3, pct(tally.lat, 0.99) * 1e3
 
 
 def bookie_add_per_entry(bookie_id: str, n: int, size: int = KiB, in_flight: int = 2000
@@ -164,37 +181,19 @@ def bookie_add_per_entry(bookie_id: str, n: int, size: int = KiB, in_flight: int
     from bk_spark.proto import bookie_pb2 as pb
 
     client = BookieClient(bookie_id)
-    sem = threading.Semaphore(in_flight)
-    lat: list[float] = []
-    done = threading.Event()
-    count = [0]
-    lock = threading.Lock()
+    tally = _AddTally(n, in_flight)
     data = b"p" * size
-    errors: list = []
-
-    def cb(err, t: float) -> None:
-        now = time.perf_counter()
-        sem.release()
-        with lock:
-            if err is not None:
-                errors.append(err)
-            lat.append(now - t)
-            count[0] += 1
-            if count[0] == n:
-                done.set()
-
     t0 = time.perf_counter()
-    for i in range(n):
-        sem.acquire()
-        e = pb.Entry(ledger_id=1, entry_id=i, lac=i - 1, payload=data, digest=b"\0" * 12)
-        t = time.perf_counter()
-        client.add_entry(1, b"k", e, lambda err, t=t: cb(err, t))
-    done.wait(300)
-    dt = time.perf_counter() - t0
-    client.close()
-    if errors:
-        raise RuntimeError(f"{len(errors)} adds failed: {errors[0]}")
-    return n / dt
+    try:
+        for i in range(n):
+            tally.window.acquire()
+            e = pb.Entry(ledger_id=1, entry_id=i, lac=i - 1, payload=data, digest=b"\0" * 12)
+            t = time.perf_counter()
+            client.add_entry(1, b"k", e, lambda err, t=t: tally.record(1, err, t))
+        tally.finish()
+    finally:
+        client.close()
+    return n / (time.perf_counter() - t0)
 
 
 def bookie_reads(bookie_id: str, n_entries: int, seconds: float = 1.5) -> tuple[float, float]:
