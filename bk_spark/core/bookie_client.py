@@ -36,7 +36,7 @@ AddCallback = Callable[[BKError | None], None]
 class AddSink(Protocol):
     """Receives a bookie's answer for many adds at once (one call per RPC, not per entry)."""
 
-    def on_added(self, tokens: list[Any], err: BKError | None) -> None: ...
+    def on_added(self, tokens: Sequence[Any], err: BKError | None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -217,7 +217,7 @@ class BookieClient:
         start = 0
         for end in ends:
             body = b"".join(entries[start:end])
-            chunk_tokens = list(tokens[start:end])
+            chunk_tokens = tokens[start:end]
             with self._cv:
                 while self._in_flight >= cfg.max_in_flight and not self._closed:
                     self._cv.wait()
@@ -247,7 +247,8 @@ class BookieClient:
             return None
         return error_for_code(resp.status, f"bookie {self.bookie_id}: {resp.message}")
 
-    def _batch_done(self, sink: AddSink, tokens: list[Any], err: BKError | None) -> None:
+    def _batch_done(self, sink: AddSink, tokens: Sequence[Any], err: BKError | None
+                    ) -> None:
         with self._cv:
             self._in_flight -= 1
             self._cv.notify_all()

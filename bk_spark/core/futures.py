@@ -12,6 +12,7 @@ until their own future is done or their own timeout expires.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from concurrent.futures import CancelledError, Future
@@ -25,6 +26,7 @@ from concurrent.futures._base import (
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+_log = logging.getLogger(__name__)
 
 
 class SharedConditionFuture(Future[T]):
@@ -56,6 +58,8 @@ class SharedConditionFuture(Future[T]):
                 self._condition.wait(remaining)
 
     def result(self, timeout: float | None = None) -> T:
+        if self._state == FINISHED and self._exception is None:
+            return self._result  # done: its result is set before its state, no lock needed
         with self._condition:
             self._wait_done(timeout)
         if self._exception is not None:
@@ -110,6 +114,59 @@ def _complete_run(condition: threading.Condition,
     for fut in done:
         if fut._done_callbacks:
             fut._invoke_callbacks()
+
+
+def complete_adds(targets: list[Any], first: int, error: BaseException | None) -> None:
+    """Complete the adds of entries ``first, first + 1, ...`` in that order.
+
+    ``targets[i]`` is the :class:`SharedConditionFuture` (its result: the entry id) or the
+    callback (called as ``callback(entry_id, error)``) of entry ``first + i``. A run of
+    futures is completed holding their condition once; a callback runs after every earlier
+    future of the list is done. A failing callback is logged and does not stop the others.
+    """
+    start, n = 0, len(targets)
+    while start < n:
+        target = targets[start]
+        if not isinstance(target, SharedConditionFuture):
+            try:
+                target(first + start, error)
+            except Exception:
+                _log.exception("add callback failed")
+            start += 1
+            continue
+        condition = target._condition
+        end = start + 1
+        while end < n and getattr(targets[end], "_condition", None) is condition:
+            end += 1
+        _complete_ids(condition, targets, start, end, first, error)
+        start = end
+
+
+def _complete_ids(condition: threading.Condition, futures: list[Any], start: int, end: int,
+                  first: int, error: BaseException | None) -> None:
+    done: list[SharedConditionFuture[Any]] = []
+    with condition:
+        ids = range(first + start, first + end)
+        for eid, fut in zip(ids, futures[start:end], strict=True):
+            state = fut._state
+            if state != PENDING and state != RUNNING:
+                continue  # cancelled by its caller
+            if error is None:
+                fut._result = eid
+                fut._state = FINISHED
+                if fut._waiters:
+                    for waiter in fut._waiters:
+                        waiter.add_result(fut)
+            else:
+                fut._exception = error
+                fut._state = FINISHED
+                for waiter in fut._waiters:
+                    waiter.add_exception(fut)
+            if fut._done_callbacks:
+                done.append(fut)
+        condition.notify_all()
+    for fut in done:
+        fut._invoke_callbacks()
 
 
 def shared_condition() -> threading.Condition:

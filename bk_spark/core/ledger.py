@@ -24,9 +24,10 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
-from bk_spark.core.bookie_client import frame_entry
+import numpy as np
+
 from bk_spark.core.entry import EntryCodec
-from bk_spark.core.futures import SharedConditionFuture, complete_in_order, shared_condition
+from bk_spark.core.futures import SharedConditionFuture, complete_adds, shared_condition
 from bk_spark.core.metadata import LedgerMetadata, LedgerState
 from bk_spark.core.metadata_store import Versioned
 from bk_spark.core.pending import PendingAdds
@@ -60,7 +61,7 @@ class LedgerHandle:
     """A ledger opened for writing by its single writer (SWMR)."""
 
     def __init__(self, bk: BookKeeper, md: Versioned[LedgerMetadata], password: bytes,
-                 codec: EntryCodec, master_key: bytes) -> None:
+                 codec: EntryCodec, master_key: bytes, *, next_entry: int = 0) -> None:
         self._bk = bk
         self._md = md
         self._password = password
@@ -69,14 +70,23 @@ class LedgerHandle:
         m = md.value
         self.id = m.ledger_id
         self._E, self._Qw, self._Qa = m.ensemble_size, m.write_quorum_size, m.ack_quorum_size
-        self._pending = PendingAdds(self._E, self._Qw, self._Qa)
+        self._max_entry_size = bk.config.max_entry_size
+        # Entries handed out but not yet sent are in the outbox; once the sender encoded
+        # them they are registered with _pending, which decides their acknowledgement.
+        self._pending = PendingAdds(self._E, self._Qw, self._Qa, last_acked=next_entry - 1)
         self._ensemble: list[str | None] = list(m.last_ensemble)
-        self._next_entry = 0
-        self._length = 0  # bytes of all entries handed out so far
+        self._next_entry = next_entry
         self._acked_length = 0
-        # entry id -> (future or callback, serialized wire entry, ledger length after it)
-        self._in_flight: dict[int, tuple[Future[int] | AddDone, bytes, int]] = {}
-        self._deliveries: deque[tuple[Future[int] | AddDone, int, BKError | None]] = deque()
+        # The adds not yet acknowledged, by entry id from _unacked_first: the caller's
+        # future or callback for each id handed out, and for each id the sender already
+        # encoded its framed wire entry and the ledger's length after it.
+        self._unacked_first = next_entry
+        self._targets: list[Future[int] | AddDone] = []
+        self._wire: list[bytes] = []
+        self._ends: list[int] = []
+        # runs of decided adds: (first entry id, their targets, error or None)
+        self._deliveries: deque[tuple[int, list[Future[int] | AddDone], BKError | None]] = (
+            deque())
         self._deliver_lock = threading.Lock()
         self._lock = threading.RLock()
         self._drained = threading.Condition(self._lock)
@@ -88,9 +98,8 @@ class LedgerHandle:
         self._lac_wakeup = threading.Condition(self._lock)
         self._lac_thread: threading.Thread | None = None
         self._sinks: dict[tuple[int, str], _BookieSink] = {}
-        # entries handed out but not yet shipped: consecutive ids from _outbox_first
+        # payloads handed out but not yet encoded: the ids before _next_entry
         self._outbox: list[bytes] = []
-        self._outbox_first = 0
         self._sender_idle = False
         self._outbox_ready = threading.Condition(self._lock)
         self._sender: threading.Thread | None = None
@@ -142,43 +151,38 @@ class LedgerHandle:
         return self._add(bytes(payload), callback)
 
     def _add(self, payload: bytes, target: Future[int] | AddDone) -> int:
-        if len(payload) > self._bk.config.max_entry_size:
+        """Hand out the next entry id; the sender thread encodes and ships it."""
+        if len(payload) > self._max_entry_size:
             raise TooLargeError(
-                f"entry of {len(payload)} bytes exceeds max_entry_size "
-                f"{self._bk.config.max_entry_size}")
+                f"entry of {len(payload)} bytes exceeds max_entry_size {self._max_entry_size}")
         with self._lock:
             if self._error is not None:
                 raise self._error
             if self._closed:
                 raise LedgerClosedError(f"ledger {self.id} is closed")
             eid = self._next_entry
-            self._next_entry += 1
-            self._length += len(payload)
-            entry = frame_entry(self._codec.encode(eid, self._pending.last_add_confirmed,
-                                                   self._length, payload).SerializeToString())
-            self._pending.register(eid)
-            self._in_flight[eid] = (target, entry, self._length)
-            outbox = self._outbox
-            if not outbox:
-                self._outbox_first = eid
-            outbox.append(entry)
-            if self._sender is None:
+            self._next_entry = eid + 1
+            self._targets.append(target)
+            self._outbox.append(payload)
+            if self._sender_idle:
+                self._sender_idle = False
+                self._outbox_ready.notify()
+            elif self._sender is None:
                 self._sender = threading.Thread(target=self._send_loop,
                                                 name=f"ledger-{self.id}-sender", daemon=True)
                 self._sender.start()
-            elif self._sender_idle:
-                self._sender_idle = False
-                self._outbox_ready.notify()
         return eid
 
     def _send_loop(self) -> None:
-        """Ship queued entries: one batch per bookie of the ensemble per round.
+        """Encode and ship the queued entries: one batch per bookie of the ensemble per round.
 
-        While the previous batches are in flight new adds pile up in the outbox,
-        so batches grow with the load (many entries per RPC, as the bookie wants).
+        While the previous batches are in flight new adds pile up in the outbox, so rounds
+        grow with the load (many entries per RPC, as the bookie wants). Each entry carries
+        the last-add-confirmed at the time its round is encoded.
         """
         E, Qw = self._E, self._Qw
         sets = [write_set(r, E, Qw) for r in range(E)]
+        length = self._acked_length  # the ledger's length before the next round
         while True:
             with self._lock:
                 while not self._outbox and not self._closed and self._error is None:
@@ -187,31 +191,43 @@ class LedgerHandle:
                 self._sender_idle = False
                 if not self._outbox or self._error is not None:
                     return  # closed and drained, or failed: _fail decided every add
-                blobs, first = self._outbox, self._outbox_first
+                payloads = self._outbox
                 self._outbox = []
+                first = self._next_entry - len(payloads)
+                lac = self._pending.last_add_confirmed
+            wire, ends = self._codec.frame_run(first, lac, length, payloads)
+            length = ends[-1]
+            n = len(wire)
+            with self._lock:
+                if self._error is not None:
+                    return
+                # Published and ensemble read together: an ensemble change resends what was
+                # published before it took the lock, and this round sees its replacement.
+                self._pending.register(first, n)
+                self._wire += wire
+                self._ends += ends
                 ensemble = list(self._ensemble)
             # The round holds entries first, first + 1, ...: those at offset k of the round
             # share the write set of (first + k) % E, so each bookie's share is a few slices.
-            n = len(blobs)
-            per_index: list[tuple[list[int], list[bytes]]] = [([], []) for _ in range(E)]
+            ids = np.arange(first, first + n, dtype=np.int64)
+            per_index: list[tuple[list[np.ndarray], list[bytes]]] = [([], []) for _ in range(E)]
             for k in range(min(E, n)):
-                ids = range(first + k, first + n, E)
-                part = blobs[k::E]
+                part = wire[k::E]
                 for idx in sets[(first + k) % E]:
-                    per_index[idx][0].extend(ids)
+                    per_index[idx][0].append(ids[k::E])
                     per_index[idx][1].extend(part)
-            for idx, (ids, part) in enumerate(per_index):
+            for idx, (id_parts, part) in enumerate(per_index):
                 bookie = ensemble[idx]
-                if ids and bookie is not None:  # None: being replaced; the resend covers it
-                    self._send(idx, bookie, ids, part)
+                if part and bookie is not None:  # None: being replaced; the resend covers it
+                    self._send(idx, bookie, np.concatenate(id_parts), part)
 
-    def _send(self, index: int, bookie: str, eids: list[int], entries: list[bytes]) -> None:
+    def _send(self, index: int, bookie: str, eids: np.ndarray, entries: list[bytes]) -> None:
         sink = self._sinks.get((index, bookie))
         if sink is None:
             sink = self._sinks.setdefault((index, bookie), _BookieSink(self, index, bookie))
         self._bk.bookies.get(bookie).send_batch(self.id, self._master_key, entries, eids, sink)
 
-    def _on_responses(self, eids: list[int], index: int, bookie: str,
+    def _on_responses(self, eids: np.ndarray, index: int, bookie: str,
                       err: BKError | None) -> None:
         """A bookie answered for ``eids`` (one RPC): count the confirmations."""
         if err is not None:
@@ -220,24 +236,26 @@ class LedgerHandle:
         with self._lock:
             if self._ensemble[index] != bookie or self._error is not None:
                 return  # a stale answer from a replaced bookie
-            in_flight = self._in_flight
-            # every id was added, and is still in flight or already acknowledged (ignored)
-            acked_ids = self._pending.ack_many(eids, index)
-            if not acked_ids:
+            # every id was registered, and is still unacknowledged or already acknowledged
+            acked = self._pending.ack_many(eids, index)
+            if not acked:
                 return
-            deliveries = self._deliveries
-            for acked in acked_ids:
-                target, _entry, length = in_flight.pop(acked)
-                self._acked_length = length
-                deliveries.append((target, acked, None))
-            if not in_flight:
+            k = len(acked)
+            targets = self._targets[:k]
+            del self._targets[:k]
+            del self._wire[:k]
+            self._acked_length = self._ends[k - 1]
+            del self._ends[:k]
+            self._unacked_first += k
+            self._deliveries.append((acked.start, targets, None))
+            if not self._targets:
                 self._drained.notify_all()
             self._lac_wakeup.notify_all()
         self._deliver()
         self._ensure_lac_thread()
 
     def _deliver(self) -> None:
-        """Complete queued adds in entry order, whichever thread queued them.
+        """Complete decided adds in entry order, whichever thread decided them.
 
         Acknowledgements are decided in order under the handle's lock and queued in that
         order; one deliverer at a time drains the queue, so no caller ever sees entry n
@@ -245,20 +263,9 @@ class LedgerHandle:
         """
         with self._deliver_lock:
             q = self._deliveries
-            futures: list[tuple[SharedConditionFuture[int], int, BKError | None]] = []
             while q:
-                target, eid, err = q.popleft()
-                if isinstance(target, SharedConditionFuture):
-                    futures.append((target, eid, err))
-                    continue
-                if futures:  # the futures before this callback first
-                    complete_in_order(futures)
-                    futures = []
-                try:
-                    target(eid, err)
-                except Exception:  # a callback bug must not stop deliveries
-                    log.exception("add callback failed")
-            complete_in_order(futures)
+                first, targets, err = q.popleft()
+                complete_adds(targets, first, err)
             hook = self.on_delivered
             if hook is not None:
                 try:
@@ -284,9 +291,10 @@ class LedgerHandle:
         with self._lock:
             if self._error is None:
                 self._error = err
-            for eid, (target, _e, _l) in sorted(self._in_flight.items()):
-                self._deliveries.append((target, eid, err))
-            self._in_flight.clear()
+            if self._targets:
+                self._deliveries.append((self._unacked_first, self._targets, err))
+                self._unacked_first += len(self._targets)
+                self._targets, self._wire, self._ends, self._outbox = [], [], [], []
             self._drained.notify_all()
             self._outbox_ready.notify_all()
             self._lac_wakeup.notify_all()
@@ -325,11 +333,12 @@ class LedgerHandle:
             replacement = new_md.value.last_ensemble[index]
             self._ensemble[index] = replacement
             self._changing.discard(index)
-            resend = [e for e in self._pending.unacknowledged()
-                      if e >= first and index in write_set(e, self._E, self._Qw)
-                      and e in self._in_flight]
-            blobs = [self._in_flight[e][1] for e in resend]
-        if resend:
+            if self._error is not None:
+                return
+            resend = self._pending.unacknowledged_in_write_set(index, first)
+            wire, base = self._wire, self._unacked_first
+            blobs = [wire[e - base] for e in resend.tolist()]
+        if blobs:
             self._send(index, replacement, resend, blobs)
 
     def _cas_new_fragment(self, index: int, failed: str, first: int) -> Versioned:
@@ -377,7 +386,7 @@ class LedgerHandle:
                 if self._closed or self._error is not None:
                     return
                 lac = self._pending.last_add_confirmed
-                if lac <= self._lac_sent or self._in_flight:
+                if lac <= self._lac_sent or self._targets:
                     continue
                 self._lac_sent = lac
                 bookies = [b for b in self._ensemble if b is not None]
@@ -398,7 +407,7 @@ class LedgerHandle:
         with self._lock:
             if self._closed:
                 return
-            if not self._drained.wait_for(lambda: not self._in_flight, timeout):
+            if not self._drained.wait_for(lambda: not self._targets, timeout):
                 raise BKError(f"ledger {self.id}: adds still outstanding after {timeout}s")
             self._closed = True
             self._lac_wakeup.notify_all()
@@ -427,7 +436,7 @@ class _BookieSink:
     def __init__(self, handle: LedgerHandle, index: int, bookie: str) -> None:
         self.handle, self.index, self.bookie = handle, index, bookie
 
-    def on_added(self, tokens: list, err: BKError | None) -> None:
+    def on_added(self, tokens: np.ndarray, err: BKError | None) -> None:
         self.handle._on_responses(tokens, self.index, self.bookie, err)
 
 

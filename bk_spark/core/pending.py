@@ -32,16 +32,25 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import numpy as np
+
 from bk_spark.core.metadata import validate_quorums
 from bk_spark.core.schedule import in_write_set, write_set
+
+_INITIAL_WINDOW = 1024
 
 
 class PendingAdds:
     """The adds of one ledger writer that are not yet acknowledged to the client.
 
-    Guarantee: :meth:`ack` returns an entry id exactly once, in increasing entry-id order,
-    when Qa distinct bookies of its write set confirmed it and every lower entry was
-    acknowledged (and no ensemble change is in progress).
+    Guarantee: :meth:`ack` and :meth:`ack_many` return an entry id exactly once, in
+    increasing entry-id order, when Qa distinct bookies of its write set confirmed it and
+    every lower entry was acknowledged (and no ensemble change is in progress).
+
+    The confirmations live in numpy arrays over the window of unacknowledged entries (one
+    row of flags per ensemble index, and the number of distinct confirming bookies per
+    entry), so a bookie's answer to a batch of thousands of entries costs a few array
+    operations, not a Python step per entry.
     """
 
     def __init__(
@@ -55,8 +64,10 @@ class PendingAdds:
         self.ack_quorum_size = ack_quorum_size
         self._lac = last_acked
         self._next_entry_id = last_acked + 1
-        # entry id -> indexes of the bookies that confirmed it; ascending (insertion order)
-        self._confirmed: dict[int, set[int]] = {}
+        # Column c describes entry self._base + c (columns before lac + 1 are stale).
+        self._base = last_acked + 1
+        self._confirmed = np.zeros((ensemble_size, _INITIAL_WINDOW), dtype=bool)
+        self._count = np.zeros(_INITIAL_WINDOW, dtype=np.int32)
         self._changing_ensemble = False
 
     # -- queries ---------------------------------------------------------------------------
@@ -81,14 +92,17 @@ class PendingAdds:
 
     def unacknowledged(self) -> list[int]:
         """The added entries not yet acknowledged to the client, ascending."""
-        return list(self._confirmed)
+        return list(range(self._lac + 1, self._next_entry_id))
 
     def confirmations(self, entry_id: int) -> frozenset[int]:
         """The bookie indexes that confirmed an unacknowledged entry so far."""
-        return frozenset(self._confirmed.get(entry_id, ()))
+        if not self._lac < entry_id < self._next_entry_id:
+            return frozenset()
+        column = self._confirmed[:, entry_id - self._base]
+        return frozenset(int(i) for i in np.flatnonzero(column))
 
     def __len__(self) -> int:
-        return len(self._confirmed)
+        return self._next_entry_id - self._lac - 1
 
     # -- events ----------------------------------------------------------------------------
 
@@ -97,14 +111,38 @@ class PendingAdds:
         self.register(entry_id)
         return write_set(entry_id, self.ensemble_size, self.write_quorum_size)
 
-    def register(self, entry_id: int) -> None:
-        """:meth:`add` without computing the write set (the writer's hot path)."""
+    def register(self, entry_id: int, count: int = 1) -> None:
+        """Register entries ``entry_id .. entry_id + count - 1`` (the next ones) at once,
+        without computing write sets (the writer's hot path registers a whole round)."""
         if entry_id != self._next_entry_id:
             raise ValueError(
                 f"entry {entry_id} added out of order: the next entry id is {self._next_entry_id}"
             )
-        self._confirmed[entry_id] = set()
-        self._next_entry_id += 1
+        if count < 1:
+            raise ValueError(f"count must be >= 1, got {count}")
+        self._next_entry_id += count
+        if self._next_entry_id - self._base > self._count.size:
+            self._make_room()
+
+    def _make_room(self) -> None:
+        """Drop the columns of acknowledged entries; grow the window if still too small."""
+        live_from = self._lac + 1 - self._base
+        live = self._next_entry_id - self._lac - 1
+        size = self._count.size
+        while size < 2 * live:
+            size *= 2
+        confirmed = np.zeros((self.ensemble_size, size), dtype=bool)
+        count = np.zeros(size, dtype=np.int32)
+        kept = self._count.size - live_from  # columns that held entries, acknowledged or not
+        confirmed[:, :kept] = self._confirmed[:, live_from:]
+        count[:kept] = self._count[live_from:]
+        self._confirmed, self._count, self._base = confirmed, count, self._lac + 1
+
+    def _check_index(self, bookie_index: int) -> None:
+        if not 0 <= bookie_index < self.ensemble_size:
+            raise ValueError(
+                f"bookie index {bookie_index} outside an ensemble of {self.ensemble_size}"
+            )
 
     def ack(self, entry_id: int, bookie_index: int) -> list[int]:
         """Record that the bookie at ``bookie_index`` confirmed ``entry_id``.
@@ -113,52 +151,53 @@ class PendingAdds:
         already acknowledged are ignored. Returns the entry ids acknowledged to the client
         by this call, ascending (often none, sometimes several).
         """
-        if not 0 <= bookie_index < self.ensemble_size:
-            raise ValueError(
-                f"bookie index {bookie_index} outside an ensemble of {self.ensemble_size}"
-            )
+        self._check_index(bookie_index)
         if entry_id <= self._lac:
             return []
-        confirmed = self._confirmed.get(entry_id)
-        if confirmed is None:
+        if entry_id >= self._next_entry_id:
             raise ValueError(f"entry {entry_id} was never added")
         if not in_write_set(entry_id, bookie_index, self.ensemble_size, self.write_quorum_size):
             return []
-        confirmed.add(bookie_index)
+        column = entry_id - self._base
+        if not self._confirmed[bookie_index, column]:
+            self._confirmed[bookie_index, column] = True
+            self._count[column] += 1
         if entry_id != self._lac + 1 or self._changing_ensemble:
             return []
-        return self._advance()
+        return list(self._advance())
 
-    def ack_many(self, entry_ids: Iterable[int], bookie_index: int) -> list[int]:
-        """:meth:`ack` for every id of one bookie's answer to a batch, at the cost of one."""
-        if not 0 <= bookie_index < self.ensemble_size:
-            raise ValueError(
-                f"bookie index {bookie_index} outside an ensemble of {self.ensemble_size}"
-            )
-        E, Qw, lac = self.ensemble_size, self.write_quorum_size, self._lac
-        confirmed = self._confirmed
-        for entry_id in entry_ids:
-            if entry_id <= lac:
-                continue
-            bookies = confirmed.get(entry_id)
-            if bookies is None:
-                raise ValueError(f"entry {entry_id} was never added")
-            if (bookie_index - entry_id) % E < Qw:  # bookie_index is in the write set
-                bookies.add(bookie_index)
+    def ack_many(self, entry_ids: Iterable[int] | np.ndarray, bookie_index: int) -> range:
+        """:meth:`ack` for every id of one bookie's answer to a batch, in a few array
+        operations; returns the range of entry ids acknowledged by this call."""
+        self._check_index(bookie_index)
+        ids = np.asarray(entry_ids if isinstance(entry_ids, np.ndarray) else list(entry_ids),
+                         dtype=np.int64)
+        ids = ids[ids > self._lac]
+        if ids.size:
+            if int(ids.max()) >= self._next_entry_id:
+                raise ValueError(f"entry {int(ids.max())} was never added")
+            ids = ids[(bookie_index - ids) % self.ensemble_size < self.write_quorum_size]
+            columns = ids - self._base
+            row = self._confirmed[bookie_index]
+            new = columns[~row[columns]]
+            row[new] = True
+            # a repeated column counts once: fancy-index += adds 1 per distinct index
+            self._count[new] += 1
         if self._changing_ensemble:
-            return []
+            return range(0)
         return self._advance()
 
-    def _advance(self) -> list[int]:
-        acknowledged: list[int] = []
-        confirmed = self._confirmed
-        while True:
-            bookies = confirmed.get(self._lac + 1)
-            if bookies is None or len(bookies) < self.ack_quorum_size:
-                return acknowledged
-            self._lac += 1
-            del confirmed[self._lac]
-            acknowledged.append(self._lac)
+    def _advance(self) -> range:
+        start = self._lac + 1
+        low, high = start - self._base, self._next_entry_id - self._base
+        if low >= high or self._count[low] < self.ack_quorum_size:
+            return range(0)
+        quorate = self._count[low:high] >= self.ack_quorum_size
+        k = int(quorate.argmin())  # the first entry short of a quorum ...
+        if quorate[k]:
+            k = high - low  # ... or none is
+        self._lac = start + k - 1
+        return range(start, start + k)
 
     # -- ensemble change -------------------------------------------------------------------
 
@@ -169,7 +208,7 @@ class PendingAdds:
     def end_ensemble_change(self) -> list[int]:
         """Let acknowledgements through again; return the entries acknowledged now."""
         self._changing_ensemble = False
-        return self._advance()
+        return list(self._advance())
 
     def replace_bookie(self, bookie_index: int, from_entry_id: int) -> list[int]:
         """The bookie at ``bookie_index`` was replaced in a fragment from ``from_entry_id``.
@@ -180,20 +219,22 @@ class PendingAdds:
         The fragment must start after the last-add-confirmed: acknowledged entries are never
         moved to another bookie.
         """
-        if not 0 <= bookie_index < self.ensemble_size:
-            raise ValueError(
-                f"bookie index {bookie_index} outside an ensemble of {self.ensemble_size}"
-            )
+        self._check_index(bookie_index)
         if from_entry_id <= self._lac:
             raise ValueError(
                 f"a new fragment must start after the last-add-confirmed ({self._lac}), "
                 f"got {from_entry_id}"
             )
-        resend: list[int] = []
-        for entry_id, bookies in self._confirmed.items():
-            if entry_id >= from_entry_id and in_write_set(
-                entry_id, bookie_index, self.ensemble_size, self.write_quorum_size
-            ):
-                bookies.discard(bookie_index)
-                resend.append(entry_id)
-        return resend
+        resend = self.unacknowledged_in_write_set(bookie_index, from_entry_id)
+        columns = resend - self._base
+        row = self._confirmed[bookie_index]
+        had = columns[row[columns]]
+        row[had] = False
+        self._count[had] -= 1
+        return resend.tolist()
+
+    def unacknowledged_in_write_set(self, bookie_index: int, from_entry_id: int) -> np.ndarray:
+        """The unacknowledged entries >= ``from_entry_id`` whose write set holds
+        ``bookie_index`` (what a replacement at that index must be sent), ascending."""
+        ids = np.arange(max(from_entry_id, self._lac + 1), self._next_entry_id, dtype=np.int64)
+        return ids[(bookie_index - ids) % self.ensemble_size < self.write_quorum_size]

@@ -47,7 +47,6 @@ from bk_spark.core.log import LogWriter, open_log_writer
 from bk_spark.core.log_format import encode_entry, now_ms
 from bk_spark.core.metadata import LedgerMetadata
 from bk_spark.core.metadata_store import Versioned
-from bk_spark.core.pending import PendingAdds
 from bk_spark.errors import LedgerFencedError, LedgerStateError, LogOwnershipLostError
 from bk_spark.faults.payloads import ledger_payload, log_payload
 
@@ -74,10 +73,8 @@ class StaleWriter(LedgerHandle):
 
     def __init__(self, bk: BookKeeper, md: LedgerMetadata, next_entry: int) -> None:
         codec = EntryCodec(md.ledger_id, DigestManager(md.digest_type, PASSWORD))
-        super().__init__(bk, Versioned(md, 0), PASSWORD, codec, master_key(PASSWORD))
-        self._next_entry = next_entry
-        self._pending = PendingAdds(md.ensemble_size, md.write_quorum_size,
-                                    md.ack_quorum_size, last_acked=next_entry - 1)
+        super().__init__(bk, Versioned(md, 0), PASSWORD, codec, master_key(PASSWORD),
+                         next_entry=next_entry)
 
 
 def try_after_fence(bk: BookKeeper, ledger_id: int, timeout: float,

@@ -120,3 +120,53 @@ def test_varint_matches_protobuf(value: int) -> None:
     entry = pb.Entry(ledger_id=3, entry_id=value & (2**63 - 1), payload=b"x" * 200)
     framed = frame_entry(entry.SerializeToString())
     assert pb.AddRequest.FromString(framed).entries[0] == entry
+
+
+def test_complete_adds_keeps_entry_order_across_futures_and_callbacks() -> None:
+    """The ledger's delivery: entry ids first, first + 1, ... to futures and callbacks in
+    order; a cancelled future is skipped; a failing callback does not stop the others."""
+    from bk_spark.core.futures import complete_adds
+
+    cond = shared_condition()
+    order: list[tuple[str, int, object]] = []
+    futures = [SharedConditionFuture(cond) for _ in range(4)]
+    for f in futures:
+        f.add_done_callback(lambda fut: order.append(("future", fut.result(0), None)))
+    assert futures[2].cancel()
+    order.clear()
+
+    def callback(eid: int, err: BaseException | None) -> None:
+        order.append(("callback", eid, err))
+
+    def broken(eid: int, err: BaseException | None) -> None:
+        order.append(("broken", eid, err))
+        raise ValueError("a bug in the caller's callback")
+
+    targets = [futures[0], futures[1], callback, futures[2], broken, futures[3]]
+    complete_adds(targets, 10, None)
+    assert order == [("future", 10, None), ("future", 11, None), ("callback", 12, None),
+                     ("broken", 14, None), ("future", 15, None)]
+    assert futures[2].cancelled()
+
+    err = RuntimeError("fenced")
+    failed = [SharedConditionFuture(cond), callback]
+    order.clear()
+    complete_adds(failed, 20, err)
+    assert failed[0].exception(0) is err
+    assert order == [("callback", 21, err)]
+
+
+def test_result_of_a_done_future_needs_no_lock() -> None:
+    """The fast path of result(): a finished future answers even while its shared
+    condition is held by another thread (a writer delivering other adds)."""
+    from bk_spark.core.futures import complete_adds
+
+    cond = shared_condition()
+    fut: SharedConditionFuture[int] = SharedConditionFuture(cond)
+    complete_adds([fut], 7, None)
+    got: list[int] = []
+    with cond:
+        t = threading.Thread(target=lambda: got.append(fut.result(1)))
+        t.start()
+        t.join(5)
+    assert got == [7]

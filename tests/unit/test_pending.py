@@ -179,3 +179,50 @@ def test_ack_many_equals_acking_one_by_one_in_any_order() -> None:
                 got_many += many.ack_many([e for e, j in chunk if j == i], i)
         assert got_one == got_many == list(range(40))
         assert one.last_add_confirmed == many.last_add_confirmed == 39
+
+
+def test_a_long_run_acknowledges_in_order_through_window_moves() -> None:
+    """Thousands of entries in flight, answered in shuffled batches: the confirmation window
+    is compacted and grown many times and every entry is acknowledged once, in order, exactly
+    when a model that counts distinct confirmations per entry says so."""
+    import random
+
+    import numpy as np
+
+    rng = random.Random(11)
+    E, Qw, Qa = 5, 3, 2
+    adds = PendingAdds(E, Qw, Qa)
+    model: dict[int, set[int]] = {}
+    model_lac = -1
+    acked: list[int] = []
+    outstanding: list[tuple[int, int]] = []
+    next_id = 0
+    while next_id < 20_000 or outstanding:
+        if next_id < 20_000:
+            n = min(rng.randint(1, 1500), 20_000 - next_id)
+            adds.register(next_id, n)
+            for e in range(next_id, next_id + n):
+                model[e] = set()
+                outstanding += [((e % E + j) % E, e) for j in range(Qw)]
+                if rng.random() < 0.01:
+                    outstanding.append(((e % E + Qw) % E, e))  # a bookie outside the set
+                if rng.random() < 0.01:
+                    outstanding.append((e % E, e))  # a duplicate confirmation
+            next_id += n
+        rng.shuffle(outstanding)
+        batch, outstanding = outstanding[:4000], outstanding[4000:]
+        for index in range(E):
+            ids = np.array([e for i, e in batch if i == index], dtype=np.int64)
+            got = adds.ack_many(ids, index)
+            for e in ids.tolist():
+                if e > model_lac and (index - e) % E < Qw:
+                    model[e].add(index)
+            expected = []
+            while model_lac + 1 in model and len(model[model_lac + 1]) >= Qa:
+                model_lac += 1
+                expected.append(model_lac)
+                del model[model_lac]
+            assert list(got) == expected
+            acked += got
+    assert acked == list(range(20_000))
+    assert adds.last_add_confirmed == 19_999 and len(adds) == 0
