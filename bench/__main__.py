@@ -311,8 +311,12 @@ def ledger_recovery(uri: str, ledger_id: int) -> float:
 
 
 def main() -> None:
+    from bk_spark.allocator import tune_allocator
     from bk_spark.sandbox import BookieProcess, Sandbox, free_port
 
+    # Every client of this run, the references' included, with the allocator tuned as a
+    # BookKeeper client tunes it (bk_spark/allocator.py).
+    tune_allocator()
     quick = "--quick" in sys.argv
     n_adds = 20_000 if quick else 100_000
     res = Results()

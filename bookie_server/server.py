@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError, Message
 
+from bk_spark.allocator import tune_allocator
 from bk_spark.errors import BKError, InvalidRequestError, ReadOnlyError
 from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.registration import BookieRegistration
@@ -183,6 +184,7 @@ class BookieServer:
 
     def start(self) -> None:
         cfg = self.config
+        tune_allocator()  # megabyte batches in and out: see bk_spark.allocator
         self.storage.start()
         limit = grpc_message_limit(cfg)
         server = grpc.server(

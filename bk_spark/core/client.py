@@ -8,6 +8,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from bk_spark.allocator import tune_allocator
 from bk_spark.core.bookie_client import BookieClientPool, ClientConfig, TlsOptions
 from bk_spark.core.digest import DigestManager, master_key, password_digest
 from bk_spark.core.entry import EntryCodec
@@ -38,11 +39,14 @@ DIGEST_TYPES = ("crc32c", "mac", "none")
 @dataclass(frozen=True)
 class BookKeeperConfig:
     """Client options. ``explicit_lac_interval_s``: how soon an idle writer tells
-    bookies its last-add-confirmed (so tailing readers see the last entry)."""
+    bookies its last-add-confirmed (so tailing readers see the last entry).
+    ``tune_allocator``: raise glibc's mmap and trim thresholds in this process so that
+    megabyte-sized batches do not cost page faults each (:mod:`bk_spark.allocator`)."""
 
     max_entry_size: int = 5 * 1024 * 1024
     explicit_lac_interval_s: float = 0.05
     client: ClientConfig = field(default_factory=ClientConfig)
+    tune_allocator: bool = True
 
 
 class BookKeeper:
@@ -65,7 +69,10 @@ class BookKeeper:
             self.config = BookKeeperConfig(
                 self.config.max_entry_size, self.config.explicit_lac_interval_s,
                 ClientConfig(cc.add_timeout_s, cc.read_timeout_s, cc.max_batch_entries,
-                             cc.max_batch_bytes, cc.max_in_flight, TlsOptions(Path(tls_ca_cert))))
+                             cc.max_batch_bytes, cc.max_in_flight, TlsOptions(Path(tls_ca_cert))),
+                self.config.tune_allocator)
+        if self.config.tune_allocator:
+            tune_allocator()
         self.msu = parse_metadata_service_uri(metadata_service_uri)
         self.zk = connect_zk(self.msu)
         self.metadata_store = LedgerMetadataStore(self.zk, self.msu.root)
