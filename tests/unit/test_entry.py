@@ -34,3 +34,12 @@ def test_frame_run_equals_encoding_entry_by_entry(digest_type: str, first: int, 
         assert codec.verify(entry) == length
         if first + i and lac and payload:  # protobuf leaves out zeros; frame_run writes them
             assert framed == frame_entry(expected.SerializeToString())
+
+
+@pytest.mark.parametrize("first,count", [(0, 300), (120, 20_000), (2**21 - 5, 10), (2**40, 5),
+                                         (2**63 - 3, 3), (7, 0)])
+def test_varints_of_consecutive_ids_are_protobufs(first: int, count: int) -> None:
+    from bk_spark.core.bookie_client import _varint
+    from bk_spark.core.entry import varints
+
+    assert varints(first, count) == [_varint(i) for i in range(first, first + count)]
