@@ -216,7 +216,7 @@ class BookieClient:
                 if len(entries) > 1 else [len(entries)])
         start = 0
         for end in ends:
-            body = b"".join(entries[start:end])
+            request = b"".join([head, *entries[start:end]])  # one copy of each entry
             chunk_tokens = tokens[start:end]
             with self._cv:
                 while self._in_flight >= cfg.max_in_flight and not self._closed:
@@ -227,7 +227,7 @@ class BookieClient:
                     return
                 self._in_flight += 1
             try:
-                fut = self._add_raw.future(head + body, timeout=cfg.add_timeout_s)
+                fut = self._add_raw.future(request, timeout=cfg.add_timeout_s)
             except Exception as exc:  # channel closed under us
                 self._batch_done(sink, chunk_tokens,
                                  BookieUnavailableError(f"bookie {self.bookie_id}: {exc}"))
