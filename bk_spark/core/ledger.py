@@ -22,7 +22,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -105,10 +105,11 @@ class LedgerHandle:
         self._sender: threading.Thread | None = None
         self.explicit_lac_interval_s = bk.config.explicit_lac_interval_s
         self._futures_condition = shared_condition()  # see core/futures.py
-        #: Called after each run of add completions (futures and callbacks) was delivered:
-        #: lets a caller of :meth:`add_entry_callback` finish its own work per run, not per
-        #: entry (the log writer completes its futures there).
-        self.on_delivered: Callable[[], None] | None = None
+        #: Completes one run of decided adds, ``(targets, first entry id, error or None)``,
+        #: in entry order. The default (:func:`complete_adds`) gives each future its entry id
+        #: and calls each callback; the log writer installs its own, which takes the tokens
+        #: of :meth:`add_entry_token` a whole run at a time.
+        self.complete_run: Callable[[list[Any], int, BKError | None], None] = complete_adds
 
     # ------------------------------------------------------------------ properties
     @property
@@ -149,6 +150,11 @@ class LedgerHandle:
         in entry-id order (the log writer's hot path: no future per entry). Returns the
         entry id; raises at once if the handle already failed or closed."""
         return self._add(bytes(payload), callback)
+
+    def add_entry_token(self, payload: bytes, token: Any) -> int:
+        """Start adding one entry whose outcome goes to :attr:`complete_run` with ``token``
+        (for a caller that installed its own :attr:`complete_run`). Returns the entry id."""
+        return self._add(bytes(payload), token)
 
     def _add(self, payload: bytes, target: Future[int] | AddDone) -> int:
         """Hand out the next entry id; the sender thread encodes and ships it."""
@@ -263,15 +269,13 @@ class LedgerHandle:
         """
         with self._deliver_lock:
             q = self._deliveries
+            complete = self.complete_run
             while q:
                 first, targets, err = q.popleft()
-                complete_adds(targets, first, err)
-            hook = self.on_delivered
-            if hook is not None:
                 try:
-                    hook()
-                except Exception:
-                    log.exception("on_delivered hook failed")
+                    complete(targets, first, err)
+                except Exception:  # a bug there must not stop later deliveries
+                    log.exception("completing adds %d.. failed", first)
 
     def _on_bookie_error(self, index: int, bookie: str, err: BKError) -> None:
         if isinstance(err, _REPLACEABLE):

@@ -392,13 +392,14 @@ class _Slot(SharedConditionFuture["Position"]):
     object per append on the hot path). ``decided``/``entry_id``/``error`` are what the
     ledger said; the future completes later, in append order (:class:`_InOrderAcks`)."""
 
+    entry_id = -1  # (class defaults: set on the instance once the ledger decided)
+    error: BaseException | None = None
+    decided = False
+
     def __init__(self, ledger_id: int, index: int,
                  condition: threading.Condition | None = None) -> None:
         super().__init__(condition or shared_condition())
         self.ledger_id, self.index = ledger_id, index
-        self.entry_id = -1
-        self.error: BaseException | None = None
-        self.decided = False
 
 
 class _InOrderAcks:
@@ -425,18 +426,17 @@ class _InOrderAcks:
         if slot.decided:
             self._drain()
 
-    def complete(self, slot: _Slot, entry_id: int, error: BaseException | None,
-                 drain: bool = True) -> None:
-        """The ledger decided the add of ``slot`` (called in entry order per ledger).
-        ``drain=False``: the caller calls :meth:`flush` once the ledger's run of
-        completions is over (one pass over the queue per run, not per entry)."""
-        slot.entry_id, slot.error = entry_id, error
-        slot.decided = True
-        if drain:
-            self._drain()
+    def complete(self, slot: _Slot, entry_id: int, error: BaseException | None) -> None:
+        """The ledger decided the add of ``slot`` (called in entry order per ledger)."""
+        self.complete_run([slot], entry_id, error)
 
-    def flush(self) -> None:
-        """Complete every decided slot at the head of the queue."""
+    def complete_run(self, slots: list[_Slot], first: int, error: BaseException | None
+                     ) -> None:
+        """A ledger decided the adds of ``slots``, entries ``first, first + 1, ...`` (its
+        :attr:`LedgerHandle.complete_run`): one pass over the queue for the whole run."""
+        for entry_id, slot in zip(range(first, first + len(slots)), slots, strict=True):
+            slot.entry_id, slot.error = entry_id, error
+            slot.decided = True
         self._drain()
 
     def _drain(self) -> None:
@@ -502,6 +502,7 @@ class LogWriter:
         # closed ledgers whose (last entry, last timestamp) is not recorded yet
         self._ends_to_record: dict[int, tuple[int, int | None]] = {}
         self._acks = _InOrderAcks(self._on_add_failed)
+        self._complete_run = self._acks.complete_run  # one bound method, compared by identity
         self._futures_condition = shared_condition()  # see core/futures.py
         c = config
         self._roll_entries = c.roll_max_entries if c.roll_max_entries is not None else math.inf
@@ -582,15 +583,13 @@ class LogWriter:
             self._ts_floor = ts
             lh, index = self._lh, self._index
             slot = _Slot(lh.id, index, self._futures_condition)
-            acks = self._acks
-            if lh.on_delivered is None:
-                lh.on_delivered = acks.flush  # completes the futures once per run of acks
+            if lh.complete_run is not self._complete_run:
+                lh.complete_run = self._complete_run  # the slots of a run, at once
             try:
-                lh.add_entry_callback(encode_entry(payload, ts),
-                                      lambda eid, err: acks.complete(slot, eid, err, False))
+                lh.add_entry_token(encode_entry(payload, ts), slot)
             except LedgerFencedError:
                 raise _copy_error(self._set_error(self._lost_by_fencing(lh.id))) from None
-            acks.push(slot)
+            self._acks.push(slot)
             fut = slot
             self._last_ts = ts
             self._entries += 1
