@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import CancelledError, Future
 from concurrent.futures._base import (
     CANCELLED,
@@ -116,6 +117,19 @@ def _complete_run(condition: threading.Condition,
             fut._invoke_callbacks()
 
 
+def complete_results(futures: list[SharedConditionFuture[Any]], results: list[Any]) -> None:
+    """Give ``futures[i]`` the result ``results[i]``, in list order: :func:`complete_in_order`
+    for a run that succeeded, without a tuple per future."""
+    start, n = 0, len(futures)
+    while start < n:  # runs of futures that share a condition (one, in practice)
+        condition = futures[start]._condition
+        end = start + 1
+        while end < n and futures[end]._condition is condition:
+            end += 1
+        _finish(condition, futures[start:end], results[start:end], None)
+        start = end
+
+
 def complete_adds(targets: list[Any], first: int, error: BaseException | None) -> None:
     """Complete the adds of entries ``first, first + 1, ...`` in that order.
 
@@ -138,21 +152,22 @@ def complete_adds(targets: list[Any], first: int, error: BaseException | None) -
         end = start + 1
         while end < n and getattr(targets[end], "_condition", None) is condition:
             end += 1
-        _complete_ids(condition, targets, start, end, first, error)
+        _finish(condition, targets[start:end], range(first + start, first + end), error)
         start = end
 
 
-def _complete_ids(condition: threading.Condition, futures: list[Any], start: int, end: int,
-                  first: int, error: BaseException | None) -> None:
+def _finish(condition: threading.Condition, futures: list[Any], results: Sequence[Any],
+            error: BaseException | None) -> None:
+    """Complete ``futures`` (sharing ``condition``) in order: each with its result, or all
+    with ``error``; skips cancelled ones; wakes waiters once, then runs done-callbacks."""
     done: list[SharedConditionFuture[Any]] = []
     with condition:
-        ids = range(first + start, first + end)
-        for eid, fut in zip(ids, futures[start:end], strict=True):
+        for fut, result in zip(futures, results, strict=True):
             state = fut._state
             if state != PENDING and state != RUNNING:
                 continue  # cancelled by its caller
             if error is None:
-                fut._result = eid
+                fut._result = result
                 fut._state = FINISHED
                 if fut._waiters:
                     for waiter in fut._waiters:

@@ -50,7 +50,12 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
 from kazoo.protocol.states import WatchedEvent
 
-from bk_spark.core.futures import SharedConditionFuture, complete_in_order, shared_condition
+from bk_spark.core.futures import (
+    SharedConditionFuture,
+    complete_in_order,
+    complete_results,
+    shared_condition,
+)
 from bk_spark.core.ledger import LedgerHandle
 from bk_spark.core.log_format import (
     LedgerInfo,
@@ -387,78 +392,88 @@ class LogWriterConfig:
                    (self.roll_max_entries, self.roll_max_bytes, self.roll_max_age_s))
 
 
-class _Slot(SharedConditionFuture["Position"]):
-    """One append awaiting its ledger's verdict; also the future its caller holds (one
-    object per append on the hot path). ``decided``/``entry_id``/``error`` are what the
-    ledger said; the future completes later, in append order (:class:`_InOrderAcks`)."""
+class _Segment:
+    """The appends to one ledger of the log, in append order.
 
-    entry_id = -1  # (class defaults: set on the instance once the ledger decided)
-    error: BaseException | None = None
-    decided = False
+    Their futures are the ledger's tokens (:meth:`LedgerHandle.add_entry_token`), so the
+    ledger hands them back a run at a time, in entry order, to :meth:`complete_run` (its
+    :attr:`LedgerHandle.complete_run`); nothing is kept per append here but a count.
+    """
 
-    def __init__(self, ledger_id: int, index: int,
-                 condition: threading.Condition | None = None) -> None:
-        super().__init__(condition or shared_condition())
-        self.ledger_id, self.index = ledger_id, index
+    __slots__ = ("acks", "ledger_id", "index", "appended", "completed", "sealed", "held")
+
+    def __init__(self, acks: _InOrderAcks, ledger_id: int, index: int) -> None:
+        self.acks, self.ledger_id, self.index = acks, ledger_id, index
+        self.appended = 0  # adds started (the writer counts them under its lock)
+        self.completed = 0  # adds completed
+        self.sealed = False  # no more appends: the writer moved on to the next ledger
+        self.held: list[tuple[list[Future[Position]], int, BaseException | None]] = []
+
+    def complete_run(self, futures: list[Future[Position]], first: int,
+                     error: BaseException | None) -> None:
+        self.acks._on_run(self, futures, first, error)
 
 
 class _InOrderAcks:
     """Completes a writer's futures in append order, across ledgers.
 
-    Within one ledger the ledger handle already acknowledges in entry order; across a roll
+    Within one ledger the ledger handle already decides adds in entry order; across a roll
     the new ledger's first entries may be confirmed before the previous ledger's last ones.
-    Slots are queued in append order and completed from the head only. The first failed
-    add fails it and every later one (with ``translate(error, ledger_id)``): nothing after
-    an add whose fate is unknown is reported as written.
+    So a ledger's runs are completed at once only while its segment is the oldest one not
+    wholly completed; a later segment's runs wait until every earlier append is completed.
+    The first failed add fails it and every later one (with ``translate(error, ledger_id)``):
+    nothing after an add whose fate is unknown is reported as written.
     """
 
     def __init__(self, translate: Callable[[BaseException, int], BKError]) -> None:
-        self._queue: deque[_Slot] = deque()
-        self._lock = threading.Lock()
-        self._deliver = threading.RLock()
+        self._segments: deque[_Segment] = deque()
+        #: One deliverer at a time (keeps the order); a writer changing segments takes it
+        #: before its own lock (lock order: this -> the writer's lock).
+        self.lock = threading.RLock()
         self._translate = translate
         self._error: BKError | None = None
 
-    def push(self, slot: _Slot) -> None:
-        """Queue ``slot`` (in append order); it may already be decided."""
-        with self._lock:
-            self._queue.append(slot)
-        if slot.decided:
-            self._drain()
+    def open_segment(self, ledger_id: int, index: int) -> _Segment:
+        """Appends go to ``ledger_id`` (the ledger at ``index`` of the log) from now on."""
+        with self.lock:
+            if self._segments:
+                self._segments[-1].sealed = True
+            segment = _Segment(self, ledger_id, index)
+            self._segments.append(segment)
+            self._advance()
+        return segment
 
-    def complete(self, slot: _Slot, entry_id: int, error: BaseException | None) -> None:
-        """The ledger decided the add of ``slot`` (called in entry order per ledger)."""
-        self.complete_run([slot], entry_id, error)
+    def _on_run(self, segment: _Segment, futures: list[Future[Position]], first: int,
+                error: BaseException | None) -> None:
+        with self.lock:
+            if self._segments[0] is not segment:
+                segment.held.append((futures, first, error))  # an earlier ledger is not done
+                return
+            self._complete(segment, futures, first, error)
+            self._advance()
 
-    def complete_run(self, slots: list[_Slot], first: int, error: BaseException | None
-                     ) -> None:
-        """A ledger decided the adds of ``slots``, entries ``first, first + 1, ...`` (its
-        :attr:`LedgerHandle.complete_run`): one pass over the queue for the whole run."""
-        for entry_id, slot in zip(range(first, first + len(slots)), slots, strict=True):
-            slot.entry_id, slot.error = entry_id, error
-            slot.decided = True
-        self._drain()
+    def _advance(self) -> None:
+        """Drop wholly completed sealed segments; complete what the next one held back."""
+        segments = self._segments
+        while len(segments) > 1 and segments[0].sealed and (
+                segments[0].completed >= segments[0].appended):
+            segments.popleft()
+            head = segments[0]
+            held, head.held = head.held, []
+            for futures, first, error in held:
+                self._complete(head, futures, first, error)
 
-    def _drain(self) -> None:
-        with self._deliver:  # one deliverer at a time keeps the order
-            while True:
-                ready: list[_Slot] = []
-                with self._lock:
-                    q = self._queue
-                    while q and q[0].decided:
-                        ready.append(q.popleft())
-                if not ready:
-                    return
-                items: list[tuple[Future[Position], Position | None, BKError | None]] = []
-                for slot in ready:
-                    if slot.error is not None and self._error is None:
-                        self._error = self._translate(slot.error, slot.ledger_id)
-                    if self._error is not None:
-                        items.append((slot, None, _copy_error(self._error)))
-                    else:
-                        items.append((slot, Position(slot.ledger_id, slot.entry_id,
-                                                           slot.index), None))
-                complete_in_order(items)  # skips futures their callers cancelled
+    def _complete(self, segment: _Segment, futures: list[Future[Position]], first: int,
+                  error: BaseException | None) -> None:
+        segment.completed += len(futures)
+        if error is not None and self._error is None:
+            self._error = self._translate(error, segment.ledger_id)
+        if self._error is None:
+            lid, index = segment.ledger_id, segment.index
+            complete_results(futures, [Position(lid, e, index)
+                                       for e in range(first, first + len(futures))])
+        else:
+            complete_in_order([(f, None, _copy_error(self._error)) for f in futures])
 
 
 def _copy_error(err: BKError) -> BKError:
@@ -502,7 +517,8 @@ class LogWriter:
         # closed ledgers whose (last entry, last timestamp) is not recorded yet
         self._ends_to_record: dict[int, tuple[int, int | None]] = {}
         self._acks = _InOrderAcks(self._on_add_failed)
-        self._complete_run = self._acks.complete_run  # one bound method, compared by identity
+        self._segment = self._acks.open_segment(lh.id, self._index)
+        lh.complete_run = self._segment.complete_run
         self._futures_condition = shared_condition()  # see core/futures.py
         c = config
         self._roll_entries = c.roll_max_entries if c.roll_max_entries is not None else math.inf
@@ -581,16 +597,13 @@ class LogWriter:
             if ts < self._ts_floor:
                 ts = self._ts_floor
             self._ts_floor = ts
-            lh, index = self._lh, self._index
-            slot = _Slot(lh.id, index, self._futures_condition)
-            if lh.complete_run is not self._complete_run:
-                lh.complete_run = self._complete_run  # the slots of a run, at once
+            lh = self._lh
+            fut: Future[Position] = SharedConditionFuture(self._futures_condition)
             try:
-                lh.add_entry_token(encode_entry(payload, ts), slot)
+                lh.add_entry_token(encode_entry(payload, ts), fut)  # completed by _segment
             except LedgerFencedError:
                 raise _copy_error(self._set_error(self._lost_by_fencing(lh.id))) from None
-            self._acks.push(slot)
-            fut = slot
+            self._segment.appended += 1
             self._last_ts = ts
             self._entries += 1
             self._bytes += len(payload)
@@ -666,10 +679,12 @@ class LogWriter:
                 self._set_error(exc)
             raise
         self._md = md
-        with self._lock:
+        with self._acks.lock, self._lock:  # (lock order: see _InOrderAcks.lock)
             prev, prev_last_ts = self._lh, self._last_ts
             info = md.value.find_in_tail(new.id)
             assert info is not None
+            self._segment = self._acks.open_segment(new.id, info.index)
+            new.complete_run = self._segment.complete_run
             self._lh, self._index = new, info.index
             self._ts_floor = max(self._ts_floor, first_ts)
             self._last_ts, self._entries, self._bytes = None, 0, 0

@@ -5,11 +5,13 @@ from __future__ import annotations
 import pickle
 import random
 import threading
+import time
 from dataclasses import replace
 
 import pytest
 
-from bk_spark.core.log import _InOrderAcks, _Slot
+from bk_spark.core.futures import SharedConditionFuture, shared_condition
+from bk_spark.core.log import _InOrderAcks
 from bk_spark.core.log_format import (
     FRAME_HEADER_SIZE,
     LedgerInfo,
@@ -281,34 +283,52 @@ def _acks() -> tuple[_InOrderAcks, list[tuple[BaseException, int]]]:
     return _InOrderAcks(translate), seen
 
 
+def _futures(n: int) -> list[SharedConditionFuture[Position]]:
+    cond = shared_condition()
+    return [SharedConditionFuture(cond) for _ in range(n)]
+
+
 def test_acknowledgements_cross_a_roll_in_append_order() -> None:
     acks, _ = _acks()
-    old = [_Slot(1, 0) for _ in range(3)]
-    new = [_Slot(2, 1) for _ in range(3)]
-    for slot in old + new:
-        acks.push(slot)
+    old_segment = acks.open_segment(1, 0)
+    old = _futures(3)
+    old_segment.appended += 3
+    new_segment = acks.open_segment(2, 1)  # the roll: appends go to ledger 2 from now on
+    new = _futures(3)
+    new_segment.appended += 3
     order: list[Position] = []
-    for slot in old + new:
-        slot.add_done_callback(lambda o: order.append(o.result()))
-    for i, slot in enumerate(new):  # the new ledger confirms first
-        acks.complete(slot, i, None)
+    for fut in old + new:
+        fut.add_done_callback(lambda o: order.append(o.result()))
+    new_segment.complete_run(new, 0, None)  # the new ledger confirms first
     assert order == []
-    for i, slot in enumerate(old):
-        acks.complete(slot, i, None)
+    old_segment.complete_run(old[:2], 0, None)
+    assert order == [Position(1, 0, 0), Position(1, 1, 0)]
+    old_segment.complete_run(old[2:], 2, None)
     assert order == [Position(1, 0, 0), Position(1, 1, 0), Position(1, 2, 0),
                      Position(2, 0, 1), Position(2, 1, 1), Position(2, 2, 1)]
 
 
+def test_a_ledger_without_appends_does_not_hold_the_next_one_back() -> None:
+    acks, _ = _acks()
+    acks.open_segment(1, 0)
+    acks.open_segment(2, 1)  # rolled again before any append to ledger 1
+    third = acks.open_segment(3, 2)
+    futs = _futures(2)
+    third.appended += 2
+    third.complete_run(futs, 0, None)
+    assert [f.result(0) for f in futs] == [Position(3, 0, 2), Position(3, 1, 2)]
+
+
 def test_after_a_failed_add_no_later_add_is_reported_written() -> None:
     acks, seen = _acks()
-    inner = [_Slot(1 if i < 2 else 2, 0 if i < 2 else 1) for i in range(4)]
-    for slot in inner:
-        acks.push(slot)
-    outs = [slot for slot in inner]
-    acks.complete(inner[0], 0, None)
-    acks.complete(inner[2], 0, None)
-    acks.complete(inner[3], 1, None)
-    acks.complete(inner[1], -1, LedgerFencedError("fenced"))
+    first = acks.open_segment(1, 0)
+    outs = _futures(4)
+    first.appended += 2
+    second = acks.open_segment(2, 1)
+    second.appended += 2
+    first.complete_run(outs[:1], 0, None)
+    second.complete_run(outs[2:], 0, None)  # held back: ledger 1 is not done
+    first.complete_run(outs[1:2], 1, LedgerFencedError("fenced"))
     assert outs[0].result() == Position(1, 0, 0)
     for o in outs[1:]:
         with pytest.raises(BKError, match="lost at ledger 1"):
@@ -317,23 +337,34 @@ def test_after_a_failed_add_no_later_add_is_reported_written() -> None:
 
 
 def test_acknowledgements_stay_ordered_under_concurrent_completion() -> None:
+    """Five ledgers, each delivering its runs in entry order from its own thread, in a
+    random interleaving: the futures still complete in append order."""
     acks, _ = _acks()
-    inner = [_Slot(1, 0) for _ in range(2000)]
-    for slot in inner:
-        acks.push(slot)
-    outs = [slot for slot in inner]
+    rng = random.Random(3)
     order: list[int] = []
     lock = threading.Lock()
-    for o in outs:
-        o.add_done_callback(lambda o: (lock.acquire(), order.append(o.result().entry_id),
-                                       lock.release()))
-    ids = list(range(2000))
-    random.Random(3).shuffle(ids)
-    threads = [threading.Thread(target=lambda part=ids[k::4]: [acks.complete(inner[i], i, None)
-                                                              for i in part])
-               for k in range(4)]
+    plans = []
+    total = 0
+    for ledger in range(5):
+        segment = acks.open_segment(ledger + 1, ledger)
+        futs = _futures(400)
+        segment.appended += len(futs)
+        for k, fut in enumerate(futs):
+            fut.add_done_callback(lambda o, n=total + k: (lock.acquire(), order.append(n),
+                                                          lock.release()))
+        total += len(futs)
+        cuts = sorted(rng.sample(range(1, 400), 9))
+        runs = [(futs[a:b], a) for a, b in zip([0, *cuts], [*cuts, 400], strict=True)]
+        plans.append((segment, runs, rng.random() * 0.002))
+
+    def deliver(segment, runs, pause) -> None:  # type: ignore[no-untyped-def]
+        for futs, first in runs:
+            time.sleep(pause)
+            segment.complete_run(futs, first, None)
+
+    threads = [threading.Thread(target=deliver, args=plan) for plan in reversed(plans)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert order == list(range(2000))
+    assert order == list(range(total))
