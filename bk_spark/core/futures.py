@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator
 from concurrent.futures import CancelledError, Future
 from concurrent.futures._base import (
     CANCELLED,
@@ -24,6 +24,7 @@ from concurrent.futures._base import (
     PENDING,
     RUNNING,
 )
+from itertools import repeat
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -82,51 +83,30 @@ def complete_in_order(items: list[tuple[SharedConditionFuture[Any], Any, BaseExc
     run in list order, each future's after the earlier ones' (what ``set_result`` called
     per future would do, for one lock round trip instead of one per future).
     """
-    start = 0
-    while start < len(items):  # runs of futures that share a condition
-        condition = items[start][0]._condition
-        end = start + 1
-        while end < len(items) and items[end][0]._condition is condition:
-            end += 1
-        _complete_run(condition, items[start:end])
-        start = end
-
-
-def _complete_run(condition: threading.Condition,
-                  items: list[tuple[SharedConditionFuture[Any], Any, BaseException | None]]
-                  ) -> None:
-    done: list[SharedConditionFuture[Any]] = []
-    with condition:
-        for fut, result, error in items:
-            if fut._state != PENDING and fut._state != RUNNING:
-                continue
-            if error is None:
-                fut._result = result
-                fut._state = FINISHED
-                for waiter in fut._waiters:
-                    waiter.add_result(fut)
-            else:
-                fut._exception = error
-                fut._state = FINISHED
-                for waiter in fut._waiters:
-                    waiter.add_exception(fut)
-            done.append(fut)
-        condition.notify_all()
-    for fut in done:
-        if fut._done_callbacks:
-            fut._invoke_callbacks()
+    futures = [fut for fut, _, _ in items]
+    for start, end in _condition_runs(futures):
+        run = items[start:end]
+        _finish(futures[start]._condition, futures[start:end], [r for _, r, _ in run],
+                [e for _, _, e in run])
 
 
 def complete_results(futures: list[SharedConditionFuture[Any]], results: list[Any]) -> None:
     """Give ``futures[i]`` the result ``results[i]``, in list order: :func:`complete_in_order`
     for a run that succeeded, without a tuple per future."""
+    for start, end in _condition_runs(futures):
+        _finish(futures[start]._condition, futures[start:end], results[start:end],
+                repeat(None))
+
+
+def _condition_runs(futures: list[SharedConditionFuture[Any]]) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` of each run of consecutive futures sharing a condition."""
     start, n = 0, len(futures)
-    while start < n:  # runs of futures that share a condition (one, in practice)
+    while start < n:
         condition = futures[start]._condition
         end = start + 1
         while end < n and futures[end]._condition is condition:
             end += 1
-        _finish(condition, futures[start:end], results[start:end], None)
+        yield start, end
         start = end
 
 
@@ -152,17 +132,18 @@ def complete_adds(targets: list[Any], first: int, error: BaseException | None) -
         end = start + 1
         while end < n and getattr(targets[end], "_condition", None) is condition:
             end += 1
-        _finish(condition, targets[start:end], range(first + start, first + end), error)
+        _finish(condition, targets[start:end], range(first + start, first + end),
+                repeat(error))
         start = end
 
 
-def _finish(condition: threading.Condition, futures: list[Any], results: Sequence[Any],
-            error: BaseException | None) -> None:
-    """Complete ``futures`` (sharing ``condition``) in order: each with its result, or all
-    with ``error``; skips cancelled ones; wakes waiters once, then runs done-callbacks."""
+def _finish(condition: threading.Condition, futures: list[Any], results: Iterable[Any],
+            errors: Iterable[BaseException | None]) -> None:
+    """Complete ``futures`` (sharing ``condition``) in order, each with its result or its
+    error; skips cancelled ones; wakes waiters once, then runs the done-callbacks."""
     done: list[SharedConditionFuture[Any]] = []
     with condition:
-        for fut, result in zip(futures, results, strict=True):
+        for fut, result, error in zip(futures, results, errors):  # noqa: B905 - repeat()
             state = fut._state
             if state != PENDING and state != RUNNING:
                 continue  # cancelled by its caller
