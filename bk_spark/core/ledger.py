@@ -254,9 +254,9 @@ class LedgerHandle:
             del self._ends[:k]
             self._unacked_first += k
             self._deliveries.append((acked.start, targets, None))
-            if not self._targets:
+            if not self._targets:  # idle: close may go on, the LAC thread may send the LAC
                 self._drained.notify_all()
-            self._lac_wakeup.notify_all()
+                self._lac_wakeup.notify_all()
         self._deliver()
         self._ensure_lac_thread()
 
