@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from bk_spark.allocator import tune_allocator
@@ -41,12 +41,24 @@ class BookKeeperConfig:
     """Client options. ``explicit_lac_interval_s``: how soon an idle writer tells
     bookies its last-add-confirmed (so tailing readers see the last entry).
     ``tune_allocator``: raise glibc's mmap and trim thresholds in this process so that
-    megabyte-sized batches do not cost page faults each (:mod:`bk_spark.allocator`)."""
+    megabyte-sized batches do not cost page faults each (:mod:`bk_spark.allocator`).
+    ``add_round_max_entries``: most entries a ledger writer ships in one round (one request
+    per bookie); ``add_linger_s``: how long a writer with adds in flight waits for a round of
+    at least 64 entries before it ships fewer (a lone add on an idle ledger never waits)."""
 
     max_entry_size: int = 5 * 1024 * 1024
     explicit_lac_interval_s: float = 0.05
     client: ClientConfig = field(default_factory=ClientConfig)
     tune_allocator: bool = True
+    add_round_max_entries: int = 1000
+    add_linger_s: float = 0.001
+
+    def __post_init__(self) -> None:
+        if self.add_round_max_entries < 1:
+            raise InvalidConfigError(
+                f"add_round_max_entries must be >= 1, got {self.add_round_max_entries}")
+        if not self.add_linger_s >= 0:
+            raise InvalidConfigError(f"add_linger_s must be >= 0, got {self.add_linger_s}")
 
 
 class BookKeeper:
@@ -65,12 +77,8 @@ class BookKeeper:
         if tls_ca_cert is not None:
             from pathlib import Path
 
-            cc = self.config.client
-            self.config = BookKeeperConfig(
-                self.config.max_entry_size, self.config.explicit_lac_interval_s,
-                ClientConfig(cc.add_timeout_s, cc.read_timeout_s, cc.max_batch_entries,
-                             cc.max_batch_bytes, cc.max_in_flight, TlsOptions(Path(tls_ca_cert))),
-                self.config.tune_allocator)
+            self.config = replace(self.config, client=replace(
+                self.config.client, tls=TlsOptions(Path(tls_ca_cert))))
         if self.config.tune_allocator:
             tune_allocator()
         self.msu = parse_metadata_service_uri(metadata_service_uri)

@@ -50,6 +50,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: While earlier adds are in flight, the sender lingers (``add_linger_s``) for a round of at
+#: least this many entries rather than ship a few at once.
+LINGER_MIN_ENTRIES = 64
+
 # Completion of an add: (entry id, None) once acknowledged, (entry id, error) if it failed.
 AddDone = Callable[[int, "BKError | None"], None]
 
@@ -101,6 +105,7 @@ class LedgerHandle:
         # payloads handed out but not yet encoded: the ids before _next_entry
         self._outbox: list[bytes] = []
         self._sender_idle = False
+        self._sender_lingering = False
         self._outbox_ready = threading.Condition(self._lock)
         self._sender: threading.Thread | None = None
         self.explicit_lac_interval_s = bk.config.explicit_lac_interval_s
@@ -173,6 +178,9 @@ class LedgerHandle:
             if self._sender_idle:
                 self._sender_idle = False
                 self._outbox_ready.notify()
+            elif self._sender_lingering and len(self._outbox) >= LINGER_MIN_ENTRIES:
+                self._sender_lingering = False
+                self._outbox_ready.notify()
             elif self._sender is None:
                 self._sender = threading.Thread(target=self._send_loop,
                                                 name=f"ledger-{self.id}-sender", daemon=True)
@@ -183,23 +191,36 @@ class LedgerHandle:
         """Encode and ship the queued entries: one batch per bookie of the ensemble per round.
 
         While the previous batches are in flight new adds pile up in the outbox, so rounds
-        grow with the load (many entries per RPC, as the bookie wants). Each entry carries
+        grow with the load (many entries per RPC, as the bookie wants), up to
+        ``add_round_max_entries``: a burst of thousands of adds becomes a few rounds in flight
+        at once, a pipeline, rather than one. A few adds queued while others are in flight
+        wait up to ``add_linger_s`` for more (the rest of a burst usually follows at once),
+        so they do not cost every bookie an RPC and a sync of their own. Each entry carries
         the last-add-confirmed at the time its round is encoded.
         """
         E, Qw = self._E, self._Qw
         sets = [write_set(r, E, Qw) for r in range(E)]
         length = self._acked_length  # the ledger's length before the next round
+        round_max, linger = self._bk.config.add_round_max_entries, self._bk.config.add_linger_s
         while True:
             with self._lock:
                 while not self._outbox and not self._closed and self._error is None:
                     self._sender_idle = True
                     self._outbox_ready.wait()
                 self._sender_idle = False
+                if (linger > 0 and len(self._outbox) < LINGER_MIN_ENTRIES
+                        and len(self._targets) > len(self._outbox)
+                        and not self._closed and self._error is None):
+                    # Earlier adds are in flight, so these few are not alone: wait a moment
+                    # for the rest of the burst (one round of many, not one RPC each).
+                    self._sender_lingering = True
+                    self._outbox_ready.wait(linger)
+                    self._sender_lingering = False
                 if not self._outbox or self._error is not None:
                     return  # closed and drained, or failed: _fail decided every add
-                payloads = self._outbox
-                self._outbox = []
-                first = self._next_entry - len(payloads)
+                first = self._next_entry - len(self._outbox)
+                payloads = self._outbox[:round_max]
+                del self._outbox[:round_max]
                 lac = self._pending.last_add_confirmed
             wire, ends = self._codec.frame_run(first, lac, length, payloads)
             length = ends[-1]

@@ -323,3 +323,34 @@ def test_adds_complete_in_entry_order_for_futures_and_callbacks(cluster, bk) -> 
     lh.close()
     assert violations == []
     assert order == list(range(1, 6000, 2))
+
+
+@pytest.mark.parametrize("round_max,linger", [(7, 0.0), (7, 0.05), (1000, 0.001)])
+def test_rounds_of_any_size_keep_every_entry_in_order(cluster, metadata_uri, round_max,
+                                                      linger) -> None:
+    """A burst of adds cut into many rounds (a round cap of 7 entries, several rounds in
+    flight per bookie) or held back by the linger: every entry is acknowledged once, in
+    order, and reads back with its payload; the ledger closes at the right length."""
+    from bk_spark.core import BookKeeperConfig
+
+    config = BookKeeperConfig(add_round_max_entries=round_max, add_linger_s=linger)
+    with BookKeeper(metadata_uri, config) as bk:
+        lh = bk.create_ledger(3, 2, 2)
+        first = lh.add_entry(payload(0))  # alone on an idle ledger: shipped at once
+        futs = [lh.add_entry_async(payload(i)) for i in range(1, 500)]
+        assert [first] + [f.result(60) for f in futs] == list(range(500))
+        lh.close()
+        rh = bk.open_ledger(lh.id, recovery=False)
+        got = [(e.entry_id, e.payload) for e in rh.read_entries(0, 499)]
+        assert got == [(i, payload(i)) for i in range(500)]
+        assert lh.length == rh.metadata.length == sum(len(payload(i)) for i in range(500))
+
+
+def test_round_and_linger_options_are_checked() -> None:
+    from bk_spark.core import BookKeeperConfig
+    from bk_spark.errors import InvalidConfigError
+
+    with pytest.raises(InvalidConfigError, match="add_round_max_entries"):
+        BookKeeperConfig(add_round_max_entries=0)
+    with pytest.raises(InvalidConfigError, match="add_linger_s"):
+        BookKeeperConfig(add_linger_s=-1)
