@@ -351,13 +351,18 @@ def main() -> None:
         # The ledger's ratio is to one bookie's own add rate. This machine's rates drift by
         # 10-20% over minutes, so the two are measured in alternation, each run on fresh
         # processes: bookie, ledger, bookie, ledger, ... and the ratio is the median of the
-        # pairs' ratios. The last sandbox stays up for the recovery and log figures.
+        # pairs' ratios. Nothing else runs meanwhile: each sandbox is stopped before the next
+        # reference bookie starts. The last sandbox stays up for the recovery and log figures.
         print(f"== bookie add and ledger add, alternating, {REPEATS} pairs on fresh processes")
         runs: list[tuple] = []
         lruns: list[tuple] = []
         sb = None
         try:
             for rep in range(REPEATS):
+                if sb is not None:  # the previous sandbox's bookies would compete (their
+                    sb.stop()       # checkpoints and journal preallocation) with this one
+                    shutil.rmtree(tmpd / "sandbox", ignore_errors=True)
+                    sb = None
                 rb = BookieProcess("zk://127.0.0.1:1/unused", tmpd / f"bookie-ref-{rep}",
                                    port=free_port(), extra_args=["--no-register"])
                 rb.start()
@@ -366,9 +371,6 @@ def main() -> None:
                 finally:
                     rb.stop()
                     shutil.rmtree(tmpd / f"bookie-ref-{rep}", ignore_errors=True)
-                if sb is not None:
-                    sb.stop()
-                    shutil.rmtree(tmpd / "sandbox", ignore_errors=True)
                 sb = Sandbox(tmpd / "sandbox", n_bookies=3, zk_port=free_port(),
                              first_bookie_port=0)
                 sb.start()
