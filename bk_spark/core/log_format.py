@@ -112,9 +112,11 @@ def encode_entry(payload: bytes | None, timestamp_ms: int) -> bytes:
 def decode_entry(data: bytes) -> tuple[int, bytes | None]:
     """``(timestamp_ms, payload)`` of a ledger entry written by :func:`encode_entry`;
     ``payload`` is None for a null value."""
-    ts = entry_timestamp(data)
-    if data[0] == FRAME_VERSION:
-        return ts, bytes(data[_FRAME.size:])
+    if len(data) >= _FRAME.size:  # the hot path, inlined: a version-1 frame
+        version, ts = _FRAME.unpack_from(data)
+        if version == FRAME_VERSION:
+            return ts, bytes(data[_FRAME.size:])
+    version, ts = _unpack_head(data)
     if len(data) < _NULL_FRAME_SIZE:
         raise LogFormatError(
             f"a version-2 log entry of {len(data)} bytes has no flags byte: the entry is "
@@ -136,16 +138,21 @@ def decode_entry(data: bytes) -> tuple[int, bytes | None]:
 
 def entry_timestamp(data: bytes) -> int:
     """Only the timestamp of a framed entry (any frame version; reads 9 bytes)."""
+    return _unpack_head(data)[1]
+
+
+def _unpack_head(data: bytes) -> tuple[int, int]:
+    """``(frame version, timestamp_ms)``, checking both are readable."""
     if len(data) < _FRAME.size:
         raise LogFormatError(
             f"a log entry of {len(data)} bytes is shorter than its {_FRAME.size}-byte frame: "
             f"the ledger was not written by a log writer")
     version, ts = _FRAME.unpack_from(data)
-    if version not in (FRAME_VERSION, FRAME_VERSION_FLAGS):
+    if version != FRAME_VERSION and version != FRAME_VERSION_FLAGS:
         raise LogFormatError(
             f"log entry frame version {version} is not supported (this bk-spark reads "
             f"versions {FRAME_VERSION} and {FRAME_VERSION_FLAGS}): upgrade bk-spark")
-    return int(ts)
+    return version, ts
 
 
 # ------------------------------------------------------------------------------- names
