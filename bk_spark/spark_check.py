@@ -3,11 +3,12 @@
 Spark does not run a Python data source in the driver's interpreter but in Python *worker*
 processes it starts itself, and finds the source there:
 
-1. **Which Python.** The JVM starts workers with ``PYSPARK_PYTHON``, else
-   ``PYSPARK_DRIVER_PYTHON``, else ``python3`` found on its ``PATH`` (``spark-submit``
-   sets ``PYSPARK_PYTHON`` from ``spark.pyspark.python``). A driver in a virtualenv with
-   ``PYSPARK_PYTHON`` unset therefore runs its workers on whatever ``python3`` comes first
-   on the ``PATH``, often not the virtualenv's.
+1. **Which Python.** The JVM looks sources up in a worker running ``PYSPARK_PYTHON``,
+   else ``PYSPARK_DRIVER_PYTHON``, else ``python3`` found on its ``PATH``, all read from
+   the JVM's environment (``pyspark/sql/worker/lookup_data_sources.py`` is started by
+   ``PythonUtils.createPythonFunction``). A driver in a virtualenv with ``PYSPARK_PYTHON``
+   unset therefore runs the lookup on whatever ``python3`` comes first on the ``PATH``,
+   often not the virtualenv's; ``spark.pyspark.python`` alone does not change it.
 2. **Its path.** Spark puts its own ``python/lib/pyspark.zip`` and py4j zip before the
    inherited ``PYTHONPATH``; workers run in the driver's current directory in local mode,
    elsewhere on a cluster.
@@ -145,27 +146,28 @@ def _spark_defaults_python(env: Mapping[str, str]) -> tuple[str, Path] | None:
 
 def worker_python(explicit: str | None = None, env: Mapping[str, str] = os.environ
                   ) -> WorkerPython:
-    """The Python Spark's workers will use (module docstring, step 1).
+    """The Python Spark's workers will use to find the source (module docstring, step 1).
 
-    ``explicit`` (``bk spark-check --python``) wins; then ``PYSPARK_PYTHON``;
-    ``spark.pyspark.python`` in ``spark-defaults.conf`` (what ``spark-submit`` exports as
-    ``PYSPARK_PYTHON``); ``PYSPARK_DRIVER_PYTHON``; ``python3`` on the ``PATH``.
+    ``explicit`` (``bk spark-check --python``) wins; then what the JVM's own lookup reads
+    from its environment: ``PYSPARK_PYTHON``, ``PYSPARK_DRIVER_PYTHON``, ``python3`` on the
+    ``PATH``. ``spark.pyspark.python`` (``spark-defaults.conf``) is only noted: measured
+    with ``spark-submit --conf spark.pyspark.python=P``, sources registered by the job run
+    on ``P`` but the lookup of ``format("bookkeeper")`` still runs the environment's choice.
     """
     notes: list[str] = []
-    conf = _spark_defaults_python(env)
     if explicit:
         command, source = explicit, "--python"
     elif env.get("PYSPARK_PYTHON"):
         command, source = env["PYSPARK_PYTHON"], "PYSPARK_PYTHON"
-        if conf is not None and conf[0] != command:
-            notes.append(f"spark.pyspark.python in {conf[1]} is {conf[0]}: spark-submit "
-                         f"runs the workers on that one instead")
-    elif conf is not None:
-        command, source = conf[0], f"spark.pyspark.python ({conf[1]})"
     elif env.get("PYSPARK_DRIVER_PYTHON"):
         command, source = env["PYSPARK_DRIVER_PYTHON"], "PYSPARK_DRIVER_PYTHON"
     else:
         command, source = "python3", "default (PYSPARK_PYTHON is not set)"
+    conf = _spark_defaults_python(env)
+    if conf is not None and conf[0] != command and source != "--python":
+        notes.append(f"spark.pyspark.python in {conf[1]} is {conf[0]}: spark-submit runs "
+                     f"UDFs and registered sources there, but Spark's lookup of "
+                     f"format('bookkeeper') runs {command}; export PYSPARK_PYTHON={conf[0]}")
     found = shutil.which(command, path=env.get("PATH"))
     path = os.path.abspath(found) if found is not None else None
     if path is not None and source != "--python" and \
