@@ -218,6 +218,43 @@ def bookies(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False) -> No
     console.print(f"{len(found)} bookies")
 
 
+# --------------------------------------------------------------------------- spark-check
+@app.command("spark-check")
+def spark_check(
+    python: Annotated[str | None, typer.Option(
+        "--python", help="check this Python instead of the one Spark would pick")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check that Spark's Python workers find the bookkeeper data source; exit 1 if not.
+
+    Prints which Python the workers use (PYSPARK_PYTHON, spark.pyspark.python, or python3
+    on the PATH), whether it imports pyspark, bk_spark and pyspark_bookkeeper, and whether
+    Spark's lookup (pkgutil.iter_modules) lists pyspark_bookkeeper; every failure says how
+    to fix it.
+    """
+    from bk_spark.spark_check import run_checks, worker_python
+
+    wp = worker_python(python)
+    report = run_checks(wp)
+    if as_json:
+        _print_json(report.to_json())
+    else:
+        console.print(f"Spark's Python workers run {wp.path or wp.command} (from "
+                      f"{wp.source})", highlight=False, soft_wrap=True)
+        for note in wp.notes:
+            console.print(f"  note: {note}", highlight=False, soft_wrap=True)
+        for c in report.checks:
+            mark = "[green]ok  [/]" if c.ok else "[bold red]FAIL[/]"
+            console.print(f"{mark} {c.name}: {c.detail}", highlight=False, soft_wrap=True)
+        for names, fix in report.fixes():
+            err_console.print(f"[bold red]error:[/] {', '.join(names)}: {fix}",
+                              highlight=False, soft_wrap=True)
+        if report.ok:
+            console.print("format(\"bookkeeper\") will be found by Spark's workers.")
+    if not report.ok:
+        raise typer.Exit(1)
+
+
 # The shell (ledger, log, simpletest, bookie-sanity) reuses the options above; under
 # `python -m bk_spark.cli` it must import this module, not a second copy of it.
 if __name__ == "__main__":

@@ -216,14 +216,18 @@ def _as_text(payload: bytes) -> str | None:
     return s if s.isprintable() or all(c.isprintable() or c in "\t\n\r" for c in s) else None
 
 
-def _payload_json(payload: bytes) -> dict[str, Any]:
+def _payload_json(payload: bytes | None) -> dict[str, Any]:
+    if payload is None:  # a null value (log_format.py's FLAG_NULL)
+        return {"encoding": None, "payload": None}
     text = _as_text(payload)
     if text is not None:
         return {"encoding": "utf-8", "payload": text}
     return {"encoding": "base64", "payload": base64.b64encode(payload).decode()}
 
 
-def _payload_cell(payload: bytes) -> Text:
+def _payload_cell(payload: bytes | None) -> Text:
+    if payload is None:
+        return Text("null", style="italic dim")
     text = _as_text(payload)
     if text is not None:
         if len(text) > PREVIEW_CHARS:
@@ -233,7 +237,9 @@ def _payload_cell(payload: bytes) -> Text:
     return Text(f"0x{payload[:PREVIEW_HEX_BYTES].hex()}{more}", style="dim")
 
 
-def _payload_line(payload: bytes) -> str:
+def _payload_line(payload: bytes | None) -> str:
+    if payload is None:
+        return "(null)"
     text = _as_text(payload)
     return text if text is not None else "0x" + payload.hex()
 
@@ -502,7 +508,8 @@ def ledger_delete(
 def _record_json(r: LogRecord) -> dict[str, Any]:
     return {"position": _pos(r.position), "ledger_id": r.position.ledger_id,
             "entry_id": r.position.entry_id, "timestamp_ms": r.timestamp_ms,
-            "length": len(r.payload)} | _payload_json(r.payload)
+            "length": None if r.payload is None else len(r.payload)} | \
+        _payload_json(r.payload)
 
 
 def _ledger_row(bk: BookKeeper, info: LedgerInfo, password: str) -> dict[str, Any]:
@@ -781,8 +788,8 @@ def log_read(
                         if as_json:
                             f.write(json.dumps(_record_json(r)).encode() + b"\n")
                         else:
-                            f.write(r.payload + b"\n")
-                        n, nbytes = n + 1, nbytes + len(r.payload)
+                            f.write((r.payload or b"") + b"\n")  # null: empty line
+                        n, nbytes = n + 1, nbytes + len(r.payload or b"")
                         advance(1)
                         if n == limit:
                             break
@@ -802,7 +809,8 @@ def log_read(
                     if limit is None and n == TABLE_ROWS:
                         unshown = r.position
                         break
-                    t.add_row(_pos(r.position), _time(r.timestamp_ms), str(len(r.payload)),
+                    t.add_row(_pos(r.position), _time(r.timestamp_ms),
+                              "-" if r.payload is None else str(len(r.payload)),
                               _payload_cell(r.payload))
                     n += 1
                     advance(1)

@@ -6,7 +6,7 @@ entries to a single ledger." The ordered ledger list lives in ZooKeeper and chan
 compare-and-swap (CAS), through :func:`bk_spark.core.metadata_store.metadata_update_loop`;
 its layout (a compact tail in ``<root>/logs/<name>`` plus immutable spilled segments under
 ``<root>/logs/<name>/segments/<n>``, ~22 bytes per ledger) and the entry framing (a 9-byte
-timestamp header) are documented in :mod:`bk_spark.core.log_format`.
+timestamp header; 10 bytes for a null value) are documented in :mod:`bk_spark.core.log_format`.
 
 One protocol step, one place:
 
@@ -29,7 +29,7 @@ Usage::
         w.close()
         r = open_log_reader(bk, "events", start="earliest")
         for record in r.read_available():
-            print(record.position, record.timestamp_ms, record.payload)
+            print(record.position, record.timestamp_ms, record.payload)  # None: null
 """
 
 from __future__ import annotations
@@ -580,16 +580,22 @@ class LogWriter:
         return self._set_error(err)
 
     # ----------------------------------------------------------------- appending
-    def append(self, payload: bytes, timeout: float | None = None) -> Position:
-        """Append one entry; returns its position once it is acknowledged."""
+    def append(self, payload: bytes | None, timeout: float | None = None) -> Position:
+        """Append one entry; returns its position once it is acknowledged.
+
+        ``payload=None`` appends a null value: readers get ``LogRecord.payload is None``
+        (``b""`` is an empty value, a different entry; see log_format.py's framing).
+        """
         return self.append_async(payload).result(timeout)
 
-    def append_async(self, payload: bytes) -> Future[Position]:
+    def append_async(self, payload: bytes | None) -> Future[Position]:
         """Start appending one entry; the future yields its position when acknowledged.
 
         The entry is stamped ``max(now, last timestamp of the log)`` (log_format.py).
+        ``None`` is a null value (:meth:`append`).
         """
-        payload = bytes(payload)
+        if payload is not None:
+            payload = bytes(payload)
         with self._lock:
             if self._error is not None or self._closed:
                 self._check_usable()  # raises
@@ -606,7 +612,8 @@ class LogWriter:
             self._segment.appended += 1
             self._last_ts = ts
             self._entries += 1
-            self._bytes += len(payload)
+            if payload is not None:
+                self._bytes += len(payload)
             # (rolling by age is the roller's own timer)
             if self._entries >= self._roll_entries or self._bytes >= self._roll_bytes:
                 self._wakeup.notify_all()

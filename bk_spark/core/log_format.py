@@ -5,13 +5,25 @@ in this one file; :mod:`bk_spark.core.log` does the I/O.
 
 Entry framing
 -------------
-Every ledger entry written by a log writer is::
+Every ledger entry written by a log writer is one of two frames, told apart by byte 0::
 
-    byte 0       frame version, 0x01
-    bytes 1..8   append timestamp, ms since the epoch, signed 64-bit big-endian
-    bytes 9..    the user's payload, unchanged
+    version 1: a value (possibly empty)
+        byte 0       0x01
+        bytes 1..8   append timestamp, ms since the epoch, signed 64-bit big-endian
+        bytes 9..    the user's payload, unchanged
 
-(:func:`encode_entry` / :func:`decode_entry`). Timestamps never go backwards in log order:
+    version 2: a value with flags
+        byte 0       0x02
+        bytes 1..8   append timestamp, as in version 1
+        byte 9       flags: bit 0 (FLAG_NULL) the value is null; other bits are reserved (0)
+        bytes 10..   the payload (empty when FLAG_NULL is set)
+
+(:func:`encode_entry` / :func:`decode_entry`). A writer frames every non-null payload as
+version 1, byte for byte as before version 2 existed, so a log without nulls stays readable
+by every bk-spark release; only a null value (Kafka's null record value) takes version 2,
+which a release knowing only version 1 refuses ("upgrade bk-spark") instead of reading it
+as empty. An empty payload and a null one are different entries. Timestamps never go
+backwards in log order:
 a writer stamps ``max(now, the last timestamp of the log)``, and a new owner starts from the
 last timestamp of the ledgers it fenced. So the first entry at or after a timestamp is found
 by picking the ledger from the metadata and binary-searching the entries inside it.
@@ -69,10 +81,16 @@ from bk_spark.errors import InvalidConfigError, LogFormatError, MetadataSerializ
 
 # ------------------------------------------------------------------------------- entries
 
-#: Version byte of :func:`encode_entry`'s frame.
+#: Frame version of a non-null payload (:func:`encode_entry`).
 FRAME_VERSION = 1
+#: Frame version carrying a flags byte after the timestamp (a null value).
+FRAME_VERSION_FLAGS = 2
+#: Flag of a version-2 frame: the entry holds a null value, not an empty one.
+FLAG_NULL = 0x01
+_KNOWN_FLAGS = FLAG_NULL
 _FRAME = struct.Struct(">Bq")
-#: Bytes the frame adds to every entry.
+_NULL_FRAME_SIZE = _FRAME.size + 1
+#: Bytes the frame adds to a non-null entry.
 FRAME_HEADER_SIZE = _FRAME.size
 
 
@@ -80,28 +98,61 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def encode_entry(payload: bytes, timestamp_ms: int) -> bytes:
-    """The ledger entry of one log record: version byte, 8-byte timestamp, payload."""
+def encode_entry(payload: bytes | None, timestamp_ms: int) -> bytes:
+    """The ledger entry of one log record: version byte, 8-byte timestamp, payload.
+
+    ``payload=None`` (a null value) is framed as version 2 with :data:`FLAG_NULL`; every
+    other payload, empty included, as version 1.
+    """
+    if payload is None:
+        return _FRAME.pack(FRAME_VERSION_FLAGS, timestamp_ms) + bytes((FLAG_NULL,))
     return _FRAME.pack(FRAME_VERSION, timestamp_ms) + bytes(payload)
 
 
-def decode_entry(data: bytes) -> tuple[int, bytes]:
-    """``(timestamp_ms, payload)`` of a ledger entry written by :func:`encode_entry`."""
+def decode_entry(data: bytes) -> tuple[int, bytes | None]:
+    """``(timestamp_ms, payload)`` of a ledger entry written by :func:`encode_entry`;
+    ``payload`` is None for a null value."""
+    if len(data) >= _FRAME.size:  # the hot path, inlined: a version-1 frame
+        version, ts = _FRAME.unpack_from(data)
+        if version == FRAME_VERSION:
+            return ts, bytes(data[_FRAME.size:])
+    version, ts = _unpack_head(data)
+    if len(data) < _NULL_FRAME_SIZE:
+        raise LogFormatError(
+            f"a version-2 log entry of {len(data)} bytes has no flags byte: the entry is "
+            f"damaged or was not written by a log writer")
+    flags = data[_FRAME.size]
+    if flags & ~_KNOWN_FLAGS:
+        raise LogFormatError(
+            f"log entry flags 0x{flags:02x} are not supported (this bk-spark knows "
+            f"0x{_KNOWN_FLAGS:02x}): upgrade bk-spark")
+    payload = bytes(data[_NULL_FRAME_SIZE:])
+    if flags & FLAG_NULL:
+        if payload:
+            raise LogFormatError(
+                f"a log entry flagged null carries {len(payload)} payload bytes: the entry "
+                f"is damaged or was not written by a log writer")
+        return ts, None
+    return ts, payload
+
+
+def entry_timestamp(data: bytes) -> int:
+    """Only the timestamp of a framed entry (any frame version; reads 9 bytes)."""
+    return _unpack_head(data)[1]
+
+
+def _unpack_head(data: bytes) -> tuple[int, int]:
+    """``(frame version, timestamp_ms)``, checking both are readable."""
     if len(data) < _FRAME.size:
         raise LogFormatError(
             f"a log entry of {len(data)} bytes is shorter than its {_FRAME.size}-byte frame: "
             f"the ledger was not written by a log writer")
     version, ts = _FRAME.unpack_from(data)
-    if version != FRAME_VERSION:
+    if version != FRAME_VERSION and version != FRAME_VERSION_FLAGS:
         raise LogFormatError(
             f"log entry frame version {version} is not supported (this bk-spark reads "
-            f"version {FRAME_VERSION}): upgrade bk-spark")
-    return ts, bytes(data[_FRAME.size:])
-
-
-def entry_timestamp(data: bytes) -> int:
-    """Only the timestamp of a framed entry."""
-    return decode_entry(data[:_FRAME.size])[0]
+            f"versions {FRAME_VERSION} and {FRAME_VERSION_FLAGS}): upgrade bk-spark")
+    return version, ts
 
 
 # ------------------------------------------------------------------------------- names
@@ -170,10 +221,14 @@ class Position:
 
 @dataclass(frozen=True)
 class LogRecord:
-    """One entry read from a log: where it is, what it holds, when it was appended."""
+    """One entry read from a log: where it is, what it holds, when it was appended.
+
+    ``payload`` is None for a null value (appended as ``LogWriter.append(None)`` or
+    written by Spark from a null ``value``); ``b""`` is an empty, non-null value.
+    """
 
     position: Position
-    payload: bytes
+    payload: bytes | None
     timestamp_ms: int
 
 

@@ -1,7 +1,8 @@
 """The two entry formats of a log as Spark sees it, and how a log records its format.
 
 ``raw``
-    One log entry per row: the entry payload is the row's ``value``. Logs written by the
+    One log entry per row: the entry payload is the row's ``value``; a null ``value`` is
+    a null entry and reads back null (an empty one reads back empty). Logs written by the
     ``bk`` shell or the Python API (no format property) are raw. Rows read back::
 
         log string, ledger_id long, entry_id long, value binary, timestamp timestamp
@@ -157,8 +158,9 @@ def merge_schemas(stored: StructType, new: StructType, log: str) -> StructType:
 # ------------------------------------------------------------------------- raw entries
 
 
-def raw_values(batch: pa.RecordBatch) -> list[bytes]:
-    """The payloads of a raw write: the ``value`` column (binary or string)."""
+def raw_values(batch: pa.RecordBatch) -> list[bytes | None]:
+    """The payloads of a raw write: the ``value`` column (binary or string); a null
+    ``value`` is a None payload, framed as a null entry (log_format.py), read back null."""
     names = batch.schema.names
     if "value" not in names:
         raise InvalidConfigError(
@@ -172,9 +174,6 @@ def raw_values(batch: pa.RecordBatch) -> list[bytes]:
         raise InvalidConfigError(
             f"bookkeeper data source option 'entryFormat': raw entries need a binary or "
             f"string 'value' column, got {col.type}")
-    if col.null_count:
-        raise InvalidConfigError("raw entries cannot be null: the 'value' column has "
-                                 f"{col.null_count} null(s); filter them out first")
     return col.to_pylist()
 
 

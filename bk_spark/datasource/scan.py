@@ -22,7 +22,7 @@ from bk_spark.datasource import connections
 from bk_spark.datasource.filters import Constraints
 from bk_spark.datasource.formats import conform, unpack_arrow
 from bk_spark.datasource.planning import ScanPartition, Slice
-from bk_spark.errors import LogTruncatedError, NoSuchLedgerError
+from bk_spark.errors import LogFormatError, LogTruncatedError, NoSuchLedgerError
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +70,9 @@ def read_partition(spec: ScanSpec, partition: InputPartition) -> Iterator[pa.Rec
 
 
 def _entries(spec: ScanSpec, s: Slice, rh: ReadHandle) -> Iterator[tuple[int, int | None,
-                                                                          bytes]]:
-    """``(entry_id, timestamp_ms, payload)`` of the slice's entries the constraints allow."""
+                                                                          bytes | None]]:
+    """``(entry_id, timestamp_ms, payload)`` of the slice's entries the constraints allow
+    (``payload`` None: a null value)."""
     c = spec.constraints
     first, last = s.first_entry, s.last_entry
     ts_lo, ts_hi = c.timestamp_bounds_ms if s.framed else (None, None)
@@ -100,7 +101,7 @@ def _entries(spec: ScanSpec, s: Slice, rh: ReadHandle) -> Iterator[tuple[int, in
 def _raw_rows(spec: ScanSpec, s: Slice, rh: ReadHandle) -> Iterator[pa.RecordBatch]:
     ids: list[int] = []
     stamps: list[int | None] = []
-    values: list[bytes] = []
+    values: list[bytes | None] = []
 
     def batch() -> pa.RecordBatch:
         n = len(ids)
@@ -130,6 +131,11 @@ def _arrow_rows(spec: ScanSpec, s: Slice, rh: ReadHandle) -> Iterator[pa.RecordB
     stored = spec.stored_schema
     assert stored is not None
     for entry_id, ts, payload in _entries(spec, s, rh):
+        if payload is None:
+            raise LogFormatError(
+                f"entry {s.ledger_id}:{entry_id} of log {s.log!r} is a null value, which "
+                f"an arrow log cannot hold (a null appended by the Python API's "
+                f"LogWriter?): read that log with the Python API's LogReader")
         for b in unpack_arrow(payload):
             if b.num_rows == 0:
                 continue

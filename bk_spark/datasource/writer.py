@@ -152,7 +152,7 @@ def write_task(o: WriteOptions, attempt: str, txn_key: str | None,
     fmt = decide_format(o, md)
     ts_floor = md.max_known_ts_ms if md is not None else 0
     if fmt == "arrow":
-        payloads: Iterator[bytes] = pack_arrow(batches)
+        payloads: Iterator[bytes | None] = pack_arrow(batches)
     else:
         payloads = (v for b in batches for v in raw_values(b))
     lh: LedgerHandle | None = None
@@ -173,8 +173,9 @@ def write_task(o: WriteOptions, attempt: str, txn_key: str | None,
             if not first_ts:
                 first_ts = ts
             fut = lh.add_entry_async(encode_entry(payload, ts))
-            in_flight.append((fut, len(payload)))
-            in_flight_bytes += len(payload)
+            size = len(payload) if payload is not None else 0
+            in_flight.append((fut, size))
+            in_flight_bytes += size
             rows += 1
             while len(in_flight) > MAX_IN_FLIGHT_ENTRIES or \
                     in_flight_bytes > MAX_IN_FLIGHT_BYTES:

@@ -22,6 +22,7 @@ from bk_spark.core.log_format import (
     bisect_timestamp,
     decode_entry,
     encode_entry,
+    entry_timestamp,
     first_segment_for_timestamp,
     validate_log_name,
 )
@@ -51,7 +52,31 @@ def test_entry_frame_rejects_foreign_or_newer_entries_with_a_clear_error() -> No
     with pytest.raises(LogFormatError, match="not written by a log writer"):
         decode_entry(b"short")
     with pytest.raises(LogFormatError, match="upgrade"):
-        decode_entry(b"\x02" + bytes(8) + b"x")
+        decode_entry(b"\x03" + bytes(8) + b"x")
+    with pytest.raises(LogFormatError, match="flags 0x02 .*upgrade"):
+        decode_entry(b"\x02" + bytes(8) + b"\x02")
+    with pytest.raises(LogFormatError, match="no flags byte"):
+        decode_entry(b"\x02" + bytes(8))
+    with pytest.raises(LogFormatError, match="flagged null carries 1 payload bytes"):
+        decode_entry(b"\x02" + bytes(8) + b"\x01x")
+
+
+def test_null_value_is_framed_apart_from_an_empty_one_and_keeps_its_timestamp() -> None:
+    null, empty = encode_entry(None, T0 + 7), encode_entry(b"", T0 + 7)
+    assert null != empty
+    assert decode_entry(null) == (T0 + 7, None)
+    assert decode_entry(empty) == (T0 + 7, b"")
+    assert entry_timestamp(null) == entry_timestamp(empty) == T0 + 7
+    # A version-2 frame without the null flag holds an ordinary payload.
+    assert decode_entry(b"\x02" + encode_entry(b"", T0)[1:] + b"\x00abc") == (T0, b"abc")
+
+
+def test_non_null_entries_keep_the_version_1_frame_byte_for_byte() -> None:
+    """Logs without nulls stay readable by releases that only know frame version 1."""
+    ts = (T0 + 3).to_bytes(8, "big", signed=True)
+    assert encode_entry(b"abc", T0 + 3) == b"\x01" + ts + b"abc"
+    assert encode_entry(b"", T0 + 3) == b"\x01" + ts
+    assert encode_entry(None, T0 + 3) == b"\x02" + ts + b"\x01"
 
 
 # ------------------------------------------------------------------------------ names
