@@ -380,14 +380,21 @@ class BookieClient:
         _raise_for(resp, self.bookie_id)
         return resp
 
-    def read_lac_future(self, ledger_id: int, previous_lac: int = -1, wait_ms: int = 0
-                        ) -> grpc.Future:
+    def read_lac_future(self, ledger_id: int, previous_lac: int = -1, wait_ms: int = 0, *,
+                        wait_for_ready: bool = False) -> grpc.Future:
+        """The bookie's LAC (a long poll when ``wait_ms`` > 0); ``wait_for_ready`` as in
+        :meth:`read_entries_future`."""
         req = pb.ReadLacRequest(ledger_id=ledger_id, previous_lac=previous_lac, wait_ms=wait_ms)
-        return self._read_lac.future(req, timeout=self.config.read_timeout_s + wait_ms / 1000.0)
+        return self._read_lac.future(req, timeout=self.config.read_timeout_s + wait_ms / 1000.0,
+                                     wait_for_ready=wait_for_ready)
 
-    def fence_future(self, ledger_id: int, master_key: bytes) -> grpc.Future:
+    def fence_future(self, ledger_id: int, master_key: bytes, *,
+                     wait_for_ready: bool = False) -> grpc.Future:
+        """Fence the ledger on this bookie; ``wait_for_ready`` as in
+        :meth:`read_entries_future`."""
         req = pb.FenceRequest(ledger_id=ledger_id, master_key=master_key)
-        return self._fence.future(req, timeout=self.config.read_timeout_s)
+        return self._fence.future(req, timeout=self.config.read_timeout_s,
+                                  wait_for_ready=wait_for_ready)
 
     def fence(self, ledger_id: int, master_key: bytes) -> pb.FenceResponse:
         try:

@@ -231,17 +231,18 @@ class ReadHandle:
         A bookie that never saw the ledger (NoSuchLedger) answers LAC -1.
 
         A long poll (``wait_ms`` > 0) returns as soon as one bookie reports a higher LAC
-        (any LAC a bookie reports is confirmed). Raises BookieUnavailableError when the
-        answers cannot cover (too many bookies unreachable), after re-reading the metadata
-        once in case the writer replaced them: "nothing new" is never an unreachable
-        cluster.
+        (any LAC a bookie reports is confirmed), or once a coverage waited with no news.
+        Raises BookieUnavailableError when the answers cannot cover (too many bookies
+        unreachable or silent within the read timeout), after re-reading the metadata once
+        in case the writer replaced them: "nothing new" is never an unreachable cluster.
         """
         previous = self._lac
         get = self._bk.bookies.get
         for _ in range(2):
             m = self._md.value
             got = ask_last_fragment(
-                m, lambda b: get(b).read_lac_future(self.id, previous, wait_ms),
+                m, lambda b: get(b).read_lac_future(self.id, previous, wait_ms,
+                                                    wait_for_ready=True),
                 timeout=self._bk.config.client.read_timeout_s + wait_ms / 1000.0 + 1,
                 counts_as_answer=(NoSuchLedgerError,),
                 stop_when=(lambda r: r.lac > previous) if wait_ms > 0 else None)

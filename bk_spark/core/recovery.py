@@ -94,7 +94,10 @@ class FragmentAnswers:
     covered: bool
 
     def describe_errors(self, ensemble: Sequence[str]) -> str:
-        return "; ".join(f"{ensemble[i]}: {err}" for i, err in sorted(self.errors.items()))
+        """Why each bookie gave no answer that counts: its error, or its silence."""
+        return "; ".join(
+            f"{b}: {self.errors[i]}" if i in self.errors else f"{b}: no answer in time"
+            for i, b in enumerate(ensemble) if i not in self.responses)
 
 
 def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], grpc.Future], timeout: float,
@@ -108,7 +111,10 @@ def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], grpc.Future], time
     It returns as soon as the answers cover (or, with ``stop_when``, as soon as one
     response satisfies it: a long poll that saw the LAC move), when coverage became
     impossible (Qa bookies of one write quorum failed), when every bookie answered, or
-    after ``timeout``; requests still open are cancelled. An UnauthorizedError (wrong
+    after ``timeout``; requests still open are cancelled. Callers send their requests with
+    ``wait_for_ready``: a bookie whose connection is being re-established (restarted, slow
+    handshake) is waited for within the timeout, and since gathering stops at coverage, a
+    dead bookie costs nothing while enough others answer. An UnauthorizedError (wrong
     password) is raised at once. Errors of the types in ``counts_as_answer`` count as
     answers with no response.
     """
@@ -151,7 +157,7 @@ def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], grpc.Future], time
 
     def finished() -> bool:
         return (stopped[0] or any(isinstance(e, UnauthorizedError) for e in errors.values())
-                or (stop_when is None and coverage.covered()) or coverage.cannot_cover()
+                or coverage.covered() or coverage.cannot_cover()
                 or len(responses) + len(errors) == len(ensemble))
 
     with cv:
@@ -168,7 +174,8 @@ def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], grpc.Future], time
 def fence_last_fragment(bk: BookKeeper, m: LedgerMetadata, master_key: bytes) -> int:
     """Fence the last fragment's bookies until every write quorum is covered; max LAC."""
     got = ask_last_fragment(
-        m, lambda b: bk.bookies.get(b).fence_future(m.ledger_id, master_key),
+        m, lambda b: bk.bookies.get(b).fence_future(m.ledger_id, master_key,
+                                                    wait_for_ready=True),
         timeout=bk.config.client.read_timeout_s + 5)
     if not got.covered:
         raise RecoveryError(
