@@ -102,7 +102,8 @@ class FragmentAnswers:
 
 def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], grpc.Future], timeout: float,
                       *, counts_as_answer: tuple[type[BKError], ...] = (),
-                      stop_when: Callable[[Any], bool] | None = None) -> FragmentAnswers:
+                      stop_when: Callable[[Any], bool] | None = None,
+                      cancel_rest: bool = True) -> FragmentAnswers:
     """Send one request (``ask(bookie)``) to every bookie of the last fragment and gather
     the answers until they cover every write quorum ((Qw - Qa) + 1 bookies of each: the
     seed's rule for fencing and for reading the last-add-confirmed, BookKeeper's
@@ -111,7 +112,8 @@ def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], grpc.Future], time
     It returns as soon as the answers cover (or, with ``stop_when``, as soon as one
     response satisfies it: a long poll that saw the LAC move), when coverage became
     impossible (Qa bookies of one write quorum failed), when every bookie answered, or
-    after ``timeout``; requests still open are cancelled. Callers send their requests with
+    after ``timeout``; requests still open are then cancelled, unless ``cancel_rest`` is
+    False (fences: every bookie that can be fenced should be). Callers send their requests with
     ``wait_for_ready``: a bookie whose connection is being re-established (restarted, slow
     handshake) is waited for within the timeout, and since gathering stops at coverage, a
     dead bookie costs nothing while enough others answer. An UnauthorizedError (wrong
@@ -163,8 +165,9 @@ def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], grpc.Future], time
     with cv:
         cv.wait_for(finished, timeout=timeout)
         result = FragmentAnswers(dict(responses), dict(errors), coverage.covered())
-    for fut in futures:
-        fut.cancel()
+    if cancel_rest:
+        for fut in futures:
+            fut.cancel()
     for err in result.errors.values():
         if isinstance(err, UnauthorizedError):
             raise UnauthorizedError(f"ledger {m.ledger_id}: wrong password ({err})")
@@ -176,7 +179,7 @@ def fence_last_fragment(bk: BookKeeper, m: LedgerMetadata, master_key: bytes) ->
     got = ask_last_fragment(
         m, lambda b: bk.bookies.get(b).fence_future(m.ledger_id, master_key,
                                                     wait_for_ready=True),
-        timeout=bk.config.client.read_timeout_s + 5)
+        timeout=bk.config.client.read_timeout_s + 5, cancel_rest=False)
     if not got.covered:
         raise RecoveryError(
             f"ledger {m.ledger_id}: could not fence a quorum of its last fragment "

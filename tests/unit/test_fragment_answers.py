@@ -115,3 +115,10 @@ def test_a_long_poll_ends_at_the_first_answer_that_moved():
     send, _ = ask({"b1:1": lambda f: f.answer(lac(9))})
     got = ask_last_fragment(MD, send, timeout=30, stop_when=lambda r: r.lac > 4)
     assert not got.covered and got.responses[1].lac == 9
+
+
+def test_fences_still_open_at_coverage_go_on_to_fence_the_last_bookie():
+    send, futures = ask({"b0:1": lambda f: f.answer(lac(2)),
+                         "b2:1": lambda f: f.answer(lac(3))})
+    got = ask_last_fragment(MD, send, timeout=5, cancel_rest=False)
+    assert got.covered and not futures["b1:1"].cancelled
