@@ -15,8 +15,9 @@ increasing ids), so a tombstone may be kept forever; to bound memory the set kee
 ids and raises a **floor** instead: every id at or below the floor that the bookie does not
 hold counts as deleted. The floor is safe (it can only make the bookie refuse more), and
 its one cost is that an *open* ledger older than the ``max_ids`` most recent deletions
-cannot move onto this bookie by an ensemble change (the writer picks another bookie or
-fails; it never gets a false acknowledgement).
+cannot move onto this bookie by an ensemble change, nor be fenced here if this bookie never
+held it (the writer fails, a recovery needs the other bookies' answers; nobody ever gets a
+false acknowledgement).
 
 Persistence is the storage's job (bookie_server.storage): a delete is a journal record, a
 checkpoint batch lists the ids deleted since the previous one and carries the floor, and a
