@@ -39,6 +39,9 @@ class BookieConfig:
     max_disk_bytes: int | None = None  # readonly when the data dir holds more than this
     disk_check_interval_s: float = 5.0
     grpc_workers: int = 64
+    # Deleted ledger ids remembered individually (8 bytes each; older ones fall under a
+    # floor): see bookie_server.tombstones.
+    deleted_ledgers_max: int = 1_000_000
     tls_cert: Path | None = None
     tls_key: Path | None = None
 
@@ -56,6 +59,8 @@ class BookieConfig:
             raise InvalidConfigError("entry_log_size must be at least 1 KiB")
         if not (0.0 < self.disk_usage_threshold <= 1.0):
             raise InvalidConfigError("disk_usage_threshold must be in (0, 1]")
+        if self.deleted_ledgers_max < 1:
+            raise InvalidConfigError("deleted_ledgers_max must be >= 1")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise InvalidConfigError("--tls-cert and --tls-key go together")
 

@@ -16,10 +16,15 @@ journal position up to which it accounts for every change, under one CRC32C::
 
     batch: 4s magic "BKIX" | u32 crc32c(body) | u64 body length | body
     body:  u8 flags (1 = full snapshot) | u64 journal seq | u64 journal offset
-           | u32 n deleted | i64 ledger id * n
+           | u32 n deleted | i64 ledger id * n | [i64 tombstone floor, if flags & 2]
            | u32 n ledgers | per ledger: i64 id | u8 flags (1 = fenced) | i64 lac
              | i64 last entry | u16 key length | u32 n entries | key
              | i64 entry ids * n | u64 (location >> 32) * n | u32 record lengths * n
+
+The deleted ids are also the bookie's *tombstones* (:mod:`bookie_server.tombstones`): an
+incremental batch lists the ledgers deleted since the previous one, a full snapshot lists
+every tombstone still kept, and a batch with flag 2 carries the tombstone floor, so a
+restarted bookie still refuses adds to every ledger it deleted.
 
 Guarantees kept here:
 
@@ -46,6 +51,7 @@ from pathlib import Path
 import crc32c
 
 from bookie_server.entrylog import fsync_directory
+from bookie_server.tombstones import DeletedLedgers
 
 LOG_SHIFT = 72
 OFFSET_SHIFT = 32
@@ -59,6 +65,8 @@ BATCH_START = struct.Struct("<BQQI")  # flags, journal seq, journal offset, n de
 LEDGER_RECORD = struct.Struct("<qBqqHI")  # id, flags, lac, last entry, key length, n entries
 COUNT = struct.Struct("<I")
 FLAG_FULL = 1
+FLAG_TOMBSTONE_FLOOR = 2
+TOMBSTONE_FLOOR = struct.Struct("<q")
 FLAG_FENCED = 1
 INDEX_PREFIX = "index-"
 INDEX_SUFFIX = ".idx"
@@ -169,15 +177,19 @@ def encode_batch(
     ledgers: Iterable[LedgerSnapshot],
     *,
     full: bool = False,
+    tombstone_floor: int = -1,
 ) -> bytes:
     """One checkpoint batch, header included (see the module docstring)."""
     deleted = list(deleted)
     ledgers = list(ledgers)
+    flags = (FLAG_FULL if full else 0) | (FLAG_TOMBSTONE_FLOOR if tombstone_floor >= 0 else 0)
     parts: list[bytes] = [
-        BATCH_START.pack(FLAG_FULL if full else 0, position[0], position[1], len(deleted)),
+        BATCH_START.pack(flags, position[0], position[1], len(deleted)),
         _little_endian(array("q", deleted)),
-        COUNT.pack(len(ledgers)),
     ]
+    if tombstone_floor >= 0:
+        parts.append(TOMBSTONE_FLOOR.pack(tombstone_floor))
+    parts.append(COUNT.pack(len(ledgers)))
     for snap in ledgers:
         locs = snap.locations
         parts.append(
@@ -199,15 +211,26 @@ def encode_batch(
     return BATCH_HEADER.pack(BATCH_MAGIC, crc32c.crc32c(body), len(body)) + body
 
 
-def apply_batch(body: memoryview, ledgers: dict[int, LedgerState]) -> tuple[int, int]:
-    """Apply one checkpoint batch body to ``ledgers``; returns its journal position."""
+def apply_batch(body: memoryview, ledgers: dict[int, LedgerState],
+                deleted: DeletedLedgers | None = None) -> tuple[int, int]:
+    """Apply one checkpoint batch body to ``ledgers`` (and its tombstones to ``deleted``);
+    returns its journal position."""
     flags, seq, offset, n_deleted = BATCH_START.unpack_from(body, 0)
     pos = BATCH_START.size
     if flags & FLAG_FULL:
         ledgers.clear()
+        if deleted is not None:
+            deleted.clear()
     for ledger_id in _read_array("q", body, pos, n_deleted):
         ledgers.pop(ledger_id, None)
+        if deleted is not None:
+            deleted.add(ledger_id)
     pos += 8 * n_deleted
+    if flags & FLAG_TOMBSTONE_FLOOR:
+        (floor,) = TOMBSTONE_FLOOR.unpack_from(body, pos)
+        pos += TOMBSTONE_FLOOR.size
+        if deleted is not None:
+            deleted.raise_floor(floor)
     (n_ledgers,) = COUNT.unpack_from(body, pos)
     pos += COUNT.size
     for _ in range(n_ledgers):
@@ -258,9 +281,11 @@ class IndexStore:
     def _path(self, generation: int) -> Path:
         return self._dir / f"{INDEX_PREFIX}{generation:08x}{INDEX_SUFFIX}"
 
-    def load(self) -> tuple[dict[int, LedgerState], tuple[int, int] | None]:
+    def load(self, deleted: DeletedLedgers | None = None
+             ) -> tuple[dict[int, LedgerState], tuple[int, int] | None]:
         """Read the newest generation: every ledger state and the journal position of the
-        last durable checkpoint (None when there was none). A torn tail is cut off."""
+        last durable checkpoint (None when there was none), and the tombstones into
+        ``deleted`` when given. A torn tail is cut off."""
         self._dir.mkdir(parents=True, exist_ok=True)
         generations: list[int] = []
         for entry in os.scandir(self._dir):
@@ -294,7 +319,7 @@ class IndexStore:
             body = data[pos + BATCH_HEADER.size : end]
             if crc32c.crc32c(body) != crc:
                 break
-            position = apply_batch(body, ledgers)
+            position = apply_batch(body, ledgers, deleted)
             if first:
                 self._full_size = end
                 first = False
@@ -317,19 +342,22 @@ class IndexStore:
         position: tuple[int, int],
         deleted: Iterable[int],
         ledgers: Iterable[LedgerSnapshot],
+        tombstone_floor: int = -1,
     ) -> None:
         """Durably append one incremental checkpoint batch."""
         if self._fd is None:
             self.rewrite(position, ())
-        data = encode_batch(position, deleted, ledgers)
+        data = encode_batch(position, deleted, ledgers, tombstone_floor=tombstone_floor)
         assert self._fd is not None
         os.pwrite(self._fd, data, self._size)
         os.fdatasync(self._fd)
         self._size += len(data)
 
-    def rewrite(self, position: tuple[int, int], ledgers: Iterable[LedgerSnapshot]) -> None:
-        """Durably replace the file with one full snapshot of every ledger."""
-        data = encode_batch(position, (), ledgers, full=True)
+    def rewrite(self, position: tuple[int, int], ledgers: Iterable[LedgerSnapshot],
+                tombstones: Iterable[int] = (), tombstone_floor: int = -1) -> None:
+        """Durably replace the file with one full snapshot of every ledger and tombstone."""
+        data = encode_batch(position, tombstones, ledgers, full=True,
+                            tombstone_floor=tombstone_floor)
         generation = self._generation + 1
         path = self._path(generation)
         tmp = path.with_name(path.name + ".tmp")

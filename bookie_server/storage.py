@@ -32,6 +32,12 @@ log when most of it is dead, compacts logs whose live fraction is below
 so the persisted index no longer points into them, then deletes every non-current log
 with no live entry.
 
+**Deleted ledgers stay deleted** (:mod:`bookie_server.tombstones`): a delete leaves a
+tombstone, journaled with the delete and kept in the index, so that no add (plain or
+recovery) and no fence can bring the ledger back, before or after a restart: an old writer
+of a fenced-then-deleted ledger is refused (NoSuchLedger), never acknowledged. Memory is
+bounded by ``deleted_ledgers_max`` ids plus a floor.
+
 **Readonly mode**: a disk check every ``disk_check_interval_s`` turns the bookie readonly
 when the file system is fuller than ``disk_usage_threshold`` or the data directory holds
 more than ``max_disk_bytes``, and writable again below ``threshold - 0.05`` / 90% of
@@ -97,6 +103,7 @@ from bookie_server.journal import (
     encode_fence,
     encode_lac,
 )
+from bookie_server.tombstones import DeletedLedgers
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +166,7 @@ class _Waiter:
 class _Op:
     """What the apply thread does with one journal record once it is synced."""
 
-    __slots__ = ("kind", "state", "batch", "lac", "waiter")
+    __slots__ = ("kind", "state", "batch", "lac", "waiter", "ledger_id")
 
     def __init__(
         self,
@@ -167,8 +174,10 @@ class _Op:
         batch: AddBatch | None = None,
         lac: int = -1,
         waiter: _Waiter | None = None,
+        ledger_id: int = -1,
     ) -> None:
         self.kind = kind
+        self.ledger_id = ledger_id
         self.state: LedgerState | None = None
         self.batch = batch
         self.lac = lac
@@ -216,6 +225,9 @@ class BookieStorage:
         self._applied: dict[int, LedgerState] = {}
         self._dirty: dict[int, LedgerState] = {}
         self._deleted: set[int] = set()
+        # Tombstones (accepted view, submit lock): every ledger deleted here, see the
+        # module docstring; checkpoints persist them with the deletes.
+        self._tombstones = DeletedLedgers(config.deleted_ledgers_max)
         self._live = LiveBytes()
         self._applied_pos = JournalPosition(0, 0)
 
@@ -253,7 +265,7 @@ class BookieStorage:
             raise BKError("storage already started (or closed)")
         self._data_dir.mkdir(parents=True, exist_ok=True)
         self._ledgers_dir.mkdir(parents=True, exist_ok=True)
-        applied, position = self._index.load()
+        applied, position = self._index.load(self._tombstones)
         self._applied = applied
         self._ledgers = dict(applied)
         for state in applied.values():
@@ -405,6 +417,7 @@ class BookieStorage:
             state = self._ledgers.get(ledger_id)
             created = state is None
             if state is None:
+                self._check_not_deleted(ledger_id)
                 state = LedgerState(ledger_id, master_key)
             elif state.master_key != master_key:
                 raise UnauthorizedError(
@@ -437,6 +450,7 @@ class BookieStorage:
             state = self._ledgers.get(ledger_id)
             created = state is None
             if state is None:
+                self._check_not_deleted(ledger_id)
                 state = LedgerState(ledger_id, master_key)
             elif state.master_key != master_key:
                 raise UnauthorizedError(
@@ -454,19 +468,39 @@ class BookieStorage:
         return state.lac, state.last_entry
 
     def delete_ledger(self, ledger_id: int) -> None:
-        """Delete a ledger: durable before it returns; GC reclaims its data later."""
+        """Delete a ledger: durable before it returns; GC reclaims its data later.
+
+        The ledger stays deleted (a tombstone): adds and fences of it are refused from now
+        on, after a restart too. A ledger this bookie never saw is remembered as deleted
+        all the same (an old writer's first add may still be on its way); deleting a
+        ledger a second time raises NoSuchLedgerError.
+        """
         _check_id("ledger id", ledger_id)
         waiter = _Waiter()
         with self._submit_lock:
             self._check_writable()
             state = self._ledgers.get(ledger_id)
             if state is None:
-                raise NoSuchLedgerError(f"ledger {ledger_id} is not on this bookie")
-            op = _Op(DELETE, waiter=waiter)
+                self._check_not_deleted(ledger_id)
+            op = _Op(DELETE, waiter=waiter, ledger_id=ledger_id)
             op.state = state
+            self._tombstones.add(ledger_id)
+            self._ledgers.pop(ledger_id, None)
             self._journal.submit([JournalRecord(DELETE, encode_delete(ledger_id), op)])
-            del self._ledgers[ledger_id]
         waiter.wait()
+
+    def _check_not_deleted(self, ledger_id: int) -> None:
+        """Raise NoSuchLedgerError for a ledger deleted here (caller holds the submit lock)."""
+        if ledger_id in self._tombstones:
+            raise NoSuchLedgerError(
+                f"ledger {ledger_id} was deleted on this bookie: it takes no more adds or "
+                f"fences (its writer must stop)"
+            )
+
+    def deleted(self, ledger_id: int) -> bool:
+        """Whether this bookie deleted ``ledger_id`` (it refuses every add and fence)."""
+        with self._submit_lock:
+            return ledger_id in self._tombstones and ledger_id not in self._ledgers
 
     # -- apply -------------------------------------------------------------------------------
 
@@ -516,8 +550,11 @@ class BookieStorage:
                 elif kind == LAC:
                     wake |= self._apply_lac(op.state, op.lac)
                 elif kind == DELETE:
-                    self._apply_delete(op.state)
-                    wake = True
+                    if op.state is not None:
+                        self._apply_delete(op.state)
+                        wake = True
+                    else:  # a tombstone only: the next checkpoint keeps it
+                        self._deleted.add(op.ledger_id)
             self._applied_pos = end
             if wake and self._lac_waiters:
                 self._lac_cond.notify_all()
@@ -607,7 +644,10 @@ class BookieStorage:
             state = self._applied.get(ledger_id)
             if state is not None:
                 self._apply_delete(state)
+            else:
+                self._deleted.add(ledger_id)  # a tombstone only: the next checkpoint keeps it
             self._ledgers.pop(ledger_id, None)
+            self._tombstones.add(ledger_id)
         self._applied_pos = position
 
     # -- read --------------------------------------------------------------------------------
@@ -772,11 +812,17 @@ class BookieStorage:
                     index = st.index
                     snaps.append(LedgerSnapshot.of(st, ids, [index[e] for e in ids]))
             self._dirty = {}
+        # Every delete applied up to ``position`` put its tombstone in under the submit
+        # lock before it was journaled, so this copy holds all of them (and maybe a few
+        # newer ones, which the journal replays anyway).
+        with self._submit_lock:
+            tombstones = self._tombstones.ids() if full else []
+            floor = self._tombstones.floor
         self._logs.sync()
         if full:
-            self._index.rewrite(position, snaps)
+            self._index.rewrite(position, snaps, tombstones, floor)
         else:
-            self._index.append(position, deleted, snaps)
+            self._index.append(position, deleted, snaps, floor)
         self._journal.release_before(position)
 
     # -- garbage collection ------------------------------------------------------------------

@@ -95,3 +95,17 @@ def cluster_factory(metadata_uri: str, tmp_path: Path) -> Iterator[Callable[...,
 def cluster(cluster_factory: Callable[..., Cluster]) -> Cluster:
     """Three real bookies (the default test cluster)."""
     return cluster_factory(3)
+
+
+@pytest.fixture(scope="module")
+def module_cluster(zk_server: ZooKeeperServer,
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Three real bookies shared by the tests of one module (under a root of their own).
+    A test that pauses, kills or restarts a bookie brings it back before it ends."""
+    uri = f"zk://{zk_server.connect_string}/t-{uuid.uuid4().hex[:12]}"
+    c = Cluster(uri, tmp_path_factory.mktemp("module-cluster"))
+    for _ in range(3):
+        c.add_bookie(wait=False)
+    wait_for_registrations(uri, 3)
+    yield c
+    c.stop()

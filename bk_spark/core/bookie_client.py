@@ -60,6 +60,12 @@ class ClientConfig:
     max_in_flight: int = 2
     tls: TlsOptions | None = None
 
+    @property
+    def min_connect_timeout_ms(self) -> int:
+        """How long one connection attempt may take (gRPC's min reconnect backoff): at
+        least the longest operation timeout, and gRPC's own default of 20 s."""
+        return int(1000 * max(20.0, self.add_timeout_s, self.read_timeout_s))
+
 
 _ENTRY_TAG = b"\x22"  # AddRequest.entries: field 4, length-delimited
 
@@ -106,11 +112,15 @@ def _raise_for(resp, bookie_id: str) -> None:
         raise error_for_code(resp.status, f"bookie {bookie_id}: {resp.message}")
 
 
-def _unavailable(bookie_id: str, exc: grpc.RpcError) -> BookieUnavailableError:
+def unavailable(bookie_id: str, exc: grpc.RpcError) -> BookieUnavailableError:
+    """The typed error for a failed RPC, with gRPC's status code *and* its detail text
+    (\"failed to connect ...: Connection refused\", \"Deadline Exceeded\"): the reason is
+    what tells a user a dead bookie from a slow one."""
     code = exc.code() if hasattr(exc, "code") else None
     detail = exc.details() if hasattr(exc, "details") else str(exc)
     name = code.name if code is not None else "ERROR"
     return BookieUnavailableError(f"bookie {bookie_id} unavailable ({name}: {detail})")
+
 
 
 class _PendingAdd:
@@ -149,8 +159,12 @@ class BookieClient:
                 # backoff) unless each has its own pool.
                 ("grpc.use_local_subchannel_pool", 1),
                 ("grpc.initial_reconnect_backoff_ms", 100),
-                ("grpc.min_reconnect_backoff_ms", 100),
-                ("grpc.max_reconnect_backoff_ms", 2000)]
+                ("grpc.max_reconnect_backoff_ms", 2000),
+                # gRPC's "min reconnect backoff" is in fact its minimum *connect timeout*
+                # (a handshake slower than it fails the attempt): never shorter than an
+                # operation's own timeout, or a bookie that stalls briefly while a client
+                # connects is taken for dead (needless ensemble changes, failed reads).
+                ("grpc.min_reconnect_backoff_ms", self.config.min_connect_timeout_ms)]
         if self.config.tls is not None:
             self.channel = grpc.secure_channel(bookie_id, self.config.tls.credentials(), opts)
         else:
@@ -240,7 +254,7 @@ class BookieClient:
         try:
             resp = fut.result()
         except grpc.RpcError as exc:
-            return _unavailable(self.bookie_id, exc)
+            return unavailable(self.bookie_id, exc)
         except Exception as exc:  # cancelled on close
             return BookieUnavailableError(f"bookie {self.bookie_id}: {exc!r}")
         if resp.status == pb.OK:
@@ -263,7 +277,7 @@ class BookieClient:
             resp = self._add(pb.AddRequest(ledger_id=ledger_id, master_key=master_key, lac=lac),
                              timeout=self.config.add_timeout_s)
         except grpc.RpcError as exc:
-            raise _unavailable(self.bookie_id, exc) from None
+            raise unavailable(self.bookie_id, exc) from None
         _raise_for(resp, self.bookie_id)
 
     def _take_batch(self) -> list[_PendingAdd]:
@@ -342,14 +356,19 @@ class BookieClient:
         try:
             resp = self._read(req, timeout=timeout or self.config.read_timeout_s)
         except grpc.RpcError as exc:
-            raise _unavailable(self.bookie_id, exc) from None
+            raise unavailable(self.bookie_id, exc) from None
         _raise_for(resp, self.bookie_id)
         return resp
 
     def read_entries_future(self, ledger_id: int, entry_ids: Iterable[int],
-                            timeout: float | None = None) -> grpc.Future:
+                            timeout: float | None = None, *, wait_for_ready: bool = False
+                            ) -> grpc.Future:
+        """Read ``entry_ids`` asynchronously. ``wait_for_ready``: while the channel is
+        down (reconnecting after a failure), wait for it within ``timeout`` instead of
+        failing at once."""
         req = pb.ReadRequest(ledger_id=ledger_id, entry_ids=list(entry_ids))
-        return self._read.future(req, timeout=timeout or self.config.read_timeout_s)
+        return self._read.future(req, timeout=timeout or self.config.read_timeout_s,
+                                 wait_for_ready=wait_for_ready)
 
     def read_lac(self, ledger_id: int, previous_lac: int = -1, wait_ms: int = 0
                  ) -> pb.ReadLacResponse:
@@ -357,24 +376,31 @@ class BookieClient:
         try:
             resp = self._read_lac(req, timeout=self.config.read_timeout_s + wait_ms / 1000.0)
         except grpc.RpcError as exc:
-            raise _unavailable(self.bookie_id, exc) from None
+            raise unavailable(self.bookie_id, exc) from None
         _raise_for(resp, self.bookie_id)
         return resp
 
-    def read_lac_future(self, ledger_id: int, previous_lac: int = -1, wait_ms: int = 0
-                        ) -> grpc.Future:
+    def read_lac_future(self, ledger_id: int, previous_lac: int = -1, wait_ms: int = 0, *,
+                        wait_for_ready: bool = False) -> grpc.Future:
+        """The bookie's LAC (a long poll when ``wait_ms`` > 0); ``wait_for_ready`` as in
+        :meth:`read_entries_future`."""
         req = pb.ReadLacRequest(ledger_id=ledger_id, previous_lac=previous_lac, wait_ms=wait_ms)
-        return self._read_lac.future(req, timeout=self.config.read_timeout_s + wait_ms / 1000.0)
+        return self._read_lac.future(req, timeout=self.config.read_timeout_s + wait_ms / 1000.0,
+                                     wait_for_ready=wait_for_ready)
 
-    def fence_future(self, ledger_id: int, master_key: bytes) -> grpc.Future:
+    def fence_future(self, ledger_id: int, master_key: bytes, *,
+                     wait_for_ready: bool = False) -> grpc.Future:
+        """Fence the ledger on this bookie; ``wait_for_ready`` as in
+        :meth:`read_entries_future`."""
         req = pb.FenceRequest(ledger_id=ledger_id, master_key=master_key)
-        return self._fence.future(req, timeout=self.config.read_timeout_s)
+        return self._fence.future(req, timeout=self.config.read_timeout_s,
+                                  wait_for_ready=wait_for_ready)
 
     def fence(self, ledger_id: int, master_key: bytes) -> pb.FenceResponse:
         try:
             resp = self.fence_future(ledger_id, master_key).result()
         except grpc.RpcError as exc:
-            raise _unavailable(self.bookie_id, exc) from None
+            raise unavailable(self.bookie_id, exc) from None
         _raise_for(resp, self.bookie_id)
         return resp
 
@@ -383,14 +409,14 @@ class BookieClient:
             resp = self._delete(pb.DeleteLedgerRequest(ledger_id=ledger_id),
                                 timeout=self.config.read_timeout_s)
         except grpc.RpcError as exc:
-            raise _unavailable(self.bookie_id, exc) from None
+            raise unavailable(self.bookie_id, exc) from None
         _raise_for(resp, self.bookie_id)
 
     def info(self) -> pb.InfoResponse:
         try:
             resp = self._info(pb.InfoRequest(), timeout=self.config.read_timeout_s)
         except grpc.RpcError as exc:
-            raise _unavailable(self.bookie_id, exc) from None
+            raise unavailable(self.bookie_id, exc) from None
         _raise_for(resp, self.bookie_id)
         return resp
 

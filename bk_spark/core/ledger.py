@@ -39,6 +39,7 @@ from bk_spark.errors import (
     LedgerClosedError,
     LedgerFencedError,
     LedgerStateError,
+    NoSuchLedgerError,
     NotEnoughBookiesError,
     ReadOnlyError,
     TooLargeError,
@@ -308,6 +309,10 @@ class LedgerHandle:
                 f"(the unacknowledged adds may or may not be in the ledger)"))
         elif isinstance(err, UnauthorizedError):
             self._fail(err)
+        elif isinstance(err, NoSuchLedgerError):
+            self._fail(NoSuchLedgerError(
+                f"ledger {self.id} was deleted ({err}); this writer must stop (the "
+                f"unacknowledged adds are in no ledger)"))
         else:
             self._fail(BKError(f"ledger {self.id}: bookie {bookie} failed an add: {err}"))
 

@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from bk_spark.core.bookie_client import check_response
+from bk_spark.core.bookie_client import check_response, unavailable
 from bk_spark.core.entry import EntryCodec, LedgerEntry
 from bk_spark.core.metadata import LedgerMetadata, LedgerState
 from bk_spark.core.metadata_store import Versioned
+from bk_spark.core.recovery import ask_last_fragment
 from bk_spark.core.schedule import write_set
 from bk_spark.errors import (
     BKError,
@@ -41,37 +42,67 @@ READ_BATCH = 1000  # entries per request to one bookie
 
 def fetch_entries(bk: BookKeeper, md: LedgerMetadata, codec: EntryCodec,
                   entry_ids: Sequence[int]) -> dict[int, pb.Entry]:
-    """Read ``entry_ids`` (verified) from their write sets, failing over per entry."""
+    """Read ``entry_ids`` (verified) from their write sets, failing over per entry.
+
+    Each entry is asked of the bookies of its write set in turn (one ``ReadEntries`` per
+    bookie for all the entries it is asked for), moving to the next copy on an error, a
+    missing entry or a bad digest, so a dead bookie costs one fast failure. When every
+    copy of an entry failed and some failed only because their bookie was unreachable,
+    those copies are asked again while the read timeout lasts, this time waiting for the
+    connection (a bookie restarting, a channel in reconnect backoff, a slow handshake),
+    each with an equal share of the time left: a live bookie is never declared unable to
+    serve before the operation's own timeout. Errors carry every copy's reason.
+    """
     E, Qw = md.ensemble_size, md.write_quorum_size
+    deadline = time.monotonic() + bk.config.client.read_timeout_s
     attempt = dict.fromkeys(entry_ids, 0)
+    # the copies (write-set positions) still to ask, once the first pass found no good copy
+    patient: dict[int, list[int]] = {}
+    unreachable: dict[int, list[int]] = defaultdict(list)
     problems: dict[int, list[str]] = defaultdict(list)
     out: dict[int, pb.Entry] = {}
     while attempt:
-        groups: dict[str, list[int]] = defaultdict(list)
+        groups: dict[tuple[str, int], list[int]] = defaultdict(list)
         for e, a in attempt.items():
-            if a >= Qw:
-                raise _no_good_copy(md.ledger_id, e, problems[e])
+            copies = patient.get(e)
+            if a >= (Qw if copies is None else len(copies)):
+                if copies is None and unreachable[e] and time.monotonic() < deadline:
+                    copies = patient[e] = unreachable.pop(e)
+                    a = attempt[e] = 0
+                else:
+                    raise _no_good_copy(md.ledger_id, e, problems[e])
             ws = write_set(e, E, Qw)
-            groups[md.ensemble_for(e)[ws[a]]].append(e)
+            if copies is None:
+                groups[(md.ensemble_for(e)[ws[a]], -1)].append(e)
+            else:  # second pass: wait for the connection, a share of the time left each
+                groups[(md.ensemble_for(e)[ws[copies[a]]], len(copies) - a)].append(e)
         calls = []
-        for bookie, ids in groups.items():
+        for (bookie, shares), ids in groups.items():
             client = bk.bookies.get(bookie)
+            timeout = None
+            if shares > 0:
+                timeout = max(0.05, (deadline - time.monotonic()) / shares)
             for i in range(0, len(ids), READ_BATCH):
                 chunk = ids[i:i + READ_BATCH]
-                calls.append((bookie, chunk, client.read_entries_future(md.ledger_id, chunk)))
+                calls.append((bookie, chunk, client.read_entries_future(
+                    md.ledger_id, chunk, timeout, wait_for_ready=shares > 0)))
         for bookie, chunk, fut in calls:
             try:
-                resp = fut.result()
+                try:
+                    resp = fut.result()
+                except grpc.RpcError as exc:
+                    raise unavailable(bookie, exc) from None
                 check_response(resp, bookie)
             except NoSuchLedgerError:
                 for e in chunk:
                     problems[e].append(f"{bookie}: no such ledger")
                     attempt[e] += 1
                 continue
-            except (grpc.RpcError, BKError) as exc:
-                msg = f"{bookie}: {exc.code().name if isinstance(exc, grpc.RpcError) else exc}"
+            except BKError as exc:
                 for e in chunk:
-                    problems[e].append(msg)
+                    problems[e].append(f"{bookie}: {exc}")
+                    if isinstance(exc, BookieUnavailableError) and e not in patient:
+                        unreachable[e].append(attempt[e])
                     attempt[e] += 1
                 continue
             for ent in resp.entries:
@@ -192,43 +223,44 @@ class ReadHandle:
         return True
 
     def _poll_lac(self, wait_ms: int) -> int:
-        m = self._md.value
-        futs = [(b, self._bk.bookies.get(b).read_lac_future(self.id, self._lac, wait_ms))
-                for b in m.last_ensemble]
-        best = self._lac
-        done = threading.Event()
-        answered = [0]
-        lock = threading.Lock()
+        """BookKeeper's ``ReadLastConfirmedOp``: ask every bookie of the last fragment for
+        its LAC and take the highest once the answers cover every write quorum
+        ((Qw - Qa) + 1 bookies of each, :func:`recovery.ask_last_fragment`). Then at least
+        one answer comes from a bookie holding the last acknowledged entry, so the LAC is
+        at least the one that entry carried: every reader sees the same confirmed prefix.
+        A bookie that never saw the ledger (NoSuchLedger) answers LAC -1.
 
-        def on_done(_f: grpc.Future) -> None:
-            with lock:
-                answered[0] += 1
-                resp = None
-                try:
-                    resp = _f.result()
-                except Exception:
-                    pass
-                if (resp is not None and resp.status == pb.OK and resp.lac > self._lac) or \
-                        answered[0] == len(futs):
-                    done.set()
-
-        for _b, f in futs:
-            f.add_done_callback(on_done)
-        done.wait(wait_ms / 1000.0 + self._bk.config.client.read_timeout_s)
-        for _b, f in futs:
-            if f.done():
-                try:
-                    resp = f.result()
-                except Exception:
-                    continue
-                if resp.status == pb.OK:
-                    best = max(best, resp.lac)
-            else:
-                f.cancel()
-        with self._lock:
-            if best > self._lac:
-                self._lac = best
-        return self._lac
+        A long poll (``wait_ms`` > 0) returns as soon as one bookie reports a higher LAC
+        (any LAC a bookie reports is confirmed), or once a coverage waited with no news.
+        Raises BookieUnavailableError when the answers cannot cover (too many bookies
+        unreachable or silent within the read timeout), after re-reading the metadata once
+        in case the writer replaced them: "nothing new" is never an unreachable cluster.
+        """
+        previous = self._lac
+        get = self._bk.bookies.get
+        for _ in range(2):
+            m = self._md.value
+            got = ask_last_fragment(
+                m, lambda b: get(b).read_lac_future(self.id, previous, wait_ms,
+                                                    wait_for_ready=True),
+                timeout=self._bk.config.client.read_timeout_s + wait_ms / 1000.0 + 1,
+                counts_as_answer=(NoSuchLedgerError,),
+                stop_when=(lambda r: r.lac > previous) if wait_ms > 0 else None)
+            best = max((r.lac for r in got.responses.values() if r is not None), default=-1)
+            with self._lock:
+                if best > self._lac:
+                    self._lac = best
+            if got.covered or (wait_ms > 0 and best > previous):
+                return self._lac
+            fresh = self.refresh_metadata()
+            if fresh.state == LedgerState.CLOSED or fresh.last_ensemble == m.last_ensemble:
+                break
+        if self.is_closed:
+            return self._lac
+        raise BookieUnavailableError(
+            f"ledger {self.id}: could not read its last-add-confirmed from enough bookies "
+            f"((Qw - Qa) + 1 of every write quorum of {list(m.last_ensemble)}): "
+            f"{got.describe_errors(m.last_ensemble)}; retry when bookies are back")
 
     def close(self) -> None:
         """Nothing to release; present for symmetry with the writer's handle."""

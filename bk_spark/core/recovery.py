@@ -23,11 +23,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from bk_spark.core.bookie_client import check_response
+from bk_spark.core.bookie_client import check_response, unavailable
 from bk_spark.core.entry import EntryCodec
 from bk_spark.core.metadata import LedgerMetadata, LedgerState
 from bk_spark.core.metadata_store import Versioned
@@ -79,45 +81,110 @@ def recover_ledger(bk: BookKeeper, md: Versioned[LedgerMetadata], codec: EntryCo
         lambda cur: cur.closed(last, length), current=md)
 
 
-def fence_last_fragment(bk: BookKeeper, m: LedgerMetadata, master_key: bytes) -> int:
-    """Fence the last fragment's bookies until every write quorum is covered; max LAC."""
+@dataclass
+class FragmentAnswers:
+    """What the bookies of a ledger's last fragment answered to one request each.
+
+    ``responses``: ensemble index -> the bookie's response (None for an answer that counts
+    without one, e.g. NoSuchLedger to a LAC read); ``errors``: index -> why it gave none;
+    ``covered``: the responses cover every write quorum (:class:`QuorumCoverageSet`)."""
+
+    responses: dict[int, Any]
+    errors: dict[int, BKError]
+    covered: bool
+
+    def describe_errors(self, ensemble: Sequence[str]) -> str:
+        """Why each bookie gave no answer that counts: its error, or its silence."""
+        return "; ".join(
+            f"{b}: {self.errors[i]}" if i in self.errors else f"{b}: no answer in time"
+            for i, b in enumerate(ensemble) if i not in self.responses)
+
+
+def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], grpc.Future], timeout: float,
+                      *, counts_as_answer: tuple[type[BKError], ...] = (),
+                      stop_when: Callable[[Any], bool] | None = None,
+                      cancel_rest: bool = True) -> FragmentAnswers:
+    """Send one request (``ask(bookie)``) to every bookie of the last fragment and gather
+    the answers until they cover every write quorum ((Qw - Qa) + 1 bookies of each: the
+    seed's rule for fencing and for reading the last-add-confirmed, BookKeeper's
+    ``ReadLastConfirmedOp`` over ``RRQuorumCoverageSet``).
+
+    It returns as soon as the answers cover (or, with ``stop_when``, as soon as one
+    response satisfies it: a long poll that saw the LAC move), when coverage became
+    impossible (Qa bookies of one write quorum failed), when every bookie answered, or
+    after ``timeout``; requests still open are then cancelled, unless ``cancel_rest`` is
+    False (fences: every bookie that can be fenced should be). Callers send their requests with
+    ``wait_for_ready``: a bookie whose connection is being re-established (restarted, slow
+    handshake) is waited for within the timeout, and since gathering stops at coverage, a
+    dead bookie costs nothing while enough others answer. An UnauthorizedError (wrong
+    password) is raised at once. Errors of the types in ``counts_as_answer`` count as
+    answers with no response.
+    """
     ensemble = m.last_ensemble
     coverage = QuorumCoverageSet(m.ensemble_size, m.write_quorum_size, m.ack_quorum_size)
     cv = threading.Condition()
-    state = {"answered": 0, "max_lac": -1, "errors": []}
+    responses: dict[int, Any] = {}
+    errors: dict[int, BKError] = {}
+    stopped = [False]
 
     def on_done(index: int, bookie: str, fut: grpc.Future) -> None:
-        err = None
+        resp: Any = None
+        err: BKError | None = None
         try:
             resp = fut.result()
             check_response(resp, bookie)
-        except UnauthorizedError as exc:
+        except grpc.RpcError as exc:
+            err = unavailable(bookie, exc)
+        except BKError as exc:
             err = exc
-        except (grpc.RpcError, BKError) as exc:
-            err = exc
-            resp = None
+        except Exception as exc:  # noqa: BLE001 - cancelled: no answer
+            err = BookieUnavailableError(f"bookie {bookie}: {exc!r}")
         with cv:
-            state["answered"] += 1
-            if err is None and resp is not None:
-                coverage.add(index)
-                state["max_lac"] = max(state["max_lac"], resp.lac)
+            if err is not None and not isinstance(err, counts_as_answer):
+                errors[index] = err
+                coverage.error(index)
             else:
-                state["errors"].append(f"{bookie}: {err}")
+                responses[index] = resp if err is None else None
+                coverage.add(index)
+                if resp is not None and err is None and stop_when is not None \
+                        and stop_when(resp):
+                    stopped[0] = True
             cv.notify_all()
 
+    futures = []
     for i, b in enumerate(ensemble):
-        fut = bk.bookies.get(b).fence_future(m.ledger_id, master_key)
+        fut = ask(b)
+        futures.append(fut)
         fut.add_done_callback(lambda f, i=i, b=b: on_done(i, b, f))
+
+    def finished() -> bool:
+        return (stopped[0] or any(isinstance(e, UnauthorizedError) for e in errors.values())
+                or coverage.covered() or coverage.cannot_cover()
+                or len(responses) + len(errors) == len(ensemble))
+
     with cv:
-        cv.wait_for(lambda: coverage.covered() or state["answered"] == len(ensemble),
-                    timeout=bk.config.client.read_timeout_s + 5)
-        if not coverage.covered():
-            if any("Unauthorized" in e or "password" in e.lower() for e in state["errors"]):
-                raise UnauthorizedError(f"ledger {m.ledger_id}: wrong password")
-            raise RecoveryError(
-                f"ledger {m.ledger_id}: could not fence a quorum of its last fragment "
-                f"({'; '.join(state['errors'])}); retry when bookies are back")
-        return int(state["max_lac"])
+        cv.wait_for(finished, timeout=timeout)
+        result = FragmentAnswers(dict(responses), dict(errors), coverage.covered())
+    if cancel_rest:
+        for fut in futures:
+            fut.cancel()
+    for err in result.errors.values():
+        if isinstance(err, UnauthorizedError):
+            raise UnauthorizedError(f"ledger {m.ledger_id}: wrong password ({err})")
+    return result
+
+
+def fence_last_fragment(bk: BookKeeper, m: LedgerMetadata, master_key: bytes) -> int:
+    """Fence the last fragment's bookies until every write quorum is covered; max LAC."""
+    got = ask_last_fragment(
+        m, lambda b: bk.bookies.get(b).fence_future(m.ledger_id, master_key,
+                                                    wait_for_ready=True),
+        timeout=bk.config.client.read_timeout_s + 5, cancel_rest=False)
+    if not got.covered:
+        raise RecoveryError(
+            f"ledger {m.ledger_id}: could not fence a quorum of its last fragment "
+            f"({got.describe_errors(m.last_ensemble)}); retry when bookies are back")
+    return max((r.lac for r in got.responses.values()), default=-1)
 
 
 def _read_forward(bk: BookKeeper, md: Versioned[LedgerMetadata], codec: EntryCodec,

@@ -17,6 +17,11 @@ the schedule, and what two fresh clients read after it. The invariants, each cou
     No log holds the same append twice.
 ``fence_violations``
     After it saw LedgerFenced / LogOwnershipLost, a writer never got a success.
+``fenced_or_deleted_acks``
+    No add is acknowledged to a ledger after it was fenced (or fenced and deleted): once
+    a recovery closed it at entry L, no entry past L is ever acknowledged to its old writer,
+    even when the ledger was deleted meanwhile (a deleted ledger's acknowledged entries up
+    to L are not "lost": the harness deleted them on purpose).
 ``interleaved``
     A log never interleaves writers: each writer session's entries form one contiguous run
     (a session never reappears after another took over), every ledger holds one session's
@@ -60,7 +65,8 @@ class Findings:
     messages: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    INVARIANTS = ("lost", "divergent", "duplicates", "fence_violations", "interleaved",
+    INVARIANTS = ("lost", "divergent", "duplicates", "fence_violations",
+                  "fenced_or_deleted_acks", "interleaved",
                   "corrupt", "bookie_crashes", "stalled_writers", "wrong_password",
                   "spark_mismatch", "harness_errors")
 
@@ -96,14 +102,44 @@ class LedgerRead:
     payloads: tuple[bytes, ...]
 
 
+@dataclass(frozen=True)
+class FencedLedger:
+    """A ledger the harness fenced: recovered (closed) at ``last_entry``, then deleted or
+    not."""
+
+    ledger_id: int
+    last_entry: int
+    deleted: bool = False
+
+
+def check_fenced_ledger(told: WriterTold, fenced: FencedLedger) -> Findings:
+    """``fenced_or_deleted_acks`` for one ledger the harness fenced; for a deleted one also
+    the writer-side invariants (there is nothing left to read)."""
+    f = Findings()
+    t = told.ledgers[fenced.ledger_id]
+    late = sorted({e for e in (*t.acked, *t.success_after_fence) if e > fenced.last_entry})
+    what = "fenced and deleted" if fenced.deleted else "fenced"
+    f.add("fenced_or_deleted_acks",
+          [f"{told.tag}: ledger {fenced.ledger_id} was {what} (recovered at entry "
+           f"{fenced.last_entry}) and its old writer got entry {e} acknowledged" for e in late])
+    if fenced.deleted:
+        f.acknowledged = f.ledger_acks = len(t.acked)
+        f.add("fence_violations", _after_fence(told, fenced.ledger_id))
+    return f
+
+
+def _after_fence(told: WriterTold, ledger_id: int) -> list[str]:
+    return [f"{told.tag}: ledger {ledger_id} entry {e} acknowledged after the writer saw the "
+            f"fence" for e in told.ledgers[ledger_id].success_after_fence]
+
+
 def check_ledger(told: WriterTold, ledger_id: int, a: LedgerRead | Exception,
                  b: LedgerRead | Exception, observed: list[bytes]) -> Findings:
     """The ledger invariants (module docstring) for one ledger of one ledger writer."""
     f = Findings()
     t = told.ledgers[ledger_id]
     f.acknowledged = f.ledger_acks = len(t.acked)
-    f.add("fence_violations", [f"{told.tag}: ledger {ledger_id} entry {e} acknowledged after "
-                               f"the writer saw the fence" for e in t.success_after_fence])
+    f.add("fence_violations", _after_fence(told, ledger_id))
     if isinstance(a, Exception):
         f.add("lost", [f"ledger {ledger_id} ({told.tag}) unreadable after recovery: {a!r}"],
               count=len(t.acked))

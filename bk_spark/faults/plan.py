@@ -54,6 +54,9 @@ class FaultKind(StrEnum):
     WRITER_KILL_MID_ROLL = "writer-kill-mid-roll"  # kill -9 of a log writer inside a roll
     WRITER_PAUSE_FENCE = "writer-pause-fence"  # SIGSTOP writer, fence it, SIGCONT
     FENCE = "fence"  # recovery-open a live writer's ledger / take over its log
+    # SIGSTOP a ledger writer, recovery-open its ledger and delete it, SIGCONT: the old
+    # writer keeps adding to a fenced-then-deleted ledger and must never be acknowledged
+    FENCE_DELETE = "fence-delete"
     SPARK_DRIVER_KILL = "spark-driver-kill"  # kill -9 of the Spark driver, restart
 
 
@@ -71,8 +74,10 @@ UNAVAILABLE_KINDS = frozenset({
 DAMAGING_KINDS = frozenset({FaultKind.BOOKIE_KILL_FOREVER, FaultKind.ENTRY_LOG_CORRUPTION})
 WRITER_KINDS = frozenset({
     FaultKind.ZK_EXPIRE_WRITER, FaultKind.WRITER_KILL, FaultKind.WRITER_KILL_MID_ROLL,
-    FaultKind.WRITER_PAUSE_FENCE, FaultKind.FENCE,
+    FaultKind.WRITER_PAUSE_FENCE, FaultKind.FENCE, FaultKind.FENCE_DELETE,
 })
+#: Writer faults only a ledger writer can take (a log's ledgers are the log's to delete).
+LEDGER_WRITER_KINDS = frozenset({FaultKind.FENCE_DELETE})
 #: The kinds :func:`generate` draws (the Spark fault only with a Spark workload).
 GENERAL_KINDS: tuple[FaultKind, ...] = tuple(k for k in FaultKind
                                              if k != FaultKind.SPARK_DRIVER_KILL)
@@ -255,6 +260,8 @@ def _params(kind: FaultKind, rng: random.Random) -> tuple[tuple[str, float | int
 
 def _targets(kind: FaultKind, n_bookies: int, damaged: int, writers: list[str],
              log_writers: list[str]) -> list[str]:
+    if kind in LEDGER_WRITER_KINDS:
+        return [w for w in writers if w not in log_writers]
     if kind in DAMAGING_KINDS:
         return [f"bookie-{damaged}"]
     if kind in BOOKIE_KINDS:
@@ -281,7 +288,9 @@ def generate(seed: int, mode: Mode = "short", n_bookies: int = 5, spark: bool = 
     damaged = rng.randrange(n_bookies)
     occ = _Occupancy(n_bookies, max_unavailable=2 if n_bookies >= 5 else 1)
     n_faults = rng.randint(2, 4) if mode == "short" else rng.randint(3, 9)
-    kinds = [k for k in GENERAL_KINDS if k != FaultKind.WRITER_KILL_MID_ROLL or log_writers]
+    kinds = [k for k in GENERAL_KINDS
+             if (k != FaultKind.WRITER_KILL_MID_ROLL or log_writers)
+             and (k not in LEDGER_WRITER_KINDS or ledgers)]
     faults: list[Fault] = []
     if spark:
         at = round(rng.uniform(0.3, duration * 0.6), 2)

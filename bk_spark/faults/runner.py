@@ -37,7 +37,7 @@ from bk_spark.core.log import delete_log, open_log_reader, open_log_writer
 from bk_spark.core.reader import ReadHandle
 from bk_spark.errors import BKError, UnauthorizedError
 from bk_spark.faults import checker
-from bk_spark.faults.checker import Findings, LogRecordRead
+from bk_spark.faults.checker import FencedLedger, Findings, LogRecordRead
 from bk_spark.faults.cluster import FaultCluster, FaultInjectionError, signal_pid
 from bk_spark.faults.plan import (
     Fault,
@@ -338,7 +338,8 @@ class Summary:
             f"log appends {f.log_acks})",
             f"lost: {c['lost']}   divergent reads: {c['divergent']}   "
             f"duplicates: {c['duplicates']}",
-            f"successes after fencing: {c['fence_violations']}   interleaved: "
+            f"successes after fencing: {c['fence_violations']}   acks to fenced or deleted "
+            f"ledgers: {c['fenced_or_deleted_acks']}   interleaved: "
             f"{c['interleaved']}   corrupt: {c['corrupt']}   bookie crashes: "
             f"{c['bookie_crashes']}   stalled writers: {c['stalled_writers']}   harness errors: "
             f"{c['harness_errors']}",
@@ -404,6 +405,7 @@ class _ScheduleRun:
         self.observer: Observer | None = None
         self.spark = None
         self._counted_as: FaultKind | None = None  # the kind a fault really was
+        self.fenced: dict[int, FencedLedger] = {}  # ledgers the harness fenced (or deleted)
 
     def event(self, text: str) -> None:
         self.events.append(f"t={time.monotonic() - self.t0:6.2f}s {text}")
@@ -530,11 +532,13 @@ class _ScheduleRun:
                 self._counted_as = FaultKind.WRITER_KILL
                 return f"{p.tag} (no roll within {ROLL_WAIT}s: killed mid-stream)"
             return p.tag
-        elif k == FaultKind.WRITER_PAUSE_FENCE:
+        elif k in (FaultKind.WRITER_PAUSE_FENCE, FaultKind.FENCE_DELETE):
             p = self._writer(f.target)
             p.signal(signal.SIGSTOP)
             p.paused = True
-            self._background(f"fence {f.target}", lambda: self._fence(f.target, p))
+            delete = k == FaultKind.FENCE_DELETE
+            self._background(f"fence {f.target}",
+                             lambda: self._fence(f.target, p, delete=delete))
             return p.tag
         elif k == FaultKind.FENCE:
             p = self._writer(f.target)
@@ -562,7 +566,7 @@ class _ScheduleRun:
             c.start_zookeeper()
         elif k in (FaultKind.WRITER_KILL, FaultKind.WRITER_KILL_MID_ROLL):
             return self.slots[f.target].spawn().tag
-        elif k == FaultKind.WRITER_PAUSE_FENCE:
+        elif k in (FaultKind.WRITER_PAUSE_FENCE, FaultKind.FENCE_DELETE):
             for t in self.threads:  # let the fence finish while the writer is stopped
                 if t.name == f"fence {f.target}":
                     t.join(30)
@@ -591,9 +595,10 @@ class _ScheduleRun:
             raise FaultInjectionError(f"writer {name} is not running")
         return p
 
-    def _fence(self, name: str, p: WriterProc) -> None:
-        """Fence what writer ``p`` writes: recover its current ledger, or take over its log
-        (open a writer of our own, which fences the last two ledgers, and close it)."""
+    def _fence(self, name: str, p: WriterProc, delete: bool = False) -> None:
+        """Fence what writer ``p`` writes: recover its current ledger (and with ``delete``
+        delete it), or take over its log (open a writer of our own, which fences the last
+        two ledgers, and close it)."""
         slot = self.slots[name]
         bk = client(self.cluster.uri)
         try:
@@ -603,8 +608,13 @@ class _ScheduleRun:
                 lid = p.ledgers[-1]
                 rh = checker.retrying(lambda: bk.open_ledger(lid, PASSWORD, recovery=True),
                                       10.0)
+                self.fenced[lid] = FencedLedger(lid, rh.last_add_confirmed)
                 self.event(f"fenced ledger {lid} of {p.tag}: closed at "
                            f"{rh.last_add_confirmed}")
+                if delete:
+                    checker.retrying(lambda: bk.delete_ledger(lid), 10.0)
+                    self.fenced[lid] = FencedLedger(lid, rh.last_add_confirmed, deleted=True)
+                    self.event(f"deleted ledger {lid} of {p.tag}")
             else:
                 log = slot.log
                 assert log is not None
@@ -622,7 +632,8 @@ class _ScheduleRun:
 
     # ---------------------------------------------------------------- wrong password
     def _wrong_password_live(self) -> None:
-        ledgers = self._all_ledgers()
+        ledgers = [lid for lid in self._all_ledgers()
+                   if lid not in self.fenced or not self.fenced[lid].deleted]
         if not ledgers:
             self.event("wrong-password check: no ledger yet")
             return
@@ -726,6 +737,11 @@ class _ScheduleRun:
                 continue
             for told in slot.all_told():
                 for lid in told.ledgers:
+                    fenced = self.fenced.get(lid)
+                    if fenced is not None:
+                        self.findings.merge(checker.check_fenced_ledger(told, fenced))
+                        if fenced.deleted:
+                            continue
                     ra = checker.read_ledger(a, lid, recovery=True)
                     rb = checker.read_ledger(b, lid, recovery=False)
                     observed = obs.ledger_reads.get(lid, []) if obs else []

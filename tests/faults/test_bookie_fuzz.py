@@ -232,7 +232,11 @@ def test_typed_answers_to_adds_on_fenced_deleted_and_foreign_ledgers(bookie) -> 
         pb.UNAUTHORIZED
     assert raw.send("ReadEntries", pb.ReadRequest(ledger_id=DELETED_LEDGER, entry_ids=[0])
                     ).status == pb.NO_SUCH_LEDGER
-    assert add(DELETED_LEDGER, FENCED_KEY, n=1).status in (pb.OK, pb.NO_SUCH_LEDGER)
+    # A deleted ledger stays deleted: no plain or recovery add, no fence brings it back.
+    assert add(DELETED_LEDGER, FENCED_KEY, n=1).status == pb.NO_SUCH_LEDGER
+    assert add(DELETED_LEDGER, FENCED_KEY, rec=True, n=1).status == pb.NO_SUCH_LEDGER
+    assert raw.send("Fence", pb.FenceRequest(ledger_id=DELETED_LEDGER, master_key=FENCED_KEY)
+                    ).status == pb.NO_SUCH_LEDGER
     big = raw.send("AddEntries", pb.AddRequest(
         ledger_id=77, master_key=b"k", lac=-1, entries=[entry(77, 0, b"x" * (MAX_ENTRY + 1))]))
     assert big.status == pb.TOO_LARGE

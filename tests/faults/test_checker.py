@@ -6,7 +6,14 @@ break one invariant, and a correct history that breaks none.
 
 from __future__ import annotations
 
-from bk_spark.faults.checker import LedgerRead, check_ledger, check_log, interleavings
+from bk_spark.faults.checker import (
+    FencedLedger,
+    LedgerRead,
+    check_fenced_ledger,
+    check_ledger,
+    check_log,
+    interleavings,
+)
 from bk_spark.faults.payloads import ledger_payload, log_payload, parse_log_payload
 from bk_spark.faults.transcript import parse
 
@@ -65,6 +72,24 @@ def test_a_success_after_the_fence_is_a_violation() -> None:
     told = ledger_told("ack 7 0", "fenced 7", "ok-after-fence 7 5")
     f = check_ledger(told, LID, ledger_read(1), ledger_read(1), [])
     assert f.counts["fence_violations"] == 1
+
+
+def test_an_add_acknowledged_to_a_fenced_and_deleted_ledger_is_a_violation() -> None:
+    # recovered at entry 1, deleted; the old writer, resumed, was told entry 2 was stored
+    told = ledger_told("ack 7 0", "ack 7 1", "ack 7 2")
+    f = check_fenced_ledger(told, FencedLedger(LID, 1, deleted=True))
+    assert f.counts["fenced_or_deleted_acks"] == 1 and f.acknowledged == 3
+    assert not f.counts["lost"]  # deleted on purpose: its entries are not lost
+    refused = ledger_told("ack 7 0", "ack 7 1", "fail 7 BKError")
+    assert check_fenced_ledger(refused, FencedLedger(LID, 1, deleted=True)).ok
+
+
+def test_an_add_acknowledged_past_the_recovered_end_of_a_fenced_ledger_is_a_violation(
+        ) -> None:
+    told = ledger_told("ack 7 0", "fenced 7", "ok-after-fence 7 3")
+    f = check_fenced_ledger(told, FencedLedger(LID, 0))
+    assert f.counts["fenced_or_deleted_acks"] == 1
+    assert check_fenced_ledger(ledger_told("ack 7 0", "fenced 7"), FencedLedger(LID, 0)).ok
 
 
 def test_lines_cut_by_kill_9_are_ignored() -> None:

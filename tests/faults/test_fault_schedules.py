@@ -10,6 +10,7 @@ and kills, pauses and fences writers. After it:
 * all readers see one and the same sequence of every ledger and log (``divergent`` = 0);
 * no log holds an append twice (``duplicates`` = 0) or interleaves two writers;
 * after fencing the old writer never gets a success;
+* a fenced (or fenced and deleted) ledger never acknowledges its old writer's adds;
 * a wrong password can neither open, fence nor add;
 * one more schedule also runs the Spark sink (a streaming query copying the rolling log into
   another log): after its driver is killed with ``kill -9`` and restarted from its

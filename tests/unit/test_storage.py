@@ -440,20 +440,67 @@ def test_concurrent_adders_share_journal_syncs(config):
 # -- delete and garbage collection ------------------------------------------------------------
 
 
-def test_delete_ledger_is_durable_and_unknown_ledgers_raise(config):
+def assert_refuses_adds_and_fences(s: BookieStorage, ledger_id: int) -> None:
+    with pytest.raises(NoSuchLedgerError, match="deleted"):
+        add(s, ledger_id, 7, 1)
+    with pytest.raises(NoSuchLedgerError, match="deleted"):
+        add(s, ledger_id, 7, 1, recovery=True)
+    with pytest.raises(NoSuchLedgerError, match="deleted"):
+        s.fence(ledger_id, KEY)
+    with pytest.raises(NoSuchLedgerError):
+        s.read_entries(ledger_id, [0])
+
+
+def test_deleted_ledger_refuses_every_add_and_fence_across_restarts_and_checkpoints(config):
     s = open_storage(config)
     add(s, 1, 0, 5)
     add(s, 2, 0, 5)
+    s.fence(3, KEY)  # fenced, then deleted: the old writer's next add must be refused
     s.delete_ledger(1)
+    s.delete_ledger(3)
+    s.delete_ledger(4)  # never seen here: remembered all the same
     with pytest.raises(NoSuchLedgerError):
         s.delete_ledger(1)
-    with pytest.raises(NoSuchLedgerError):
-        s.read_entries(1, [0])
-    s.close()
+    for lid in (1, 3, 4):
+        assert_refuses_adds_and_fences(s, lid)
+    simulate_crash(s)  # from the journal
     s = open_storage(config)
     assert s.ledger_ids() == [2]
-    add(s, 1, 0, 1)  # the id can be used again, from scratch
-    assert s.ledger_state(1) == (-1, 0, False)
+    for lid in (1, 3, 4):
+        assert_refuses_adds_and_fences(s, lid)
+    s.close()  # from an incremental checkpoint batch
+    s = open_storage(config)
+    for lid in (1, 3, 4):
+        assert_refuses_adds_and_fences(s, lid)
+    s._index._min_rewrite = 0  # the next checkpoint writes a full snapshot
+    add(s, 2, 5, 1)
+    s.checkpoint()
+    s.close()
+    s = open_storage(config)  # from a full snapshot
+    for lid in (1, 3, 4):
+        assert_refuses_adds_and_fences(s, lid)
+    assert s.deleted(3) and not s.deleted(2) and not s.deleted(5)
+    add(s, 5, 0, 1)  # a ledger never seen (and never deleted) is created by its first add
+    assert s.ledger_state(5) == (-1, 0, False)
+    s.close()
+
+
+def test_deleted_ledgers_beyond_the_limit_fall_under_a_persisted_floor(tmp_path):
+    config = make_config(tmp_path, deleted_ledgers_max=3)
+    s = open_storage(config)
+    for lid in range(10, 16):
+        add(s, lid, 0, 1)
+        s.delete_ledger(lid)
+    for lid in (10, 12, 15):
+        assert_refuses_adds_and_fences(s, lid)
+    simulate_crash(s)
+    s = open_storage(config)
+    for lid in (10, 12, 15):
+        assert_refuses_adds_and_fences(s, lid)
+    s.close()
+    s = open_storage(config)
+    assert s.deleted(11) and s.deleted(15) and not s.deleted(16)
+    add(s, 16, 0, 1)
     s.close()
 
 

@@ -1,0 +1,184 @@
+"""Guarantees that BookKeeper's own test scenarios check (TestFencing, BookKeeperTest,
+TestTryReadLastConfirmed), against real bookies and ZooKeeper: a fenced or deleted ledger
+never acknowledges its old writer, a bookie that stalls while a client connects is waited
+for within the operation's timeout, and the last-add-confirmed is read from a quorum
+coverage or not at all.
+
+All tests share one three-bookie cluster (``module_cluster``); each uses its own ledgers
+and leaves every bookie running.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from bk_spark.core import BookKeeper
+from bk_spark.core.bookie_client import ClientConfig
+from bk_spark.core.client import BookKeeperConfig
+from bk_spark.core.digest import DigestManager, master_key
+from bk_spark.core.entry import EntryCodec
+from bk_spark.core.ledger import LedgerHandle
+from bk_spark.core.metadata_store import Versioned
+from bk_spark.errors import BKError, BookieUnavailableError
+from bk_spark.sandbox import BookieProcess, wait_for_registrations
+
+PW = b"pw"
+
+
+def payload(i: int) -> bytes:
+    return f"entry-{i}".encode() * 10
+
+
+def client(uri: str, timeout: float = 10.0, explicit_lac: float = 0.05) -> BookKeeper:
+    return BookKeeper(uri, BookKeeperConfig(
+        explicit_lac_interval_s=explicit_lac,
+        client=ClientConfig(add_timeout_s=timeout, read_timeout_s=timeout)))
+
+
+def processes(cluster, bookie_ids) -> list[BookieProcess]:
+    by_id = {b.bookie_id: b for b in cluster.bookies}
+    return [by_id[b] for b in bookie_ids]
+
+
+class paused:
+    """Bookies SIGSTOPped for ``seconds`` (resumed by a timer), resumed on exit anyway."""
+
+    def __init__(self, bookies: list[BookieProcess], seconds: float) -> None:
+        self.bookies = bookies
+        self.timer = threading.Timer(seconds, self.resume)
+
+    def resume(self) -> None:
+        for b in self.bookies:
+            b.resume()
+
+    def __enter__(self) -> paused:
+        for b in self.bookies:
+            b.pause()
+        self.timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.timer.cancel()
+        self.resume()
+
+
+@pytest.fixture
+def bk(module_cluster) -> Iterator[BookKeeper]:
+    c = client(module_cluster.uri)
+    yield c
+    c.close()
+
+
+# -- 1. a fenced and deleted ledger never acknowledges its old writer -----------------------
+
+
+def test_fenced_then_deleted_ledger_never_acknowledges_the_old_writer_even_after_restarts(
+        module_cluster, bk) -> None:
+    lh = bk.create_ledger(3, 2, 2, password=PW)
+    for i in range(5):
+        assert lh.add_entry(payload(i)) == i
+    md = lh.metadata
+    with client(module_cluster.uri) as other:
+        other.open_ledger(lh.id, password=PW)  # recovery open: fences the writer
+        other.delete_ledger(lh.id)
+    with pytest.raises(BKError):
+        lh.add_entry(payload(5))  # the old writer's next add: refused, never acknowledged
+
+    # Every bookie crashes (kill -9: the tombstones are only in the journal) and comes back.
+    for b in module_cluster.bookies:
+        b.kill()
+        b.start()
+    wait_for_registrations(module_cluster.uri, 3)
+    codec = EntryCodec(lh.id, DigestManager(md.digest_type, PW))
+    with client(module_cluster.uri) as fresh:  # a writer that slept through it all
+        stale = LedgerHandle(fresh, Versioned(md, 0), PW, codec, master_key(PW),
+                             next_entry=5)
+        with pytest.raises(BKError, match="deleted"):
+            stale.add_entry(payload(5))
+
+
+# -- 2. a bookie that stalls while a client connects is waited for ---------------------------
+
+
+def test_adds_wait_for_bookies_that_stall_while_the_writer_connects(module_cluster) -> None:
+    with client(module_cluster.uri) as bk:  # new channels: every add needs a handshake
+        lh = bk.create_ledger(3, 3, 3, password=PW)
+        with paused(processes(module_cluster, lh.metadata.last_ensemble)[1:], 0.5):
+            futures = [lh.add_entry_async(payload(i)) for i in range(20)]
+            assert [f.result(15) for f in futures] == list(range(20))
+        lh.close()
+        assert len(bk.ledger_metadata(lh.id).ensembles) == 1  # no needless ensemble change
+
+
+def test_reads_wait_for_bookies_that_stall_while_the_reader_connects(module_cluster,
+                                                                    bk) -> None:
+    lh = bk.create_ledger(3, 2, 2, password=PW)
+    for i in range(30):
+        lh.add_entry(payload(i))
+    lh.close()
+    with client(module_cluster.uri) as reader:  # a fresh executor's first read
+        rh = reader.open_ledger(lh.id, password=PW, recovery=False)
+        with paused(module_cluster.bookies, 0.5):
+            got = [e.payload for e in rh.read_entries(0, 29)]
+    assert got == [payload(i) for i in range(30)]
+
+
+def test_a_read_no_bookie_can_serve_fails_with_the_transport_reason(module_cluster,
+                                                                    bk) -> None:
+    lh = bk.create_ledger(3, 3, 2, password=PW)
+    lh.add_entry(payload(0))
+    lh.close()
+    with client(module_cluster.uri, timeout=1.0) as reader:
+        rh = reader.open_ledger(lh.id, password=PW, recovery=False)
+        victims = module_cluster.bookies
+        for b in victims:
+            b.kill()
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(BookieUnavailableError) as info:
+                rh.read_entries(0, 0)
+            assert time.monotonic() - t0 < 5  # within the read timeout, give or take
+        finally:
+            for b in victims:
+                b.start()
+            wait_for_registrations(module_cluster.uri, 3)
+    message = str(info.value)
+    assert "UNAVAILABLE" in message and "connect" in message.lower()  # gRPC's own reason
+
+
+# -- 3. and 4. the last-add-confirmed comes from a quorum coverage, or not at all -------------
+
+
+def test_non_recovery_open_reads_the_lac_of_the_last_acknowledged_entry(module_cluster
+                                                                        ) -> None:
+    # No explicit LAC: the bookies know only the LAC each entry carried.
+    with client(module_cluster.uri, explicit_lac=0) as bk:
+        lh = bk.create_ledger(3, 2, 2, password=PW)
+        for i in range(5):
+            lh.add_entry(payload(i))  # entry 4 carries LAC 3, on bookies 1 and 2 only
+        ensemble = lh.metadata.last_ensemble
+        with client(module_cluster.uri) as reader:
+            # Bookie 0 (LAC 2) answers first; the write quorum {1, 2} must answer too.
+            with paused(processes(module_cluster, ensemble)[1:], 0.5):
+                rh = reader.open_ledger(lh.id, password=PW, recovery=False)
+            assert rh.last_add_confirmed == 3
+            assert [e.payload for e in rh.read_entries(0, 3)] == [payload(i) for i in range(4)]
+
+
+def test_reading_the_lac_with_no_bookie_answering_raises_instead_of_returning_the_old_one(
+        module_cluster, bk) -> None:
+    lh = bk.create_ledger(3, 2, 2, password=PW)
+    for i in range(3):
+        lh.add_entry(payload(i))
+    with client(module_cluster.uri, timeout=1.0) as reader:
+        rh = reader.open_ledger(lh.id, password=PW, recovery=False)
+        assert rh.last_add_confirmed >= 1
+        with paused(module_cluster.bookies, 5.0):
+            with pytest.raises(BookieUnavailableError, match="last-add-confirmed"):
+                rh.read_last_add_confirmed()
+        assert rh.read_last_add_confirmed() >= 1  # and works again once they answer
+    lh.close()
