@@ -119,6 +119,10 @@ class TestBed:
         self.procs[name] = proc
         return proc
 
+    def spawn_client(self, name: str, argv: list[str]) -> Proc:
+        """Start ``argv`` on the client host in the background (output in its log)."""
+        return self._spawn(name, self.client, argv, self.client_env(self.client))
+
     def run(self, argv: list[str], host: Host | None = None, env: dict[str, str] | None = None,
             timeout: float = 300.0, check: bool = True) -> subprocess.CompletedProcess:
         """Run ``argv`` to completion on ``host`` (default: the client host)."""
