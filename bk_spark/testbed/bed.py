@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +49,8 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 @dataclass
 class TestBedConfig:
     """What to start. Defaults are the issue's bed: 3 ZooKeepers, 5 bookies, 2 workers."""
+
+    __test__ = False  # not a pytest test class
 
     zookeepers: int = 3
     bookies: int = 5
@@ -87,6 +90,8 @@ class Proc:
 @dataclass
 class TestBed:
     """A running multi-host cluster on this machine; use as a context manager."""
+
+    __test__ = False  # not a pytest test class
 
     config: TestBedConfig = field(default_factory=TestBedConfig)
 
@@ -231,7 +236,7 @@ class TestBed:
             addr = ["--host", host.address]
         argv = [sys.executable, "-m", "bookie_server", *addr, "--port", str(BOOKIE_PORT),
                 "--metadata-service-uri", self.metadata_service_uri,
-                "--data-dir", str(self.base / f"bk{i}"), "--journal-file-size-mb", "16"]
+                "--data-dir", str(self.base / f"bk{i}"), "--journal-file-size-mb", "8"]
         if self.rack_flag:
             argv += ["--rack", f"/rack-{(i - 1) % self.config.racks + 1}"]
         return self._spawn(f"bk{i}", host, argv)
@@ -339,7 +344,7 @@ class TestBed:
         atexit.register(self.stop)
         cfg = self.config
         try:
-            self.network = Network(f"bktb-{os.getpid()}", cfg.use_namespaces)
+            self.network = Network(f"bktb-{uuid.uuid4().hex[:6]}", cfg.use_namespaces)
             names = [f"zk{i}" for i in range(1, cfg.zookeepers + 1)]
             names += [f"bk{i}" for i in range(1, cfg.bookies + 1)]
             if cfg.spark:
@@ -355,7 +360,8 @@ class TestBed:
                     self._start_worker(i)
             for z in zks:
                 self.wait_listening(z, ZK_CLIENT_PORT)
-            self.wait_zk_leader()
+            if cfg.zookeepers > 1:  # one server runs standalone: no leader
+                self.wait_zk_leader()
             self.rack_flag = self._bookie_supports_rack()
             for i in range(1, cfg.bookies + 1):
                 self._start_bookie(i)
