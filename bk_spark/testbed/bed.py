@@ -216,6 +216,22 @@ class TestBed:
         _signal_group(proc.pid, signal.SIGKILL)
         proc.popen.wait()
 
+    def restart(self, name: str) -> Proc:
+        """Start a stopped or killed ZooKeeper (``zkN``) or bookie (``bkN``) again, same data."""
+        old = self.procs.get(name)
+        if old is not None and old.alive():
+            raise TestBedError(f"{name} is running (pid {old.pid})")
+        i = int(name[2:])
+        if name.startswith("zk"):
+            proc = self._start_zookeeper(i)
+            self.wait_listening(proc, ZK_CLIENT_PORT)
+        elif name.startswith("bk"):
+            proc = self._start_bookie(i)
+            self.wait_listening(proc, BOOKIE_PORT)
+        else:
+            raise TestBedError(f"cannot restart {name}: only zkN and bkN")
+        return proc
+
     def kill_zk_leader(self) -> str:
         """Kill -9 the current ZooKeeper leader; returns its host name."""
         leader = self.wait_zk_leader()
@@ -243,7 +259,7 @@ class TestBed:
 
     def bookies(self) -> list[dict]:
         """``bk bookies --json`` as seen from the client host."""
-        res = self.run([_bk(), "bookies", "--json", "-m", self.metadata_service_uri],
+        res = self.run([bk_command(), "bookies", "--json", "-m", self.metadata_service_uri],
                        timeout=60)
         return json.loads(res.stdout)
 
@@ -314,13 +330,16 @@ class TestBed:
         host = self.host("connect")
         argv = [_spark_bin("spark-submit"), "--master", self.spark_master_url,
                 "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
-                "--driver-memory", "512m", "--conf", "spark.executor.memory=512m",
+                "--driver-memory", "768m", "--conf", "spark.executor.memory=512m",
                 "--conf", f"spark.cores.max={self.config.workers}",
                 "--conf", "spark.ui.enabled=false",
                 "--conf", f"spark.connect.grpc.binding.address={host.address}",
                 "--conf", f"spark.connect.grpc.binding.port={CONNECT_PORT}",
                 "--conf", "spark.sql.python.filterPushdown.enabled=true"]
-        proc = self._spawn("connect", host, argv, self.spark_env(host))
+        # spark-submit gives a server class (Thrift, Connect) SPARK_DAEMON_MEMORY as its
+        # driver memory, and a Spark driver needs at least ~450 MiB.
+        env = {**self.spark_env(host), "SPARK_DAEMON_MEMORY": "768m"}
+        proc = self._spawn("connect", host, argv, env)
         self.wait_listening(proc, CONNECT_PORT, timeout)
         return f"sc://{host.address}:{CONNECT_PORT}"
 
@@ -443,7 +462,7 @@ def _spark_bin(name: str) -> str:
     return str(Path(pyspark.__file__).parent / "bin" / name)
 
 
-def _bk() -> str:
+def bk_command() -> str:
     return str(Path(sys.executable).parent / "bk")
 
 

@@ -6,7 +6,8 @@ interface ``eth0`` whose veth peer sits on the bridge ``br0`` of a switch namesp
 /24, :data:`SUBNET`) exist only inside the test bed's namespaces, so they can neither clash with
 nor leave this machine, and two test beds can run side by side. A process runs on a host when
 started under ``ip netns exec <ns>`` (which execs, so its PID is the process's). Network
-faults work per host: a partition is a blackhole route in both hosts; delay and loss are
+faults work per host: a partition pins each side's ARP entry for the other to a MAC address
+that no host has, so packets silently vanish; delay and loss are
 ``tc netem`` on a host's ``eth0`` when the kernel has it.
 
 Without namespaces, every host is a distinct loopback address ``127.0.0.x`` in the machine's
@@ -28,6 +29,8 @@ log = logging.getLogger(__name__)
 
 #: The private /24 of the namespaced hosts (first three octets).
 SUBNET = "10.213.0"
+#: A locally administered MAC address no interface of the test bed has (partitions).
+NOWHERE_MAC = "02:00:00:00:de:ad"
 #: Loopback addresses of the fallback start here: 127.0.0.<LOOPBACK_BASE + i>.
 LOOPBACK_BASE = 100
 
@@ -128,16 +131,23 @@ class Network:
             raise TestBedError(f"network faults need namespaces ({self.why_not})")
 
     def partition(self, a: Host, b: Host) -> None:
-        """Cut ``a`` from ``b`` both ways (blackhole routes: packets vanish, like a cut link)."""
+        """Cut ``a`` from ``b`` both ways: packets between them silently vanish, as on a cut
+        link (connections hang and time out rather than fail fast).
+
+        Each side's neighbour entry for the other is pinned to a MAC address nobody has
+        (:data:`NOWHERE_MAC`), so the bridge delivers their frames to no host. This needs
+        neither netfilter nor tc classifiers, which this kernel may lack.
+        """
         self._need_faults()
-        _ip("-n", a.netns or "", "route", "add", "blackhole", f"{b.address}/32")
-        _ip("-n", b.netns or "", "route", "add", "blackhole", f"{a.address}/32")
+        for x, y in ((a, b), (b, a)):
+            _ip("-n", x.netns or "", "neigh", "replace", y.address, "lladdr", NOWHERE_MAC,
+                "dev", "eth0", "nud", "permanent")
 
     def heal(self, a: Host, b: Host) -> None:
-        """Undo :meth:`partition`."""
+        """Undo :meth:`partition` (the neighbours are looked up again by ARP)."""
         self._need_faults()
-        _ip("-n", a.netns or "", "route", "del", "blackhole", f"{b.address}/32", check=False)
-        _ip("-n", b.netns or "", "route", "del", "blackhole", f"{a.address}/32", check=False)
+        for x, y in ((a, b), (b, a)):
+            _ip("-n", x.netns or "", "neigh", "del", y.address, "dev", "eth0", check=False)
 
     def netem_available(self) -> bool:
         """Whether ``tc netem`` works here (the kernel needs the sch_netem module)."""

@@ -14,7 +14,7 @@ import textwrap
 import time
 from dataclasses import dataclass, field
 
-from bk_spark.testbed.bed import CHECKOUT, Proc, TestBed, _bk
+from bk_spark.testbed.bed import CHECKOUT, Proc, TestBed, bk_command
 from bk_spark.testbed.network import TestBedError
 
 EXAMPLES = CHECKOUT / "examples"
@@ -40,7 +40,7 @@ class ExamplesRun:
 
 
 def _bk_json(bed: TestBed, *args: str) -> dict:
-    res = bed.run([_bk(), *args, "--json", "-m", bed.metadata_service_uri], timeout=60)
+    res = bed.run([bk_command(), *args, "--json", "-m", bed.metadata_service_uri], timeout=60)
     return json.loads(res.stdout)
 
 
@@ -176,3 +176,97 @@ def connect_batch_read(bed: TestBed, log_name: str, expect_rows: int,
         raise ScenarioError(f"Spark Connect read {line or 'nothing'}; expected {expect_rows} "
                             f"rows\n{res.stderr[-3000:]}")
     return line
+
+
+def simpletest(bed: TestBed, entries: int = 1000) -> str:
+    """``bk simpletest`` from the client host: write, read back, verify (else it fails)."""
+    t0 = time.monotonic()
+    res = bed.run([bk_command(), "simpletest", "-m", bed.metadata_service_uri, "-n", str(entries)],
+                  timeout=180, check=False)
+    if res.returncode != 0 or "simpletest OK" not in res.stdout:
+        raise ScenarioError(f"bk simpletest failed:\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
+    return f"simpletest OK ({entries} entries written, read back, verified) in " \
+           f"{time.monotonic() - t0:.1f}s"
+
+
+def _wait(what: str, cond, timeout: float) -> float:
+    t0 = time.monotonic()
+    while not cond():
+        if time.monotonic() - t0 > timeout:
+            raise ScenarioError(f"{what}: not after {timeout:.0f}s")
+        time.sleep(0.5)
+    return time.monotonic() - t0
+
+
+def network_faults(bed: TestBed) -> list[str]:
+    """Partitions between hosts (namespaces only), each followed by a verified simpletest.
+
+    1. the writer (client host) cut from two bookies: adds to them time out (10 s) and the
+       writer replaces them in the ensemble; 2. a bookie cut from every ZooKeeper: its
+       session expires, it leaves the bookie list, and it registers again once healed;
+    3. the ZooKeeper leader cut from its followers: the majority side elects a new leader
+       and serves, the old leader rejoins as a follower once healed. Delay and loss
+       (``tc netem``) run when the kernel has netem. Every process must be up: restart what
+       earlier scenarios killed first.
+    """
+    net = bed.network
+    assert net is not None
+    if not net.faults:
+        return [f"network faults skipped: {net.why_not} (hosts are loopback addresses)"]
+    out: list[str] = []
+    client = bed.client
+    live = [n for n in bed.procs if n.startswith("bk") and bed.procs[n].alive()]
+    # 1. writer <-> two of the five bookies (an ensemble of 3 holds one of them 9 times in 10)
+    cut = [bed.host(n) for n in live[:2]]
+    for h in cut:
+        net.partition(client, h)
+    try:
+        out.append(f"partition writer | {' '.join(h.name for h in cut)}: {simpletest(bed)}")
+    finally:
+        for h in cut:
+            net.heal(client, h)
+    # 2. bookie <-> ZooKeeper
+    victim = bed.host(live[-1])
+    vid = f"{victim.address}:3181"
+    for z in bed.zk_hosts:
+        net.partition(victim, z)
+    try:
+        gone = _wait(f"{victim.name} cut from ZooKeeper leaves the bookie list",
+                     lambda: vid not in {b["bookie"] for b in bed.bookies()}, 60)
+        line = f"partition {victim.name} | ZooKeeper: unregistered after {gone:.1f}s, " \
+               f"{simpletest(bed)}"
+    finally:
+        for z in bed.zk_hosts:
+            net.heal(victim, z)
+    back = _wait(f"{victim.name} registers again once healed",
+                 lambda: vid in {b["bookie"] for b in bed.bookies()}, 60)
+    out.append(f"{line}; registered again {back:.1f}s after healing")
+    # 3. ZooKeeper leader <-> followers
+    leader = bed.wait_zk_leader()
+    followers = [h for h in bed.zk_hosts if h.name != leader]
+    for f in followers:
+        net.partition(bed.host(leader), f)
+    try:
+        elected = _wait("the followers elect a new leader",
+                        lambda: any(bed.listening(f, 2888) for f in followers), 60)
+        new = next(f.name for f in followers if bed.listening(f, 2888))
+        line = f"partition ZooKeeper leader {leader} | followers: {new} elected in " \
+               f"{elected:.1f}s on the majority side, {simpletest(bed)}"
+    finally:
+        for f in followers:
+            net.heal(bed.host(leader), f)
+    _wait("the old leader rejoins", lambda: bed.zk_leader() is not None, 60)
+    out.append(line)
+    # 4. delay and loss
+    if net.netem_available():
+        for h in (client, bed.host(live[1])):
+            net.shape(h, delay_ms=10, loss_pct=1)
+        try:
+            out.append(f"netem 10 ms delay + 1% loss on writer and {live[1]}: "
+                       f"{simpletest(bed)}")
+        finally:
+            for h in (client, bed.host(live[1])):
+                net.unshape(h)
+    else:
+        out.append("netem delay/loss skipped: this kernel has no sch_netem qdisc")
+    return out
