@@ -75,7 +75,8 @@ class Network:
 
     def __init__(self, prefix: str, use_namespaces: bool | None = None) -> None:
         self.prefix = prefix
-        ok, why = namespaces_available() if use_namespaces in (None, True) else (False, "off")
+        ok, why = (namespaces_available() if use_namespaces in (None, True)
+                   else (False, "namespaces turned off"))
         if use_namespaces and not ok:
             raise TestBedError(f"network namespaces requested but unavailable: {why}")
         self.namespaces = ok
