@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 import time
 
 from bk_spark.testbed import TestBed, TestBedConfig, leftover_namespaces
 from bk_spark.testbed.bed import bk_command
+from bk_spark.testbed.network import remove_leftovers
 from bk_spark.testbed.scenario import (
     connect_batch_read,
     examples_through_standalone_master,
@@ -32,7 +34,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="use loopback addresses even where namespaces are available")
     p.add_argument("--rows", type=int, default=2000, help="events per produced batch")
     p.add_argument("--no-connect", action="store_true", help="skip the Spark Connect read")
+    p.add_argument("--clean", action="store_true",
+                   help="only remove test-bed namespaces (and their processes) that a killed "
+                        "run left behind")
     args = p.parse_args(argv)
+    if args.clean:
+        print(f"removed: {remove_leftovers() or 'nothing'}")
+        return 0
+    # SIGTERM (a CI timeout, `timeout`, kill) unwinds like Ctrl-C: the bed tears itself down.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     def step(title: str) -> None:

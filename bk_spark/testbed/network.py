@@ -85,9 +85,13 @@ class Network:
         self._made: list[str] = []  # namespaces to delete, in creation order
         self._shaped: set[str] = set()
         if self.namespaces:
-            self._netns_add(self.switch)
-            _ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
-            _ip("-n", self.switch, "link", "set", "br0", "up")
+            try:
+                self._netns_add(self.switch)
+                _ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
+                _ip("-n", self.switch, "link", "set", "br0", "up")
+            except BaseException:
+                self.remove()
+                raise
         else:
             log.warning("network namespaces unavailable (%s): hosts are loopback addresses "
                         "127.0.0.x on one network, and network faults are skipped", why)
@@ -203,3 +207,23 @@ def leftover_namespaces(prefix: str = "bktb-") -> list[str]:
     res = _ip("netns", "list", check=False)
     return [line.split()[0] for line in res.stdout.splitlines()
             if line.startswith(prefix)]
+
+
+def remove_leftovers(prefix: str = "bktb-") -> list[str]:
+    """Kill (by PID) what runs in test-bed namespaces left by a killed run, delete them.
+
+    Only for namespaces no running test bed owns: call it by hand
+    (``python -m bk_spark.testbed --clean``), never from a test.
+    """
+    import signal
+
+    removed = leftover_namespaces(prefix)
+    for ns in removed:
+        res = _ip("netns", "pids", ns, check=False)
+        for pid in (int(p) for p in res.stdout.split() if p.isdigit()):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        _ip("netns", "del", ns, check=False)
+    return removed
