@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import signal
 import sys
 import time
@@ -34,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="use loopback addresses even where namespaces are available")
     p.add_argument("--rows", type=int, default=2000, help="events per produced batch")
     p.add_argument("--no-connect", action="store_true", help="skip the Spark Connect read")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the bed's logs and data directory after a successful run")
     p.add_argument("--clean", action="store_true",
                    help="only remove test-bed namespaces (and their processes) that a killed "
                         "run left behind")
@@ -86,8 +89,13 @@ def main(argv: list[str] | None = None) -> int:
     alive = [p.name for p in bed.procs.values() if p.alive()]
     print(f"stopped {len(bed.procs)} processes by PID; namespaces left: {left or 'none'}; "
           f"processes left: {alive or 'none'}")
-    print(f"cluster demo OK in {time.monotonic() - t0:.0f}s")
-    return 1 if left or alive else 0
+    if left or alive:
+        return 1
+    if not args.keep:  # ~100 MB of journals, logs and Spark work directories
+        shutil.rmtree(bed.base, ignore_errors=True)
+    print(f"cluster demo OK in {time.monotonic() - t0:.0f}s"
+          + (f" (logs and data kept in {bed.base})" if args.keep else ""))
+    return 0
 
 
 if __name__ == "__main__":
