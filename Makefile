@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 BK     := $(VENV)/bin/bk
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-unit test-integration bench lint proto faults clean java
+.PHONY: install demo cluster-demo test test-unit test-integration bench lint proto faults clean java
 
 install: $(STAMP)
 
@@ -22,6 +22,15 @@ $(STAMP): pyproject.toml | java
 
 demo: install
 	@bash scripts/demo.sh
+
+# bk-spark beyond one machine: a ZooKeeper ensemble, 5 bookies and Spark standalone (master +
+# 2 workers), each on its own host (network namespaces, else loopback addresses); the examples
+# through spark-submit --master spark://..., a ZooKeeper leader and a bookie killed, network
+# partitions, a read through Spark Connect. Everything is torn down at the end.
+cluster-demo: install
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[dev,connect]" \
+	  --config-settings editable_mode=compat
+	$(PY) -m bk_spark.testbed
 
 test: install
 	$(PY) -m pytest -q -p no:cacheprovider tests

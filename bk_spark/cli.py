@@ -52,7 +52,11 @@ def bookie(
     data_dir: Annotated[Path, typer.Option("--data-dir", help="journal and entry logs")],
     port: Annotated[int, typer.Option("--port", help="gRPC port")] = 3181,
     metadata_service_uri: UriOpt = None,
-    host: Annotated[str, typer.Option(help="address to listen on and register")] = "127.0.0.1",
+    host: Annotated[str, typer.Option(
+        help="address to listen on (0.0.0.0: every interface)")] = "127.0.0.1",
+    advertised_address: Annotated[str | None, typer.Option(
+        "--advertised-address",
+        help="address to register, that clients on other hosts reach (default: --host)")] = None,
     metrics_port: Annotated[int | None, typer.Option(
         "--metrics-port", help="Prometheus /metrics HTTP port (0: any free port)")] = None,
     max_entry_size: Annotated[int, typer.Option(help="bytes")] = 5 * 1024 * 1024,
@@ -85,6 +89,7 @@ def bookie(
     uri = None if no_register else parse_metadata_service_uri(metadata_service_uri).uri
     cfg = BookieConfig(
         data_dir=data_dir, host=host, port=port, metadata_service_uri=uri,
+        advertised_address=advertised_address,
         metrics_port=metrics_port, max_entry_size=max_entry_size,
         journal_max_group_wait_ms=journal_max_group_wait_ms,
         journal_file_size=journal_file_size_mb * MiB, entry_log_size=entry_log_size_mb * MiB,

@@ -9,6 +9,9 @@ from bk_spark.errors import InvalidConfigError
 
 MiB = 1024 * 1024
 
+#: Listen addresses that mean "every interface": never an address to register.
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "[::]", ""})
+
 
 @dataclass
 class BookieConfig:
@@ -21,7 +24,8 @@ class BookieConfig:
     """
 
     data_dir: Path
-    host: str = "127.0.0.1"
+    host: str = "127.0.0.1"  # address the gRPC server listens on
+    advertised_address: str | None = None  # address it registers (default: ``host``)
     port: int = 3181
     metadata_service_uri: str | None = None
     metrics_port: int | None = None  # None: no HTTP metrics endpoint; 0: pick a free port
@@ -61,10 +65,24 @@ class BookieConfig:
             raise InvalidConfigError("disk_usage_threshold must be in (0, 1]")
         if self.deleted_ledgers_max < 1:
             raise InvalidConfigError("deleted_ledgers_max must be >= 1")
+        if self.host in WILDCARD_HOSTS and not self.advertised_address:
+            raise InvalidConfigError(
+                f"--host {self.host} listens on every interface: give --advertised-address, "
+                f"the address clients on other hosts reach this bookie at")
+        if self.advertised_address in WILDCARD_HOSTS:
+            raise InvalidConfigError(
+                f"--advertised-address {self.advertised_address!r} is not reachable: give "
+                f"this host's address or DNS name")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise InvalidConfigError("--tls-cert and --tls-key go together")
 
     @property
     def bookie_id(self) -> str:
-        """The bookie's identity and address, ``host:port``."""
-        return f"{self.host}:{self.port}"
+        """The bookie's identity and address, ``<advertised address or host>:port``.
+
+        This is what the bookie registers and what ledger metadata names in ensembles: every
+        client, recovery and Spark executor reaches the bookie there, so it must be routable
+        from other hosts (BookKeeper's ``advertisedAddress``). ``host`` is only where the
+        server listens (``0.0.0.0`` listens everywhere).
+        """
+        return f"{self.advertised_address or self.host}:{self.port}"

@@ -1,4 +1,4 @@
-"""Shared by the Spark examples: arguments and a local SparkSession."""
+"""Shared by the Spark examples: arguments and the SparkSession."""
 
 from __future__ import annotations
 
@@ -19,10 +19,14 @@ def parser(doc: str | None) -> argparse.ArgumentParser:
 
 
 def session(app: str) -> SparkSession:
-    """The spark-submit session (or a local[2] one when run with plain python)."""
+    """The session of whatever launched the job.
+
+    No master is set here: ``spark-submit --master spark://...`` (or yarn, k8s://...) decides
+    where the job runs, and plain ``python`` gets PySpark's default, ``local[*]``. Setting
+    ``.master(...)`` in the builder would silently override spark-submit's ``--master``.
+    """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (SparkSession.builder.appName(app).master(os.environ.get("SPARK_MASTER",
-                                                                     "local[2]"))
+    spark = (SparkSession.builder.appName(app)
              .config("spark.sql.python.filterPushdown.enabled", "true")
              .config("spark.sql.shuffle.partitions", "2")
              .config("spark.ui.showConsoleProgress", "false")

@@ -31,10 +31,10 @@ import time
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
+from bk_spark.compat import StrEnum
 from bk_spark.core.digest import DIGEST_TYPES
 from bk_spark.errors import InvalidConfigError, LedgerStateError, MetadataSerializationError
 

@@ -28,9 +28,9 @@ Everything in this module is pure: no I/O, no clocks, no threads.
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import ClassVar
 
+from bk_spark.compat import StrEnum
 from bk_spark.core.metadata import validate_quorums
 
 

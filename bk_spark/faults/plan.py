@@ -32,8 +32,9 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Literal
+
+from bk_spark.compat import StrEnum
 
 Mode = Literal["short", "long"]
 
