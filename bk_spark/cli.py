@@ -47,9 +47,16 @@ def _print_json(obj: object) -> None:
 
 
 # --------------------------------------------------------------------------- bookie
-@app.command()
+bookie_app = typer.Typer(invoke_without_command=True,
+                         help="Run one bookie (no subcommand), or decommission one.")
+app.add_typer(bookie_app, name="bookie")
+
+
+@bookie_app.callback()
 def bookie(
-    data_dir: Annotated[Path, typer.Option("--data-dir", help="journal and entry logs")],
+    ctx: typer.Context,
+    data_dir: Annotated[Path | None, typer.Option(
+        "--data-dir", help="journal and entry logs (required to run a bookie)")] = None,
     port: Annotated[int, typer.Option("--port", help="gRPC port")] = 3181,
     metadata_service_uri: UriOpt = None,
     host: Annotated[str, typer.Option(help="address to listen on and register")] = "127.0.0.1",
@@ -87,6 +94,11 @@ def bookie(
         help="fault injection: write the ZooKeeper session to <data-dir>/zk-session")] = False,
 ) -> None:
     """Run one bookie in the foreground until SIGTERM or Ctrl-C."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if data_dir is None:
+        _fail("--data-dir is required to run a bookie")
+        return
     from bk_spark.metadata_uri import parse_metadata_service_uri
     from bk_spark.sandbox import port_is_free
     from bookie_server.config import BookieConfig, MiB

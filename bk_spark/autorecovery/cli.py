@@ -18,7 +18,7 @@ from bk_spark.autorecovery.auditor import ledgers_naming, mark_ledgers_of
 from bk_spark.autorecovery.replicator import LedgerReplicator
 from bk_spark.autorecovery.service import AutoRecoveryConfig, AutoRecoveryService
 from bk_spark.autorecovery.underreplication import UnderReplicationManager
-from bk_spark.cli import JsonOpt, UriOpt, _print_json, console, err_console
+from bk_spark.cli import JsonOpt, UriOpt, _print_json, bookie_app, console, err_console
 from bk_spark.errors import BKError, InvalidConfigError
 from bk_spark.shell import _connect, _progress, ledger_app
 
@@ -41,6 +41,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(autorecovery_app, name="autorecovery")
     ledger_app.command("underreplicated")(ledger_underreplicated)
     app.command("recover")(recover)
+    bookie_app.command("decommission")(decommission)
 
 
 def _time(ms: int | None) -> str:
@@ -198,3 +199,42 @@ def recover(
                           f"run `bk recover {bookie}` again")
     console.print(f"{bookie}: re-replicated {copied} entries in "
                   f"{time.monotonic() - started:.1f}s; no ledger names it any more")
+
+
+def decommission(
+    bookie: Annotated[str, typer.Argument(help="HOST:PORT of the bookie to empty")],
+    metadata_service_uri: UriOpt = None,
+    timeout: Annotated[float, typer.Option(help="give up after this many seconds")] = 3600.0,
+) -> None:
+    """Move every ledger off a live bookie (AutoRecovery's workers copy them), with progress;
+    once done the bookie may be stopped."""
+    bookie = _check_bookie_id(bookie)
+    started = time.monotonic()
+    with _connect(metadata_service_uri) as bk:
+        urm = UnderReplicationManager(bk.zk, bk.msu.root)
+        if not urm.workers():
+            err_console.print("WARNING: no replication worker is running: start bookies with "
+                              "--autorecovery or `bk autorecovery`")
+        if not urm.is_enabled():
+            raise BKError("autorecovery is disabled: `bk autorecovery enable` first")
+        total = len(mark_ledgers_of(bk, urm, [bookie]))
+        done = 0
+        with _progress(f"decommissioning {bookie}", total) as advance:
+            while True:
+                left = ledgers_naming(bk, bookie)
+                if not left:
+                    break
+                if time.monotonic() - started > timeout:
+                    raise BKError(f"{len(left)} ledgers still on {bookie} after {timeout:.0f}s "
+                                  f"(`bk ledger underreplicated` shows them)")
+                for lid in left:  # ledgers created on it meanwhile
+                    if urm.get(lid) is None:
+                        urm.mark(lid, [bookie])
+                        total += 1
+                now_done = max(0, total - len(left))
+                if now_done > done:
+                    advance(now_done - done)
+                    done = now_done
+                time.sleep(0.5)
+    console.print(f"{bookie} decommissioned: {total} ledgers moved off it in "
+                  f"{time.monotonic() - started:.1f}s; it may be stopped now")

@@ -175,12 +175,19 @@ class UnderReplicationManager:
             pass
 
     def register_worker(self, worker_id: str, info: dict) -> None:
+        """Keep ``workers/<worker_id>`` registered by this session (idempotent: call it
+        often; a znode left by a previous process with the same id is replaced)."""
         zk = self._zk
         path = f"{self.workers_path}/{worker_id}"
+        stat = zk.retry(zk.exists, path)
+        if stat is not None and stat.ephemeralOwner == zk.client_id[0]:
+            return
         try:
+            if stat is not None:
+                zk.retry(zk.delete, path)
             zk.retry(zk.create, path, json.dumps(info).encode(), ephemeral=True, makepath=True)
-        except NodeExistsError:
-            pass
+        except (NodeExistsError, NoNodeError):
+            pass  # another process with the same id raced us: the next call decides
 
     def workers(self) -> list[str]:
         try:

@@ -44,17 +44,13 @@ class ReplicationWorker:
 
     def run(self, stop: threading.Event) -> None:
         """Step 1-4 until ``stop`` is set."""
-        registered = False
+        started = int(time.time() * 1000)
         while not stop.is_set():
             try:
-                if not registered:
-                    started = int(time.time() * 1000)
-                    self.urm.register_worker(self.worker_id, {"started_ms": started})
-                    registered = True
+                self.urm.register_worker(self.worker_id, {"started_ms": started})
                 worked = self.urm.is_enabled() and self.run_once(stop)
             except (BKError, KazooException) as exc:
                 log.warning("replication worker %s: %s", self.worker_id, exc)
-                registered = False
                 worked = False
             if not worked:
                 stop.wait(self.poll_s)
