@@ -47,7 +47,6 @@ from bk_spark.core.client import BookKeeper
 from bk_spark.core.digest import DigestManager, master_key, password_digest
 from bk_spark.core.entry import EntryCodec
 from bk_spark.core.metadata import LedgerMetadata
-from bk_spark.core.placement import replace_bookie
 from bk_spark.core.reader import fetch_entries
 from bk_spark.errors import BKError, NoSuchLedgerError, UnauthorizedError
 
@@ -113,25 +112,29 @@ class _CopySink:
 class LedgerReplicator:
     """Re-replicates ledgers through one :class:`BookKeeper` client (thread-safe per ledger).
 
-    ``choose_replacement(ensemble, index, exclude)`` is the placement decision (default:
-    :func:`bk_spark.core.placement.replace_bookie` over the writable bookies);
+    ``choose_replacement(ensemble, index, write quorum size, exclude)`` is the placement
+    decision (default: :meth:`bk_spark.core.placement.Topology.replace_bookie` over the
+    writable bookies and their racks);
     ``on_copied(entries, bytes)`` feeds the metrics.
     """
 
     def __init__(self, bk: BookKeeper, *, passwords: Sequence[bytes] = (b"",),
                  open_ledger_grace_s: float = 30.0,
-                 choose_replacement: Callable[[Sequence[str], int, set[str]], str] | None = None,
+                 choose_replacement: Callable[[Sequence[str], int, int, set[str]], str]
+                 | None = None,
                  on_copied: Callable[[int, int], None] | None = None) -> None:
         self.bk = bk
         self.passwords = list(passwords) or [b""]
         self.open_ledger_grace_s = open_ledger_grace_s
-        self.choose_replacement = choose_replacement or self._random_replacement
+        self.choose_replacement = choose_replacement or self._placement_replacement
         self.on_copied = on_copied or (lambda n, b: None)
         # ledger id -> (highest entry seen on its last fragment, since when unchanged)
         self._activity: dict[int, tuple[int, float]] = {}
 
-    def _random_replacement(self, ensemble: Sequence[str], index: int, exclude: set[str]) -> str:
-        return replace_bookie(ensemble, index, self.bk.writable_bookies(), exclude=exclude)
+    def _placement_replacement(self, ensemble: Sequence[str], index: int,
+                               write_quorum_size: int, exclude: set[str]) -> str:
+        return self.bk.topology().replace_bookie(ensemble, index, write_quorum_size,
+                                                 exclude=exclude)
 
     # ------------------------------------------------------------------ one ledger
     def replicate(self, ledger_id: int, missing: set[str]) -> ReplicationResult:
@@ -206,7 +209,8 @@ class LedgerReplicator:
         span, index, old = af.span, af.index, af.bookie
         lid = md.ledger_id
         # Step 1: the replacement (placement policy; never one of the ensemble).
-        target = self.choose_replacement(span.ensemble, index, set(missing) | {old})
+        target = self.choose_replacement(span.ensemble, index, md.write_quorum_size,
+                                         set(missing) | {old})
         # Step 2: copy the entries the missing bookie held.
         n = nbytes = 0
         if span.last is not None and span.last >= span.first:

@@ -271,3 +271,31 @@ def test_a_bookie_lost_for_good_is_replaced_everywhere_and_a_second_loss_loses_n
     assert [r.payload for r in reader.read_available()] == records
     reader.close()
     _wait_healed(bk, {victim, second})
+
+
+def test_three_racks_put_every_write_quorum_on_two_racks_including_after_bk_recover(
+        cluster_factory):
+    from bk_spark.core.placement import write_quorum_racks
+
+    c = cluster_factory(0)
+    for i in range(6):
+        c.add_bookie(extra_args=["--rack", f"/region/rack-{i // 2}", "--no-autorecovery"],
+                     wait=False)
+    wait_for_registrations(c.uri, 6)
+    with BookKeeper(c.uri) as client:
+        racks = client.topology().racks
+        assert sorted(set(racks.values())) == [f"/region/rack-{i}" for i in range(3)]
+        expected = _closed_ledgers(client, 6, 50, "R")
+        for lid in expected:
+            for _first, ensemble in client.ledger_metadata(lid).ensembles:
+                assert min(write_quorum_racks(ensemble, 2, racks)) >= 2, ensemble
+        dead = c.bookies[0]
+        dead_id = dead.bookie_id
+        dead.kill()
+        r = _bk_cli(c.uri, "recover", dead_id)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert _naming(client, dead_id) == []
+        for lid in expected:
+            for _first, ensemble in client.ledger_metadata(lid).ensembles:
+                assert min(write_quorum_racks(ensemble, 2, racks)) >= 2, ensemble
+        _read_all(client, expected)
