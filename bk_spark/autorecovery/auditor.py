@@ -102,6 +102,7 @@ class Auditor:
         handled: set[str] = set()
         next_check = time.monotonic() + self.audit_interval_s
         status = {"auditor": self.auditor_id, "elected_ms": _now_ms()}
+        written: dict = {}
         while not stop.is_set() and not self._lost_session.is_set():
             try:
                 registered = self._registered()
@@ -128,8 +129,11 @@ class Auditor:
                     next_check = time.monotonic() + self.audit_interval_s
                 count = self.urm.count()
                 self.metrics.under_replicated.set(count)
-                self.urm.write_status({**status, "under_replicated": count,
-                                       "lost_bookies": sorted(missing_since)})
+                current = {**status, "under_replicated": count,
+                           "lost_bookies": sorted(missing_since)}
+                if current != written:  # one write per change, not per tick
+                    self.urm.write_status(current)
+                    written = current
             except (KazooException, BKError) as exc:
                 log.warning("auditor: %s", exc)
             stop.wait(self.tick_s)

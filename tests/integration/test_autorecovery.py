@@ -30,7 +30,7 @@ from bk_spark.zk import connect_zk
 
 HEAL_TIMEOUT_S = 60.0
 AR_ARGS = ["--journal-file-size-mb", "8", "--lost-bookie-recovery-delay", "0",
-           "--audit-interval", "2", "--open-ledger-grace", "2"]
+           "--audit-interval", "2", "--open-ledger-grace", "2", "--metrics-port", "0"]
 
 
 class ARCluster:
@@ -87,6 +87,20 @@ def _wait_healed(bk: BookKeeper, bookies: set[str], timeout: float = HEAL_TIMEOU
             pytest.fail(f"not healed after {timeout}s: ledgers still naming {left}; "
                         f"under-replicated {[r for r in urm.list()]}")
         time.sleep(0.5)
+
+
+def _metric(bk: BookKeeper, name: str) -> list[float]:
+    """``name``'s value on every registered bookie's /metrics."""
+    import urllib.request
+
+    out = []
+    for b in list_bookies(bk.msu, zk=bk.zk):
+        port = b.info.get("metrics_port")
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        for line in text.decode().splitlines():
+            if line.startswith(name + " "):
+                out.append(float(line.split()[1]))
+    return out
 
 
 def _read_all(bk: BookKeeper, expected: dict[int, list[bytes]]) -> None:
@@ -257,11 +271,37 @@ def test_a_bookie_lost_for_good_is_replaced_everywhere_and_a_second_loss_loses_n
     holders = {b: len(_naming(bk, b)) for b in everyone}
     victim = auditor if auditor in holders and holders[auditor] else max(holders,
                                                                          key=holders.get)
+    # a log writer keeps appending while the bookie dies and its data is re-replicated
+    live = bk.open_log_writer("live-log", roll_max_entries=100)
+    appended: list[bytes] = []
+    stop = threading.Event()
+
+    def keep_appending() -> None:
+        i = 0
+        while not stop.is_set():
+            p = f"live-{i}".encode()
+            live.append(p, timeout=30)
+            appended.append(p)
+            i += 1
+            time.sleep(0.005)
+
+    appender = threading.Thread(target=keep_appending)
+    appender.start()
+    time.sleep(0.5)
     ar_cluster.by_id(victim).kill()
     took = _wait_healed(bk, {victim})
+    stop.set()
+    appender.join(30)
+    live.close()
+    assert len(appended) > 100
+    reader = bk.open_log_reader("live-log", "earliest")
+    assert [r.payload for r in reader.read_available()] == appended
+    reader.close()
     assert urm.auditor() not in (None, victim)
     print(f"healed {holders[victim]} ledgers in {took:.1f}s")
     _read_all(bk, expected)
+    assert sorted(_metric(bk, "autorecovery_auditor_elected")) == [0, 0, 0, 1]
+    assert sum(_metric(bk, "autorecovery_entries_replicated_total")) > 0
 
     # a second loss in the same ensembles: every acknowledged entry is still there
     second = max((b for b in everyone if b != victim), key=lambda b: len(_naming(bk, b)))
