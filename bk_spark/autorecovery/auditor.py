@@ -14,7 +14,9 @@ While elected, each tick:
    registered bookie is asked what it holds of the ledger (``ReadLac``: its highest stored
    entry); one that knows nothing of the ledger, or holds less than its fragments say (a
    wiped or truncated bookie), gets the ledger marked for it. Bookies missing for longer
-   than the delay are marked too (a bookie that died while no Auditor ran).
+   than the delay are marked too (a bookie that died while no Auditor ran), and so is a
+   bookie whose move would bring a closed fragment's write quorums onto more racks
+   (:func:`~bk_spark.autorecovery.plan.placement_misfits`).
 3. The status (auditor, last checks, under-replicated count) is written for operators.
 """
 
@@ -29,7 +31,7 @@ from kazoo.client import KazooState
 from kazoo.exceptions import KazooException
 
 from bk_spark.autorecovery.metrics import AutoRecoveryMetrics
-from bk_spark.autorecovery.plan import bookies_of, expected_last_entries
+from bk_spark.autorecovery.plan import bookies_of, expected_last_entries, placement_misfits
 from bk_spark.autorecovery.underreplication import UnderReplicationManager
 from bk_spark.core.client import BookKeeper
 from bk_spark.errors import BKError, NoSuchLedgerError
@@ -147,12 +149,13 @@ class Auditor:
     def check_all_ledgers(self, registered: set[str], gone: set[str]) -> int:
         """Step 2: mark ledgers whose entries are not where their metadata says."""
         n = 0
+        topology = self.bk.topology()
         for lid in self.bk.list_ledgers():
             try:
                 md = self.bk.ledger_metadata(lid)
             except NoSuchLedgerError:
                 continue
-            bad = bookies_of(md) & gone
+            bad = (bookies_of(md) & gone) | placement_misfits(md, topology)
             for bookie, last in expected_last_entries(md).items():
                 if bookie not in registered:
                     continue

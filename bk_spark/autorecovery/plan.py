@@ -29,7 +29,9 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from bk_spark.core.metadata import LedgerMetadata, LedgerState
+from bk_spark.core.placement import Topology, write_quorum_racks
 from bk_spark.core.schedule import in_write_set
+from bk_spark.errors import NotEnoughBookiesError
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,40 @@ def expected_last_entries(md: LedgerMetadata) -> dict[str, int]:
                 if in_write_set(e, index, E, Qw):
                     out[bookie] = max(out.get(bookie, -1), e)
                     break
+    return out
+
+
+def placement_misfits(md: LedgerMetadata, topology: Topology) -> set[str]:
+    """Bookies to move so that closed fragments meet the placement policy.
+
+    A closed fragment whose write quorums span fewer racks than the policy asks
+    (``min(minNumRacksPerWriteQuorum, Qw, racks of the writable bookies)``) names one bookie
+    whose replacement by the policy's own choice would raise the fragment's score (the sum
+    over its write quorums of their racks, each counted up to that minimum); a fragment no
+    single replacement improves names none. The score only grows and is bounded, so
+    re-replication for placement always ends. Open-ended fragments are their writer's.
+    """
+    racks_available = len({topology.rack(b) for b in topology.available})
+    out: set[str] = set()
+    for span in fragment_spans(md):
+        if span.last is None:
+            continue
+        Qw = md.write_quorum_size
+        target = min(topology.min_racks_per_write_quorum, Qw, racks_available)
+        counts = write_quorum_racks(span.ensemble, Qw, topology.racks)
+        if min(counts) >= target:
+            continue
+        score = sum(min(c, target) for c in counts)
+        for i, bookie in enumerate(span.ensemble):
+            try:
+                new = topology.replace_bookie(span.ensemble, i, Qw)
+            except NotEnoughBookiesError:
+                break
+            trial = list(span.ensemble)
+            trial[i] = new
+            if sum(min(c, target) for c in write_quorum_racks(trial, Qw, topology.racks)) > score:
+                out.add(bookie)
+                break
     return out
 
 

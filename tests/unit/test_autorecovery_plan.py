@@ -94,3 +94,21 @@ def test_an_under_replication_record_merges_and_removes_missing_bookies():
     assert UnderReplicated.from_bytes(7, r.to_bytes()) == r
     assert r.without([A, C]).missing == {B}
     assert UnderReplicated.from_bytes(7, b"garbage").missing == frozenset()
+
+
+def test_a_closed_fragment_on_one_rack_names_a_bookie_to_move_and_a_good_one_none():
+    from bk_spark.autorecovery.plan import placement_misfits
+    from bk_spark.core.placement import Topology
+
+    racks = {A: "/r/0", B: "/r/0", C: "/r/0", D: "/r/1", E_: "/r/1", F: "/r/2"}
+    topo = Topology((A, B, C, D, E_, F), racks)
+    bad = _md(fragments=((0, (A, B, C)), (5, (A, D, F))))   # fragment 0 all on rack 0
+    assert len(placement_misfits(bad, topo)) == 1
+    assert placement_misfits(bad, topo) <= {A, B, C}
+    good = _md(fragments=((0, (A, D, F)),))
+    assert placement_misfits(good, topo) == set()
+    # the writer's open-ended fragment is left alone
+    assert placement_misfits(_md(LedgerState.OPEN, -1, fragments=((0, (A, B, C)),)), topo) == set()
+    # one rack: nothing ever breaks the policy (as today)
+    one = Topology((A, B, C, D), {})
+    assert placement_misfits(bad, one) == set()
