@@ -112,3 +112,17 @@ def test_a_closed_fragment_on_one_rack_names_a_bookie_to_move_and_a_good_one_non
     # one rack: nothing ever breaks the policy (as today)
     one = Topology((A, B, C, D), {})
     assert placement_misfits(bad, one) == set()
+
+
+def test_re_replication_uses_the_candidate_password_whose_digest_the_metadata_keeps():
+    from dataclasses import replace
+
+    from bk_spark.autorecovery.replicator import ledger_password
+    from bk_spark.core.digest import password_digest
+    from bk_spark.errors import UnauthorizedError
+
+    md = replace(_md(), password_digest=password_digest(b"s3cret"))
+    assert ledger_password(md, [b"", b"s3cret"]) == b"s3cret"
+    assert ledger_password(replace(md, password_digest=password_digest(b"")), [b""]) == b""
+    with pytest.raises(UnauthorizedError, match="--recovery-password"):
+        ledger_password(md, [b"", b"other"])
