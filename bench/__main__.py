@@ -448,6 +448,15 @@ def main() -> None:
                         active.stop()
         finally:
             sb.stop()
+        print("== re-replication (AutoRecovery), fresh ZooKeeper + 5 bookies")
+        from bench.rereplication import rereplication_bench
+
+        rr = rereplication_bench(20_000 if quick else 100_000)
+        res.add("re-replication of a lost bookie's fragments (1 KiB)",
+                f"{rr['rerep_entries_per_s']:,.0f} e/s {rr['rerep_mb_per_s']:,.1f} MB/s",
+                f"{rr['add_entries_per_s']:,.0f} e/s ledger add", f"{rr['ratio']:.2f}x")
+        res.add("bookie stopped -> zero under-replicated ledgers (delay 0)",
+                f"{rr['death_to_zero_s']:.1f} s", "-", "-")
     md = "# bench results\n\n" + time.strftime("%Y-%m-%d %H:%M") + "\n\n" + res.markdown()
     (ROOT / "bench" / "results.md").write_text(md)
     print("\nwritten bench/results.md")

@@ -47,9 +47,16 @@ def _print_json(obj: object) -> None:
 
 
 # --------------------------------------------------------------------------- bookie
-@app.command()
+bookie_app = typer.Typer(invoke_without_command=True,
+                         help="Run one bookie (no subcommand), or decommission one.")
+app.add_typer(bookie_app, name="bookie")
+
+
+@bookie_app.callback()
 def bookie(
-    data_dir: Annotated[Path, typer.Option("--data-dir", help="journal and entry logs")],
+    ctx: typer.Context,
+    data_dir: Annotated[Path | None, typer.Option(
+        "--data-dir", help="journal and entry logs (required to run a bookie)")] = None,
     port: Annotated[int, typer.Option("--port", help="gRPC port")] = 3181,
     metadata_service_uri: UriOpt = None,
     host: Annotated[str, typer.Option(
@@ -74,11 +81,28 @@ def bookie(
     tls_cert: Annotated[Path | None, typer.Option("--tls-cert", help="PEM certificate")] = None,
     tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key")] = None,
     no_register: Annotated[bool, typer.Option(help="do not register in ZooKeeper")] = False,
+    rack: Annotated[str, typer.Option(
+        "--rack", help="/region/rack of this bookie, for rack-aware placement")
+    ] = "/default-region/default-rack",
+    autorecovery: Annotated[bool, typer.Option(
+        "--autorecovery/--no-autorecovery",
+        help="run an Auditor contender and a Replication Worker in this process")] = True,
+    lost_bookie_recovery_delay: Annotated[float, typer.Option(
+        help="seconds a bookie may be gone before its ledgers are re-replicated")] = 60.0,
+    audit_interval: Annotated[float, typer.Option(
+        help="seconds between the Auditor's full checks of what bookies hold")] = 3600.0,
+    open_ledger_grace: Annotated[float, typer.Option(
+        help="seconds without adds before re-replication recovers an open ledger")] = 30.0,
     debug_expose_session: Annotated[bool, typer.Option(
         "--debug-expose-session", hidden=True,
         help="fault injection: write the ZooKeeper session to <data-dir>/zk-session")] = False,
 ) -> None:
     """Run one bookie in the foreground until SIGTERM or Ctrl-C."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if data_dir is None:
+        _fail("--data-dir is required to run a bookie")
+        return
     from bk_spark.metadata_uri import parse_metadata_service_uri
     from bk_spark.sandbox import port_is_free
     from bookie_server.config import BookieConfig, MiB
@@ -96,14 +120,29 @@ def bookie(
         gc_interval_s=gc_interval, checkpoint_interval_s=checkpoint_interval,
         disk_usage_threshold=disk_usage_threshold, max_disk_bytes=max_disk_bytes,
         disk_check_interval_s=disk_check_interval,
-        tls_cert=tls_cert, tls_key=tls_key)
+        tls_cert=tls_cert, tls_key=tls_key, rack=rack)
     if port and not port_is_free(port, host):
         _fail(f"port {port} on {host} is taken: is another bookie running? choose another --port")
     if debug_expose_session:
         from bk_spark.registration import SESSION_FILE_ENV
 
         os.environ[SESSION_FILE_ENV] = str(data_dir / "zk-session")
-    BookieServer(cfg).serve_forever()
+    server = BookieServer(cfg)
+    recovery = None
+    if autorecovery and uri:
+        from bk_spark.autorecovery.service import AutoRecoveryConfig, AutoRecoveryService
+
+        recovery = AutoRecoveryService(uri, AutoRecoveryConfig(
+            lost_bookie_recovery_delay_s=lost_bookie_recovery_delay,
+            audit_interval_s=audit_interval, open_ledger_grace_s=open_ledger_grace),
+            identity=cfg.bookie_id,
+            registry=server.metrics.registry)
+        recovery.start_in_background()
+    try:
+        server.serve_forever()
+    finally:
+        if recovery is not None:
+            recovery.stop()
 
 
 # --------------------------------------------------------------------------- sandbox
@@ -267,6 +306,9 @@ if __name__ == "__main__":
 from bk_spark.shell import register  # noqa: E402
 
 register(app)
+from bk_spark.autorecovery.cli import register as register_autorecovery  # noqa: E402
+
+register_autorecovery(app)
 
 
 def main(argv: list[str] | None = None) -> int:

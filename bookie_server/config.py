@@ -48,6 +48,7 @@ class BookieConfig:
     deleted_ledgers_max: int = 1_000_000
     tls_cert: Path | None = None
     tls_key: Path | None = None
+    rack: str = "/default-region/default-rack"  # registered for rack-aware placement
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)

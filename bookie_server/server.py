@@ -217,7 +217,8 @@ class BookieServer:
         if cfg.metadata_service_uri:
             self.registration = BookieRegistration(
                 cfg.metadata_service_uri, cfg.bookie_id,
-                info={"metrics_port": self.metrics_port, "tls": cfg.tls_cert is not None})
+                info={"metrics_port": self.metrics_port, "tls": cfg.tls_cert is not None,
+                      "rack": cfg.rack})
             self.registration.read_only = self.storage.read_only
             self.registration.start()
         self.storage.on_mode_change = self._on_mode_change

@@ -15,7 +15,7 @@ from bk_spark.core.entry import EntryCodec
 from bk_spark.core.ledger import LedgerHandle
 from bk_spark.core.metadata import LedgerMetadata, LedgerState
 from bk_spark.core.metadata_store import LedgerMetadataStore, Versioned
-from bk_spark.core.placement import choose_ensemble
+from bk_spark.core.placement import DEFAULT_RACK, Topology
 from bk_spark.core.reader import ReadHandle
 from bk_spark.core.recovery import recover_ledger
 from bk_spark.errors import (
@@ -44,7 +44,9 @@ class BookKeeperConfig:
     megabyte-sized batches do not cost page faults each (:mod:`bk_spark.allocator`).
     ``add_round_max_entries``: most entries a ledger writer ships in one round (one request
     per bookie); ``add_linger_s``: how long a writer with adds in flight waits for a round of
-    at least 64 entries before it ships fewer (a lone add on an idle ledger never waits)."""
+    at least 64 entries before it ships fewer (a lone add on an idle ledger never waits).
+    ``min_racks_per_write_quorum``: racks each write quorum should span when bookies
+    register several (BookKeeper's ``minNumRacksPerWriteQuorum``, :mod:`.placement`)."""
 
     max_entry_size: int = 5 * 1024 * 1024
     explicit_lac_interval_s: float = 0.05
@@ -52,6 +54,7 @@ class BookKeeperConfig:
     tune_allocator: bool = True
     add_round_max_entries: int = 1000
     add_linger_s: float = 0.001
+    min_racks_per_write_quorum: int = 2
 
     def __post_init__(self) -> None:
         if self.add_round_max_entries < 1:
@@ -92,6 +95,13 @@ class BookKeeper:
         """Registered writable bookies (``<root>/available``)."""
         return [b.bookie_id for b in list_bookies(self.msu, zk=self.zk) if not b.read_only]
 
+    def topology(self) -> Topology:
+        """The writable bookies with the racks they registered: what placement decides on."""
+        found = [b for b in list_bookies(self.msu, zk=self.zk) if not b.read_only]
+        return Topology(tuple(b.bookie_id for b in found),
+                        {b.bookie_id: str(b.info.get("rack") or DEFAULT_RACK) for b in found},
+                        self.config.min_racks_per_write_quorum)
+
     # ---------------------------------------------------------------- ledgers
     def create_ledger(self, ensemble_size: int = 3, write_quorum_size: int = 2,
                       ack_quorum_size: int = 2, digest: str = "crc32c", password: bytes = b"",
@@ -102,7 +112,7 @@ class BookKeeper:
             raise InvalidConfigError(f"digest must be one of {', '.join(DIGEST_TYPES)}, "
                                      f"got {digest!r}")
         password = _as_bytes(password)
-        ensemble = tuple(choose_ensemble(self.writable_bookies(), ensemble_size))
+        ensemble = tuple(self.topology().choose_ensemble(ensemble_size, write_quorum_size))
         custom = {str(k): str(v) for k, v in (custom_metadata or {}).items()}
         now = int(time.time() * 1000)
 

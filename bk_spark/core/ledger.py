@@ -31,7 +31,6 @@ from bk_spark.core.futures import SharedConditionFuture, complete_adds, shared_c
 from bk_spark.core.metadata import LedgerMetadata, LedgerState
 from bk_spark.core.metadata_store import Versioned
 from bk_spark.core.pending import PendingAdds
-from bk_spark.core.placement import replace_bookie
 from bk_spark.core.schedule import write_set
 from bk_spark.errors import (
     BKError,
@@ -372,7 +371,7 @@ class LedgerHandle:
             self._send(index, replacement, resend, blobs)
 
     def _cas_new_fragment(self, index: int, failed: str, first: int) -> Versioned:
-        available = self._bk.writable_bookies()
+        topology = self._bk.topology()
         with self._lock:
             current = [b for b in self._ensemble if b is not None]
 
@@ -388,8 +387,8 @@ class LedgerHandle:
             if ensemble[index] != failed:  # our own earlier attempt already landed
                 return m
             try:
-                ensemble[index] = replace_bookie(ensemble, index, available,
-                                                 exclude=[failed, *current])
+                ensemble[index] = topology.replace_bookie(ensemble, index, self._Qw,
+                                                          exclude=[failed, *current])
             except NotEnoughBookiesError as exc:
                 raise NotEnoughBookiesError(
                     f"ledger {self.id}: bookie {failed} failed and no other writable bookie "

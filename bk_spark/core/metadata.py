@@ -260,6 +260,22 @@ class LedgerMetadata:
             fragments = self.ensembles + ((first_entry_id, ensemble),)
         return replace(self, ensembles=fragments)
 
+    def with_fragment_bookie_replaced(self, first_entry_id: int, index: int, old: str,
+                                      new: str) -> LedgerMetadata:
+        """This metadata with ``new`` in place of ``old`` at ``index`` of the fragment that
+        starts at ``first_entry_id`` (re-replication: the caller copied that fragment's
+        entries to ``new`` first). Allowed in any state, since a closed fragment's entries
+        never change; :class:`ValueError` if the fragment does not name ``old`` there."""
+        fragments = list(self.ensembles)
+        for i, (first, ensemble) in enumerate(fragments):
+            if first == first_entry_id:
+                if not 0 <= index < len(ensemble) or ensemble[index] != old:
+                    raise ValueError(f"ledger {self.ledger_id}: fragment {first_entry_id} "
+                                     f"does not name {old} at index {index}")
+                fragments[i] = (first, ensemble[:index] + (new,) + ensemble[index + 1:])
+                return replace(self, ensembles=tuple(fragments))
+        raise ValueError(f"ledger {self.ledger_id} has no fragment starting at {first_entry_id}")
+
     def with_custom_metadata(self, custom_metadata: Mapping[str, str]) -> LedgerMetadata:
         """This metadata with ``custom_metadata`` replacing the custom key/values."""
         return replace(self, custom_metadata=tuple(custom_metadata.items()))

@@ -314,23 +314,29 @@ class LedgerMetadataStore:
 
     # -- all ledgers -----------------------------------------------------------------------
 
-    def _children(self, path: str) -> list[str]:
+    def list_ledgers(self) -> Iterator[int]:
+        """Every ledger id, ascending (lazily: one bucket at a time)."""
+        return list_ledger_ids(self._zk, self.ledgers_path)
+
+
+def list_ledger_ids(zk: KazooClient, ledgers_path: str) -> Iterator[int]:
+    """The ledger ids of a hierarchy laid out like :func:`ledger_path` under
+    ``ledgers_path``, ascending (lazily: one bucket at a time)."""
+
+    def children(path: str) -> list[str]:
         try:
-            return self._zk.retry(self._zk.get_children, path)
+            return zk.retry(zk.get_children, path)
         except NoNodeError:
             return []
 
-    def list_ledgers(self) -> Iterator[int]:
-        """Every ledger id, ascending (lazily: one bucket at a time)."""
+    def walk(path: str, prefix: str, level: int) -> Iterator[int]:
+        if level == len(_BUCKET_DIGITS):
+            for leaf in sorted(c for c in children(path) if _LEAF.fullmatch(c)):
+                yield int(prefix + leaf[1:])
+            return
+        digits = _BUCKET_DIGITS[level]
+        buckets = sorted(c for c in children(path) if len(c) == digits and c.isdigit())
+        for bucket in buckets:
+            yield from walk(f"{path}/{bucket}", prefix + bucket, level + 1)
 
-        def walk(path: str, prefix: str, level: int) -> Iterator[int]:
-            if level == len(_BUCKET_DIGITS):
-                for leaf in sorted(c for c in self._children(path) if _LEAF.fullmatch(c)):
-                    yield int(prefix + leaf[1:])
-                return
-            digits = _BUCKET_DIGITS[level]
-            buckets = sorted(c for c in self._children(path) if len(c) == digits and c.isdigit())
-            for bucket in buckets:
-                yield from walk(f"{path}/{bucket}", prefix + bucket, level + 1)
-
-        return walk(self.ledgers_path, "", 0)
+    return walk(ledgers_path, "", 0)

@@ -33,7 +33,6 @@ from bk_spark.core.bookie_client import check_response, unavailable
 from bk_spark.core.entry import EntryCodec
 from bk_spark.core.metadata import LedgerMetadata, LedgerState
 from bk_spark.core.metadata_store import Versioned
-from bk_spark.core.placement import replace_bookie
 from bk_spark.core.schedule import QuorumCoverageSet, RecoveryReadTally, write_set
 from bk_spark.errors import (
     BKError,
@@ -343,7 +342,7 @@ def _replace_for_write_back(bk: BookKeeper, md: Versioned[LedgerMetadata], first
                             ) -> Versioned[LedgerMetadata]:
     """CAS a new fragment from ``first`` without the ``broken`` bookies (index -> bookie)
     while the ledger is IN_RECOVERY; a CLOSED ledger is returned as it is."""
-    available = bk.writable_bookies()
+    topology = bk.topology()
 
     def needs_change(m: LedgerMetadata) -> bool:
         return not m.is_closed and any(m.last_ensemble[i] == b for i, b in broken.items())
@@ -352,7 +351,8 @@ def _replace_for_write_back(bk: BookKeeper, md: Versioned[LedgerMetadata], first
         ensemble = list(m.last_ensemble)
         for i, b in broken.items():
             if ensemble[i] == b:
-                ensemble[i] = replace_bookie(ensemble, i, available, exclude=exclude)
+                ensemble[i] = topology.replace_bookie(ensemble, i, m.write_quorum_size,
+                                                      exclude=exclude)
         return m.with_ensemble_change(max(first, m.ensembles[-1][0]), ensemble)
 
     return bk.metadata_store.update(md.value.ledger_id, needs_change, make_change, current=md)

@@ -54,3 +54,53 @@ def test_no_replacement_left_raises_not_enough_bookies():
         replace_bookie(BOOKIES[:3], 0, BOOKIES[:3])
     with pytest.raises(ValueError):
         replace_bookie(BOOKIES[:3], 3, BOOKIES)
+
+
+# -- rack awareness (BookKeeper's RackawareEnsemblePlacementPolicy) -------------------------
+
+from bk_spark.core.placement import Topology, write_quorum_racks  # noqa: E402
+
+SIX = [f"10.0.0.{i}:3181" for i in range(6)]
+THREE_RACKS = {b: f"/r/rack-{i // 2}" for i, b in enumerate(SIX)}  # 3 racks x 2 bookies
+
+
+@pytest.mark.parametrize("E, Qw", [(3, 2), (3, 3), (4, 2), (5, 2), (5, 3), (6, 2), (6, 3)])
+def test_every_write_quorum_spans_at_least_two_racks_when_three_exist(E, Qw):
+    topo = Topology(tuple(SIX), THREE_RACKS)
+    for seed in range(40):
+        ensemble = topo.choose_ensemble(E, Qw, rng=random.Random(seed))
+        assert len(set(ensemble)) == E
+        assert min(write_quorum_racks(ensemble, Qw, THREE_RACKS)) >= 2, ensemble
+
+
+def test_the_minimum_number_of_racks_per_write_quorum_is_configurable():
+    topo = Topology(tuple(SIX), THREE_RACKS, min_racks_per_write_quorum=3)
+    for seed in range(40):
+        ensemble = topo.choose_ensemble(3, 3, rng=random.Random(seed))
+        assert write_quorum_racks(ensemble, 3, THREE_RACKS) == [3, 3, 3]
+
+
+def test_a_replacement_keeps_the_write_quorums_on_several_racks():
+    topo = Topology(tuple(SIX), THREE_RACKS)
+    ensemble = [SIX[0], SIX[2], SIX[4]]  # racks 0, 1, 2
+    for seed in range(40):
+        new = topo.replace_bookie(ensemble, 1, 2, exclude=[SIX[2]], rng=random.Random(seed))
+        assert new == SIX[3]  # the other bookie of rack 1: the only rack new to both quorums
+    with pytest.raises(NotEnoughBookiesError):
+        Topology(tuple(SIX[:3]), THREE_RACKS).replace_bookie(SIX[:3], 0, 2)
+
+
+def test_with_one_rack_placement_is_the_uniform_random_choice_it_always_was():
+    one_rack = {b: "/default-region/default-rack" for b in BOOKIES}
+    for seed in range(20):
+        assert (Topology(tuple(BOOKIES), one_rack).choose_ensemble(4, 2, rng=random.Random(seed))
+                == random.Random(seed).sample(BOOKIES, 4))
+        assert (choose_ensemble(BOOKIES, 4, rng=random.Random(seed))
+                == random.Random(seed).sample(BOOKIES, 4))
+
+
+def test_with_too_few_racks_the_best_spread_is_still_an_ensemble():
+    two_racks = {b: ("/r/a" if i == 0 else "/r/b") for i, b in enumerate(SIX)}
+    ensemble = Topology(tuple(SIX), two_racks).choose_ensemble(5, 2, rng=random.Random(3))
+    assert len(set(ensemble)) == 5
+    assert SIX[0] in ensemble  # the lone bookie of rack a is used to spread quorums

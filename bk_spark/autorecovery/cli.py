@@ -1,0 +1,240 @@
+"""``bk autorecovery``, ``bk ledger underreplicated``, ``bk recover``, ``bk bookie decommission``.
+
+:mod:`bk_spark.cli` adds these commands to its app with :func:`register`.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from datetime import datetime
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from bk_spark.autorecovery.auditor import ledgers_naming, mark_ledgers_of
+from bk_spark.autorecovery.replicator import LedgerReplicator
+from bk_spark.autorecovery.service import AutoRecoveryConfig, AutoRecoveryService
+from bk_spark.autorecovery.underreplication import UnderReplicationManager
+from bk_spark.cli import JsonOpt, UriOpt, _print_json, bookie_app, console, err_console
+from bk_spark.errors import BKError, InvalidConfigError
+from bk_spark.shell import _connect, _progress, ledger_app
+
+autorecovery_app = typer.Typer(
+    invoke_without_command=True,
+    help="AutoRecovery: run it standalone (no subcommand), or status / enable / disable.")
+
+DelayOpt = Annotated[float, typer.Option(
+    "--lost-bookie-recovery-delay",
+    help="seconds a bookie may be gone before its ledgers are re-replicated")]
+GraceOpt = Annotated[float, typer.Option(
+    "--open-ledger-grace",
+    help="seconds without adds before an open ledger's last fragment is recovered")]
+PasswordsOpt = Annotated[list[str] | None, typer.Option(
+    "--recovery-password", envvar="BK_RECOVERY_PASSWORD",
+    help="a ledger password re-replication may use (repeatable; the empty one always is)")]
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(autorecovery_app, name="autorecovery")
+    ledger_app.command("underreplicated")(ledger_underreplicated)
+    app.command("recover")(recover)
+    bookie_app.command("decommission")(decommission)
+
+
+def _time(ms: int | None) -> str:
+    return datetime.fromtimestamp(ms / 1000).isoformat(sep=" ", timespec="seconds") if ms else "-"
+
+
+@autorecovery_app.callback()
+def autorecovery(
+    ctx: typer.Context,
+    metadata_service_uri: UriOpt = None,
+    lost_bookie_recovery_delay: DelayOpt = 60.0,
+    audit_interval: Annotated[float, typer.Option(
+        help="seconds between the Auditor's full checks of what bookies hold")] = 3600.0,
+    open_ledger_grace: GraceOpt = 30.0,
+    recovery_password: PasswordsOpt = None,
+    metrics_port: Annotated[int | None, typer.Option(
+        "--metrics-port", help="Prometheus /metrics HTTP port (0: any free port)")] = None,
+) -> None:
+    """Run an Auditor contender and a Replication Worker in the foreground (Ctrl-C stops)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    import logging
+
+    from prometheus_client import start_http_server
+
+    from bk_spark.metadata_uri import parse_metadata_service_uri
+
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    uri = parse_metadata_service_uri(metadata_service_uri).uri
+    service = AutoRecoveryService(uri, AutoRecoveryConfig(
+        lost_bookie_recovery_delay_s=lost_bookie_recovery_delay, audit_interval_s=audit_interval,
+        open_ledger_grace_s=open_ledger_grace,
+        passwords=tuple(p.encode() for p in recovery_password or ())))
+    if metrics_port is not None:
+        server, _ = start_http_server(metrics_port, addr="127.0.0.1",
+                                      registry=service.metrics.registry)
+        console.print(f"metrics on http://127.0.0.1:{server.server_port}/metrics")
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    console.print(f"autorecovery {service.identity} running on {uri}")
+    service.serve_forever(done)
+
+
+@autorecovery_app.command("status")
+def autorecovery_status(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False) -> None:
+    """Who is the Auditor, which workers run, the last audit, the under-replicated count."""
+    with _connect(metadata_service_uri) as bk:
+        urm = UnderReplicationManager(bk.zk, bk.msu.root)
+        status = urm.status()
+        out = {"enabled": urm.is_enabled(), "auditor": urm.auditor(), "workers": urm.workers(),
+               "under_replicated": urm.count(),
+               "last_check_ms": status.get("last_check_ms"),
+               "last_bookie_check_ms": status.get("last_bookie_check_ms"),
+               "lost_bookies": status.get("lost_bookies", [])}
+    if as_json:
+        _print_json(out)
+        return
+    t = Table("", "", show_header=False)
+    t.add_row("enabled", "yes" if out["enabled"] else "NO (bk autorecovery enable)")
+    t.add_row("auditor", out["auditor"] or "none elected")
+    t.add_row("workers", ", ".join(out["workers"]) or "none")
+    t.add_row("under-replicated ledgers", str(out["under_replicated"]))
+    t.add_row("lost bookies", ", ".join(out["lost_bookies"]) or "none")
+    t.add_row("last full check", _time(out["last_check_ms"]))
+    console.print(t)
+
+
+@autorecovery_app.command("enable")
+def autorecovery_enable(metadata_service_uri: UriOpt = None) -> None:
+    """Let Replication Workers run again."""
+    with _connect(metadata_service_uri) as bk:
+        UnderReplicationManager(bk.zk, bk.msu.root).set_enabled(True)
+    console.print("autorecovery enabled")
+
+
+@autorecovery_app.command("disable")
+def autorecovery_disable(metadata_service_uri: UriOpt = None) -> None:
+    """Pause Replication Workers (e.g. during a rolling restart); marks still accumulate."""
+    with _connect(metadata_service_uri) as bk:
+        UnderReplicationManager(bk.zk, bk.msu.root).set_enabled(False)
+    console.print("autorecovery disabled: `bk autorecovery enable` resumes it")
+
+
+def ledger_underreplicated(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False
+                           ) -> None:
+    """List under-replicated ledgers: missing bookies and the worker holding each."""
+    with _connect(metadata_service_uri) as bk:
+        urm = UnderReplicationManager(bk.zk, bk.msu.root)
+        rows = [{"ledger": r.ledger_id, "missing": sorted(r.missing),
+                 "lock_holder": urm.lock_holder(r.ledger_id), "marked_ms": r.marked_ms}
+                for r in urm.list()]
+    if as_json:
+        _print_json(rows)
+        return
+    t = Table("ledger", "missing bookies", "worker", "marked")
+    for r in rows:
+        t.add_row(str(r["ledger"]), ", ".join(r["missing"]), r["lock_holder"] or "-",
+                  _time(r["marked_ms"]))
+    console.print(t)
+    console.print(f"{len(rows)} under-replicated ledgers")
+
+
+def _check_bookie_id(bookie: str) -> str:
+    host, _, port = bookie.rpartition(":")
+    if not host or not port.isdigit():
+        raise InvalidConfigError(f"bookie {bookie!r}: expected HOST:PORT")
+    return bookie
+
+
+def recover(
+    bookie: Annotated[str, typer.Argument(help="HOST:PORT of the dead bookie")],
+    metadata_service_uri: UriOpt = None,
+    open_ledger_grace: GraceOpt = 0.0,
+    recovery_password: PasswordsOpt = None,
+) -> None:
+    """Re-replicate a dead bookie's data now, in the foreground, with progress."""
+    bookie = _check_bookie_id(bookie)
+    with _connect(metadata_service_uri) as bk:
+        urm = UnderReplicationManager(bk.zk, bk.msu.root)
+        replicator = LedgerReplicator(
+            bk, passwords=(b"", *(p.encode() for p in recovery_password or ())),
+            open_ledger_grace_s=open_ledger_grace)
+        todo = mark_ledgers_of(bk, urm, [bookie])
+        copied = 0
+        started = time.monotonic()
+        with _progress(f"re-replicating {bookie}", len(todo)) as advance:
+            for _attempt in range(600):
+                left = []
+                for lid in todo:
+                    if not urm.try_lock(lid, f"bk-recover-{bookie}"):
+                        left.append(lid)  # a worker has it: look again later
+                        continue
+                    try:
+                        result = replicator.replicate(lid, {bookie})
+                    except BKError as exc:
+                        err_console.print(f"ledger {lid}: {exc}; retrying")
+                        left.append(lid)
+                        continue
+                    finally:
+                        urm.unlock(lid)
+                    copied += result.entries
+                    if bookie in result.replaced:
+                        urm.mark_replicated(lid, {bookie})
+                        advance(1)
+                    else:
+                        left.append(lid)
+                todo = [lid for lid in left if lid in set(ledgers_naming(bk, bookie))]
+                if not todo:
+                    break
+                time.sleep(1.0)
+        if todo:
+            raise BKError(f"ledgers {todo} still name {bookie}: are enough bookies up? "
+                          f"run `bk recover {bookie}` again")
+    console.print(f"{bookie}: re-replicated {copied} entries in "
+                  f"{time.monotonic() - started:.1f}s; no ledger names it any more")
+
+
+def decommission(
+    bookie: Annotated[str, typer.Argument(help="HOST:PORT of the bookie to empty")],
+    metadata_service_uri: UriOpt = None,
+    timeout: Annotated[float, typer.Option(help="give up after this many seconds")] = 3600.0,
+) -> None:
+    """Move every ledger off a live bookie (AutoRecovery's workers copy them), with progress;
+    once done the bookie may be stopped."""
+    bookie = _check_bookie_id(bookie)
+    started = time.monotonic()
+    with _connect(metadata_service_uri) as bk:
+        urm = UnderReplicationManager(bk.zk, bk.msu.root)
+        if not urm.workers():
+            err_console.print("WARNING: no replication worker is running: start bookies with "
+                              "--autorecovery or `bk autorecovery`")
+        if not urm.is_enabled():
+            raise BKError("autorecovery is disabled: `bk autorecovery enable` first")
+        total = len(mark_ledgers_of(bk, urm, [bookie]))
+        done = 0
+        with _progress(f"decommissioning {bookie}", total) as advance:
+            while True:
+                left = ledgers_naming(bk, bookie)
+                if not left:
+                    break
+                if time.monotonic() - started > timeout:
+                    raise BKError(f"{len(left)} ledgers still on {bookie} after {timeout:.0f}s "
+                                  f"(`bk ledger underreplicated` shows them)")
+                for lid in left:  # ledgers created on it meanwhile
+                    if urm.get(lid) is None:
+                        urm.mark(lid, [bookie])
+                        total += 1
+                now_done = max(0, total - len(left))
+                if now_done > done:
+                    advance(now_done - done)
+                    done = now_done
+                time.sleep(0.5)
+    console.print(f"{bookie} decommissioned: {total} ledgers moved off it in "
+                  f"{time.monotonic() - started:.1f}s; it may be stopped now")

@@ -1,0 +1,216 @@
+"""What re-replication must do, decided from ledger metadata alone (pure, no I/O).
+
+Theory of operation (BookKeeper's AutoRecovery; the seed's fragments and write sets):
+
+* A ledger's metadata lists fragments ``(first entry, ensemble)``; a fragment ends where
+  the next one starts, and the last fragment ends at the ledger's last entry once the
+  ledger is CLOSED. While the ledger is OPEN (or IN_RECOVERY) its last fragment has no
+  known end: entries may still be in flight to it.
+* Entry ``e`` of a fragment is stored by the bookies of its write set
+  (:func:`bk_spark.core.schedule.write_set`), so the bookie at ensemble index ``i`` holds
+  exactly the entries of its fragment with ``i`` in their write set: those are the entries
+  a replacement of that bookie must receive before it may be named in the fragment.
+* A fragment *is affected* by a missing bookie when its ensemble names it. Replacing the
+  bookie in a fragment whose entries were all copied is one metadata change
+  (:meth:`LedgerMetadata.with_fragment_bookie_replaced`), written by CAS.
+* What a worker does with an affected fragment is a table, :data:`FRAGMENT_ACTIONS`,
+  keyed by the ledger's state and whether the fragment is the ledger's last one; the
+  last fragment of a ledger still OPEN belongs to its writer (who replaces failed bookies
+  by an ensemble change) until no add was seen for a grace period: then the ledger is
+  recovered (fenced and closed) first, as BookKeeper's ReplicationWorker does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+
+from bk_spark.core.metadata import LedgerMetadata, LedgerState
+from bk_spark.core.placement import Topology, write_quorum_racks
+from bk_spark.core.schedule import in_write_set
+from bk_spark.errors import NotEnoughBookiesError
+
+
+@dataclass(frozen=True)
+class FragmentSpan:
+    """One fragment of a ledger: entries ``first..last`` stored on ``ensemble``.
+
+    ``last`` is None for the last fragment of a ledger that is not CLOSED (open-ended);
+    ``last < first`` for a fragment that holds no entry (e.g. a ledger closed empty).
+    """
+
+    first: int
+    last: int | None
+    ensemble: tuple[str, ...]
+    is_last: bool
+
+    @property
+    def is_open(self) -> bool:
+        return self.last is None
+
+
+def fragment_spans(md: LedgerMetadata) -> list[FragmentSpan]:
+    """The fragments of ``md`` with their entry ranges, in order."""
+    out: list[FragmentSpan] = []
+    frags = md.ensembles
+    for i, (first, ensemble) in enumerate(frags):
+        is_last = i == len(frags) - 1
+        if not is_last:
+            last: int | None = frags[i + 1][0] - 1
+        elif md.state == LedgerState.CLOSED:
+            last = md.last_entry_id
+        else:
+            last = None
+        out.append(FragmentSpan(first, last, ensemble, is_last))
+    return out
+
+
+def entries_on_index(first: int, last: int, index: int, ensemble_size: int,
+                     write_quorum_size: int) -> list[int]:
+    """The entries of fragment ``first..last`` that the bookie at ``index`` stores.
+
+    E=4, Qw=3, entries 0..7: index 0 stores [0, 2, 3, 4, 6, 7] (every entry but those
+    starting at index 1, whose write set is [1, 2, 3]).
+    """
+    return [e for e in range(first, last + 1)
+            if in_write_set(e, index, ensemble_size, write_quorum_size)]
+
+
+@dataclass(frozen=True)
+class AffectedFragment:
+    """A fragment naming a missing bookie: which one, at which ensemble index."""
+
+    span: FragmentSpan
+    index: int
+    bookie: str
+
+
+def affected_fragments(md: LedgerMetadata, missing: Collection[str]) -> list[AffectedFragment]:
+    """Every (fragment, index) whose ensemble names a bookie of ``missing``, in order."""
+    gone = set(missing)
+    return [AffectedFragment(span, i, b)
+            for span in fragment_spans(md)
+            for i, b in enumerate(span.ensemble) if b in gone]
+
+
+def bookies_of(md: LedgerMetadata) -> set[str]:
+    """Every bookie any fragment of ``md`` names."""
+    return {b for _first, ensemble in md.ensembles for b in ensemble}
+
+
+def expected_last_entries(md: LedgerMetadata) -> dict[str, int]:
+    """For each bookie of a *closed* fragment, the highest entry id it must store.
+
+    The periodic check compares it with the highest entry the bookie reports: a bookie
+    that answers less (or knows nothing of the ledger) lost entries. Open-ended fragments
+    are left out (their entries may still be in flight); a bookie whose fragments hold no
+    entry of its own gets no expectation.
+    """
+    E, Qw = md.ensemble_size, md.write_quorum_size
+    out: dict[str, int] = {}
+    for span in fragment_spans(md):
+        if span.last is None or span.last < span.first:
+            continue
+        for index, bookie in enumerate(span.ensemble):
+            # the highest entry <= last with index in its write set: at most E steps back
+            for e in range(span.last, max(span.first, span.last - E + 1) - 1, -1):
+                if in_write_set(e, index, E, Qw):
+                    out[bookie] = max(out.get(bookie, -1), e)
+                    break
+    return out
+
+
+def placement_misfits(md: LedgerMetadata, topology: Topology) -> set[str]:
+    """Bookies to move so that closed fragments meet the placement policy.
+
+    A closed fragment whose write quorums span fewer racks than the policy asks
+    (``min(minNumRacksPerWriteQuorum, Qw, racks of the writable bookies)``) names one bookie
+    whose replacement by the policy's own choice would raise the fragment's score (the sum
+    over its write quorums of their racks, each counted up to that minimum); a fragment no
+    single replacement improves names none. The score only grows and is bounded, so
+    re-replication for placement always ends. Open-ended fragments are their writer's.
+    """
+    racks_available = len({topology.rack(b) for b in topology.available})
+    out: set[str] = set()
+    for span in fragment_spans(md):
+        if span.last is None:
+            continue
+        Qw = md.write_quorum_size
+        target = min(topology.min_racks_per_write_quorum, Qw, racks_available)
+        counts = write_quorum_racks(span.ensemble, Qw, topology.racks)
+        if min(counts) >= target:
+            continue
+        score = sum(min(c, target) for c in counts)
+        for i, bookie in enumerate(span.ensemble):
+            try:
+                new = topology.replace_bookie(span.ensemble, i, Qw)
+            except NotEnoughBookiesError:
+                break
+            trial = list(span.ensemble)
+            trial[i] = new
+            if sum(min(c, target) for c in write_quorum_racks(trial, Qw, topology.racks)) > score:
+                out.add(bookie)
+                break
+    return out
+
+
+class FragmentAction(StrEnum):
+    """What a replication worker does with one affected fragment."""
+
+    COPY = "COPY"                      # copy its entries, then CAS the replacement
+    DEFER = "DEFER"                    # the writer still owns it: leave it marked, retry later
+    RECOVER_FIRST = "RECOVER_FIRST"    # fence and close the ledger, then decide again
+
+
+#: (ledger state, is the ledger's last fragment, writer idle for the grace period) -> action.
+FRAGMENT_ACTIONS: Mapping[tuple[LedgerState, bool, bool], FragmentAction] = MappingProxyType({
+    (LedgerState.CLOSED, False, False): FragmentAction.COPY,
+    (LedgerState.CLOSED, False, True): FragmentAction.COPY,
+    (LedgerState.CLOSED, True, False): FragmentAction.COPY,
+    (LedgerState.CLOSED, True, True): FragmentAction.COPY,
+    (LedgerState.OPEN, False, False): FragmentAction.COPY,
+    (LedgerState.OPEN, False, True): FragmentAction.COPY,
+    (LedgerState.OPEN, True, False): FragmentAction.DEFER,
+    (LedgerState.OPEN, True, True): FragmentAction.RECOVER_FIRST,
+    (LedgerState.IN_RECOVERY, False, False): FragmentAction.COPY,
+    (LedgerState.IN_RECOVERY, False, True): FragmentAction.COPY,
+    (LedgerState.IN_RECOVERY, True, False): FragmentAction.DEFER,
+    (LedgerState.IN_RECOVERY, True, True): FragmentAction.RECOVER_FIRST,
+})
+
+
+def fragment_action(state: LedgerState, is_last: bool, writer_idle: bool) -> FragmentAction:
+    """Look up :data:`FRAGMENT_ACTIONS`."""
+    return FRAGMENT_ACTIONS[(LedgerState(state), is_last, writer_idle)]
+
+
+# -- the under-replication record -----------------------------------------------------------
+
+@dataclass(frozen=True)
+class UnderReplicated:
+    """The record of one under-replicated ledger: the bookies its fragments miss."""
+
+    ledger_id: int
+    missing: frozenset[str]
+    marked_ms: int = 0
+
+    def with_missing(self, bookies: Iterable[str]) -> UnderReplicated:
+        return UnderReplicated(self.ledger_id, self.missing | frozenset(bookies), self.marked_ms)
+
+    def without(self, bookies: Iterable[str]) -> UnderReplicated:
+        return UnderReplicated(self.ledger_id, self.missing - frozenset(bookies), self.marked_ms)
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"ledger_id": self.ledger_id, "missing": sorted(self.missing),
+                           "marked_ms": self.marked_ms}, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_bytes(cls, ledger_id: int, data: bytes) -> UnderReplicated:
+        try:
+            d = json.loads(data or b"{}")
+            return cls(ledger_id, frozenset(d.get("missing", ())), int(d.get("marked_ms", 0)))
+        except (ValueError, TypeError, AttributeError):
+            return cls(ledger_id, frozenset())

@@ -1,0 +1,139 @@
+"""AutoRecovery in one process: an Auditor contender plus a Replication Worker.
+
+Runs inside every bookie process by default (``bk bookie --autorecovery``) and standalone
+(``bk autorecovery --metadata-service-uri URI``). It opens its own client (its own
+ZooKeeper session: the worker's locks and the election live and die with it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry
+
+from bk_spark.autorecovery.auditor import Auditor
+from bk_spark.autorecovery.metrics import AutoRecoveryMetrics
+from bk_spark.autorecovery.replicator import LedgerReplicator
+from bk_spark.autorecovery.underreplication import UnderReplicationManager
+from bk_spark.autorecovery.worker import ReplicationWorker
+from bk_spark.core.client import BookKeeper, BookKeeperConfig
+from bk_spark.errors import InvalidConfigError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AutoRecoveryConfig:
+    """Options of AutoRecovery (each a ``bk bookie`` / ``bk autorecovery`` flag).
+
+    ``lost_bookie_recovery_delay_s``: how long a bookie may be gone before its ledgers are
+    marked (``--lost-bookie-recovery-delay``); ``audit_interval_s``: period of the full
+    check that asks bookies what they hold (``--audit-interval``);
+    ``open_ledger_grace_s``: how long an open ledger's last fragment must see no add before
+    a worker recovers the ledger (``--open-ledger-grace``); ``passwords``: candidate ledger
+    passwords (``--recovery-password``, the empty one always included).
+    """
+
+    lost_bookie_recovery_delay_s: float = 60.0
+    audit_interval_s: float = 3600.0
+    open_ledger_grace_s: float = 30.0
+    worker_poll_s: float = 1.0
+    auditor_tick_s: float = 1.0
+    passwords: tuple[bytes, ...] = field(default=(b"",))
+    run_auditor: bool = True
+    run_worker: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("lost_bookie_recovery_delay_s", "open_ledger_grace_s"):
+            if not getattr(self, name) >= 0:
+                raise InvalidConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("audit_interval_s", "worker_poll_s", "auditor_tick_s"):
+            if not getattr(self, name) > 0:
+                raise InvalidConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+
+
+class AutoRecoveryService:
+    """Start/stop an Auditor contender and a Replication Worker in this process."""
+
+    def __init__(self, metadata_service_uri: str, config: AutoRecoveryConfig | None = None, *,
+                 identity: str | None = None, registry: CollectorRegistry | None = None,
+                 client_config: BookKeeperConfig | None = None) -> None:
+        self.config = config or AutoRecoveryConfig()
+        self.uri = metadata_service_uri
+        self.identity = identity or f"{socket.gethostname()}-{os.getpid()}"
+        self.metrics = AutoRecoveryMetrics(registry)
+        self.client_config = client_config or BookKeeperConfig(tune_allocator=False)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.bk: BookKeeper | None = None
+
+    def start(self) -> None:
+        cfg = self.config
+        if self._stop.is_set():
+            return
+        self.bk = bk = BookKeeper(self.uri, self.client_config)
+        urm = UnderReplicationManager(bk.zk, bk.msu.root)
+        passwords = tuple(dict.fromkeys((b"", *cfg.passwords)))
+        replicator = LedgerReplicator(bk, passwords=passwords,
+                                      open_ledger_grace_s=cfg.open_ledger_grace_s,
+                                      on_copied=self.metrics.copied)
+        if cfg.run_worker:
+            worker = ReplicationWorker(urm, replicator, self.identity, self.metrics,
+                                       poll_s=cfg.worker_poll_s)
+            self._spawn("replication-worker", worker.run)
+        if cfg.run_auditor:
+            auditor = Auditor(bk, urm, self.identity, self.metrics,
+                              lost_bookie_recovery_delay_s=cfg.lost_bookie_recovery_delay_s,
+                              audit_interval_s=cfg.audit_interval_s, tick_s=cfg.auditor_tick_s)
+            self._spawn("auditor", auditor.run)
+        log.info("autorecovery %s started (auditor %s, worker %s)", self.identity,
+                 cfg.run_auditor, cfg.run_worker)
+
+    def start_in_background(self) -> None:
+        """:meth:`start` from a thread, retrying while ZooKeeper is unreachable (a bookie
+        keeps serving while the metadata service is down)."""
+
+        def run() -> None:
+            while not self._stop.is_set():
+                try:
+                    self.start()
+                    return
+                except Exception as exc:
+                    log.warning("autorecovery cannot start yet (%s); retrying", exc)
+                    self._stop.wait(2.0)
+
+        t = threading.Thread(target=run, name="autorecovery-start", daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def _spawn(self, name: str, target) -> None:
+        def run() -> None:
+            try:
+                target(self._stop)
+            except Exception:
+                if not self._stop.is_set():
+                    log.exception("autorecovery %s died", name)
+
+        t = threading.Thread(target=run, name=name, daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in list(self._threads):
+            t.join(timeout=10)
+        if self.bk is not None:
+            self.bk.close()
+            self.bk = None
+
+    def serve_forever(self, done: threading.Event) -> None:
+        self.start()
+        try:
+            while not done.wait(1.0):
+                pass
+        finally:
+            self.stop()

@@ -1,0 +1,96 @@
+"""The Replication Worker (BookKeeper's ``ReplicationWorker``).
+
+Its loop:
+
+1. While AutoRecovery is disabled (``<root>/underreplication/disable``), wait.
+2. List the under-replicated ledgers; for each one not waiting for a retry, try to take
+   its ephemeral lock (another worker holds it: skip).
+3. Re-replicate it (:class:`~bk_spark.autorecovery.replicator.LedgerReplicator`), then
+   remove the bookies it no longer names from its record (CAS); a ledger whose open last
+   fragment waits for its writer, or that failed, is retried after a back-off.
+4. Release the lock. A worker that dies loses its locks with its ZooKeeper session.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+
+from kazoo.exceptions import KazooException
+
+from bk_spark.autorecovery.metrics import AutoRecoveryMetrics
+from bk_spark.autorecovery.replicator import LedgerReplicator
+from bk_spark.autorecovery.underreplication import UnderReplicationManager
+from bk_spark.errors import BKError
+
+log = logging.getLogger(__name__)
+
+
+class ReplicationWorker:
+    """Takes under-replicated ledgers one at a time and re-replicates them."""
+
+    def __init__(self, urm: UnderReplicationManager, replicator: LedgerReplicator,
+                 worker_id: str, metrics: AutoRecoveryMetrics, *, poll_s: float = 1.0,
+                 retry_s: float = 5.0) -> None:
+        self.urm = urm
+        self.replicator = replicator
+        self.worker_id = worker_id
+        self.metrics = metrics
+        self.poll_s = poll_s
+        self.retry_s = retry_s
+        self._retry_at: dict[int, float] = {}
+
+    def run(self, stop: threading.Event) -> None:
+        """Step 1-4 until ``stop`` is set."""
+        started = int(time.time() * 1000)
+        while not stop.is_set():
+            try:
+                self.urm.register_worker(self.worker_id, {"started_ms": started})
+                worked = self.urm.is_enabled() and self.run_once(stop)
+            except (BKError, KazooException) as exc:
+                log.warning("replication worker %s: %s", self.worker_id, exc)
+                worked = False
+            if not worked:
+                stop.wait(self.poll_s)
+
+    def run_once(self, stop: threading.Event | None = None) -> bool:
+        """One pass over the under-replicated ledgers; True if it replicated any."""
+        records = list(self.urm.list())
+        random.shuffle(records)  # several workers start on different ledgers
+        now = time.monotonic()
+        worked = False
+        for rec in records:
+            if stop is not None and stop.is_set():
+                break
+            if self._retry_at.get(rec.ledger_id, 0.0) > now or not self.urm.is_enabled():
+                continue
+            if not self.urm.try_lock(rec.ledger_id, self.worker_id):
+                continue
+            try:
+                worked |= self._replicate(rec.ledger_id)
+            finally:
+                self.urm.unlock(rec.ledger_id)
+        return worked
+
+    def _replicate(self, ledger_id: int) -> bool:
+        rec = self.urm.get(ledger_id)  # re-read under the lock
+        if rec is None or not rec.missing:
+            return False
+        started = time.monotonic()
+        try:
+            result = self.replicator.replicate(ledger_id, set(rec.missing))
+        except (BKError, KazooException) as exc:
+            log.warning("ledger %d: re-replication failed (%s); retrying in %.0fs",
+                        ledger_id, exc, self.retry_s)
+            self._retry_at[ledger_id] = time.monotonic() + self.retry_s
+            return False
+        if result.replaced:
+            self.urm.mark_replicated(ledger_id, result.replaced)
+        if result.deferred or set(rec.missing) - result.replaced:
+            self._retry_at[ledger_id] = time.monotonic() + min(self.retry_s, 1.0)
+        else:
+            self._retry_at.pop(ledger_id, None)
+            self.metrics.ledger_seconds.observe(time.monotonic() - started)
+        return bool(result.replaced) or result.entries > 0
