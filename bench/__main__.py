@@ -219,13 +219,15 @@ def bookie_reads(bookie_id: str, n_entries: int, seconds: float = 1.5) -> tuple[
     try:
         i, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < seconds:
-            client.read_entries(1, first_entry=i % n_entries, last_entry=i % n_entries)
+            client.read_entries(1, first_entry=i % n_entries, last_entry=i % n_entries,
+                                master_key=b"k")
             i += 1
         single = i / (time.perf_counter() - t0)
         got, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < seconds:
             first = got % (n_entries - 1000)
-            resp = client.read_entries(1, first_entry=first, last_entry=first + 999)
+            resp = client.read_entries(1, first_entry=first, last_entry=first + 999,
+                                       master_key=b"k")
             got += len(resp.entries)
         batched = got / (time.perf_counter() - t0)
         return single, batched

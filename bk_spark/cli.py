@@ -69,6 +69,18 @@ def bookie(
         help="seconds between disk usage checks")] = 5.0,
     tls_cert: Annotated[Path | None, typer.Option("--tls-cert", help="PEM certificate")] = None,
     tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key")] = None,
+    tls_ca: Annotated[Path | None, typer.Option(
+        "--tls-ca", help="PEM CA that signs client certificates (mutual TLS)")] = None,
+    tls_client_auth: Annotated[str, typer.Option(
+        "--tls-client-auth", help="none | require: refuse clients without a certificate "
+                                  "signed by --tls-ca")] = "none",
+    allow_client: Annotated[list[str] | None, typer.Option(
+        "--allow-client", help="certificate CN/SAN allowed to add and read (repeat)")] = None,
+    allow_bookie: Annotated[list[str] | None, typer.Option(
+        "--allow-bookie", help="identity of a bookie/autorecovery: may also read any "
+                               "ledger without its password (re-replication)")] = None,
+    allow_admin: Annotated[list[str] | None, typer.Option(
+        "--allow-admin", help="identity that may also delete any ledger")] = None,
     no_register: Annotated[bool, typer.Option(help="do not register in ZooKeeper")] = False,
     debug_expose_session: Annotated[bool, typer.Option(
         "--debug-expose-session", hidden=True,
@@ -91,7 +103,9 @@ def bookie(
         gc_interval_s=gc_interval, checkpoint_interval_s=checkpoint_interval,
         disk_usage_threshold=disk_usage_threshold, max_disk_bytes=max_disk_bytes,
         disk_check_interval_s=disk_check_interval,
-        tls_cert=tls_cert, tls_key=tls_key)
+        tls_cert=tls_cert, tls_key=tls_key, tls_ca=tls_ca, tls_client_auth=tls_client_auth,
+        allow_clients=tuple(allow_client or ()), allow_bookies=tuple(allow_bookie or ()),
+        allow_admins=tuple(allow_admin or ()))
     if port and not port_is_free(port, host):
         _fail(f"port {port} on {host} is taken: is another bookie running? choose another --port")
     if debug_expose_session:

@@ -32,6 +32,12 @@ log when most of it is dead, compacts logs whose live fraction is below
 so the persisted index no longer points into them, then deletes every non-current log
 with no live entry.
 
+**Master key** (BookKeeper's ledger key): the first add or fence of a ledger stores the
+request's master key with the ledger (journaled with that record); every later add, fence,
+read and delete must present the same key (:func:`_key_matches`, the one comparison) or is
+refused with ``UnauthorizedError``. The gRPC service may pass ``None`` for a peer whose
+certificate already authorizes it (admin, bookie identities).
+
 **Readonly mode**: a disk check every ``disk_check_interval_s`` turns the bookie readonly
 when the file system is fuller than ``disk_usage_threshold`` or the data directory holds
 more than ``max_disk_bytes``, and writable again below ``threshold - 0.05`` / 90% of
@@ -44,6 +50,7 @@ entry-log lock. Data layout: ``data_dir/journal/`` (journal files) and ``data_di
 
 from __future__ import annotations
 
+import hmac
 import logging
 import os
 import queue
@@ -186,6 +193,19 @@ def _check_key(master_key: bytes) -> bytes:
     if len(master_key) > MAX_MASTER_KEY_SIZE:
         raise InvalidRequestError(f"master key longer than {MAX_MASTER_KEY_SIZE} bytes")
     return bytes(master_key)
+
+
+def _key_matches(state: LedgerState, master_key: bytes | None) -> bool:
+    """The one master-key check: the key stored with the ledger on its first add (or fence)
+    must equal the request's. ``None`` means the caller was authorized otherwise (the gRPC
+    service passes it for a peer whose certificate names an admin or bookie identity)."""
+    return master_key is None or hmac.compare_digest(state.master_key, master_key)
+
+
+def _unauthorized(ledger_id: int) -> UnauthorizedError:
+    return UnauthorizedError(
+        f"wrong master key for ledger {ledger_id}: open it with the password it was created with"
+    )
 
 
 class BookieStorage:
@@ -406,10 +426,8 @@ class BookieStorage:
             created = state is None
             if state is None:
                 state = LedgerState(ledger_id, master_key)
-            elif state.master_key != master_key:
-                raise UnauthorizedError(
-                    f"wrong master key for ledger {ledger_id}: open it with its password"
-                )
+            elif not _key_matches(state, master_key):
+                raise _unauthorized(ledger_id)
             elif state.fenced and not recovery:
                 raise LedgerFencedError(
                     f"ledger {ledger_id} is fenced: it is being recovered, stop writing"
@@ -438,10 +456,8 @@ class BookieStorage:
             created = state is None
             if state is None:
                 state = LedgerState(ledger_id, master_key)
-            elif state.master_key != master_key:
-                raise UnauthorizedError(
-                    f"wrong master key for ledger {ledger_id}: open it with its password"
-                )
+            elif not _key_matches(state, master_key):
+                raise _unauthorized(ledger_id)
             elif state.fence_synced:
                 return state.lac, state.last_entry
             op = _Op(FENCE, waiter=waiter)
@@ -453,15 +469,20 @@ class BookieStorage:
         waiter.wait()
         return state.lac, state.last_entry
 
-    def delete_ledger(self, ledger_id: int) -> None:
-        """Delete a ledger: durable before it returns; GC reclaims its data later."""
+    def delete_ledger(self, ledger_id: int, master_key: bytes | None = None) -> None:
+        """Delete a ledger: durable before it returns; GC reclaims its data later.
+
+        ``master_key`` must match the ledger's (``None``: authorized by the caller)."""
         _check_id("ledger id", ledger_id)
+        key = None if master_key is None else _check_key(master_key)
         waiter = _Waiter()
         with self._submit_lock:
             self._check_writable()
             state = self._ledgers.get(ledger_id)
             if state is None:
                 raise NoSuchLedgerError(f"ledger {ledger_id} is not on this bookie")
+            if not _key_matches(state, key):
+                raise _unauthorized(ledger_id)
             op = _Op(DELETE, waiter=waiter)
             op.state = state
             self._journal.submit([JournalRecord(DELETE, encode_delete(ledger_id), op)])
@@ -625,15 +646,19 @@ class BookieStorage:
         *,
         max_entries: int = 10_000,
         max_bytes: int = 16 * MiB,
+        master_key: bytes | None = None,
     ) -> tuple[list[StoredEntry], list[int]]:
         """Entries of one ledger: ``(found ascending, missing)``.
 
         Looks at no more than ``max_entries`` ids and stops before ``max_bytes`` of records
         (ids past the stop are neither found nor missing), but returns at least one entry when
-        the first id present is. Raises NoSuchLedgerError for an unknown ledger.
+        the first id present is. Raises NoSuchLedgerError for an unknown ledger and
+        UnauthorizedError when ``master_key`` is not the ledger's (``None``: not checked).
         """
         _check_id("ledger id", ledger_id)
         state = self._state(ledger_id)
+        if not _key_matches(state, None if master_key is None else _check_key(master_key)):
+            raise _unauthorized(ledger_id)
         if isinstance(entry_ids, range) and entry_ids.step > 0:
             ids: Sequence[int] = entry_ids
         else:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from bk_spark.allocator import tune_allocator
 from bk_spark.core.bookie_client import BookieClientPool, ClientConfig, TlsOptions
-from bk_spark.core.digest import DigestManager, master_key, password_digest
+from bk_spark.core.digest import DigestManager, check_password, master_key, password_digest
 from bk_spark.core.entry import EntryCodec
 from bk_spark.core.ledger import LedgerHandle
 from bk_spark.core.metadata import LedgerMetadata, LedgerState
@@ -129,13 +129,13 @@ class BookKeeper:
         """
         password = _as_bytes(password)
         md = self.metadata_store.read(ledger_id)
-        if md.value.password_digest != password_digest(password):
-            raise UnauthorizedError(f"wrong password for ledger {ledger_id}")
+        check_password(password, md.value.password_digest, ledger_id)
         codec = self._codec(md.value, password)
+        key = master_key(password)
         if recovery:
-            md = recover_ledger(self, md, codec, master_key(password))
-            return ReadHandle(self, md, codec)
-        rh = ReadHandle(self, md, codec)
+            md = recover_ledger(self, md, codec, key)
+            return ReadHandle(self, md, codec, key)
+        rh = ReadHandle(self, md, codec, key)
         if not rh.is_closed:
             rh.read_last_add_confirmed()
         return rh
@@ -154,15 +154,23 @@ class BookKeeper:
         """Ids of all ledgers, ascending."""
         return iter(self.metadata_store.list_ledgers())
 
-    def delete_ledger(self, ledger_id: int) -> None:
-        """Delete a ledger: its data on every bookie that holds it, then its metadata."""
+    def delete_ledger(self, ledger_id: int, password: bytes = b"") -> None:
+        """Delete a ledger: its data on every bookie that holds it, then its metadata.
+
+        ``password`` must be the ledger's: each bookie checks the master key derived from it
+        (or an admin certificate) before deleting, and this client checks it first."""
+        password = _as_bytes(password)
         md = self.metadata_store.read(ledger_id)
+        check_password(password, md.value.password_digest, ledger_id)
+        key = master_key(password)
         bookies = {b for _first, ens in md.value.ensembles for b in ens}
         for b in sorted(bookies):
             try:
-                self.bookies.get(b).delete_ledger(ledger_id)
+                self.bookies.get(b).delete_ledger(ledger_id, key)
             except NoSuchLedgerError:
                 pass
+            except UnauthorizedError:
+                raise  # the bookie holds another key (or refuses this identity): keep all
             except BKError as exc:  # a down bookie's copy is orphaned; its GC cannot know
                 log.warning("ledger %d: could not delete its data on %s: %s", ledger_id, b, exc)
         self.metadata_store.delete(ledger_id)
@@ -197,16 +205,17 @@ class BookKeeper:
 
         return log.log_metadata(self, name)
 
-    def truncate_log(self, name: str, before: Any) -> list[int]:
-        """Drop the whole ledgers of ``name`` before position ``before``; reclaim their space."""
+    def truncate_log(self, name: str, before: Any, password: bytes = b"") -> list[int]:
+        """Drop the whole ledgers of ``name`` before position ``before``; reclaim their space
+        (``password``: the log's ledgers')."""
         from bk_spark.core import log
 
-        return log.truncate_log(self, name, before)
+        return log.truncate_log(self, name, before, _as_bytes(password))
 
-    def delete_log(self, name: str) -> list[int]:
+    def delete_log(self, name: str, password: bytes = b"") -> list[int]:
         from bk_spark.core import log
 
-        return log.delete_log(self, name)
+        return log.delete_log(self, name, _as_bytes(password))
 
     def _codec(self, md: LedgerMetadata, password: bytes) -> EntryCodec:
         return EntryCodec(md.ledger_id, DigestManager(md.digest_type, password))

@@ -188,7 +188,7 @@ def write_task(o: WriteOptions, attempt: str, txn_key: str | None,
         lh.close()
     except BaseException:
         if lh is not None:
-            pending.discard(bk, o.log, [lh.id])
+            pending.discard(bk, o.log, [lh.id], o.password)
         raise
     return LedgerWritten(lh.id, lh.last_add_confirmed, first_ts, last_ts, rows, fmt)
 
@@ -206,7 +206,7 @@ def commit_batch(o: WriteOptions, attempt: str, schema: StructType, overwrite: b
     ids = [m.ledger_id for m in written if m.ledger_id is not None]
     claimed = pending.claim(bk, o.log, ids)
     if len(claimed) != len(ids):
-        pending.discard(bk, o.log, ids)
+        pending.discard(bk, o.log, ids, o.password)
         raise LogOwnershipLostError(
             f"log {o.log!r}: ledgers {sorted(set(ids) - set(claimed))} of this batch were "
             f"deleted by another instance of the same sink: this query instance is a "
@@ -224,17 +224,17 @@ def commit_batch(o: WriteOptions, attempt: str, schema: StructType, overwrite: b
             properties=format_properties(o, fmt, schema, overwrite), replace=overwrite,
             password=o.password)
     except BaseException:
-        _discard_unlisted(bk, o.log, ids)
+        _discard_unlisted(bk, o.log, ids, o.password)
         raise
     if not result.committed:
         log.info("log %r: batch %s of this sink was already committed; deleting its %d "
                  "duplicate ledger(s)", o.log, batch_id, len(ids))
-        pending.discard(bk, o.log, ids)
-    pending.sweep(bk, o.log, attempt=attempt, txn_key=txn_key)
+        pending.discard(bk, o.log, ids, o.password)
+    pending.sweep(bk, o.log, attempt=attempt, txn_key=txn_key, password=o.password)
     return result.committed
 
 
-def _discard_unlisted(bk: BookKeeper, name: str, ids: list[int]) -> None:
+def _discard_unlisted(bk: BookKeeper, name: str, ids: list[int], password: bytes) -> None:
     """After a failed commit: delete the ledgers unless the log lists them after all (a
     CAS whose answer was lost may have succeeded); if that cannot be told, keep them (an
     orphan is safe, a listed ledger deleted is not)."""
@@ -244,7 +244,7 @@ def _discard_unlisted(bk: BookKeeper, name: str, ids: list[int]) -> None:
     except BKError:
         return
     listed = {lid for lid in ids if md is not None and md.find_in_tail(lid) is not None}
-    pending.discard(bk, name, [lid for lid in ids if lid not in listed])
+    pending.discard(bk, name, [lid for lid in ids if lid not in listed], password)
 
 
 def abort_batch(o: WriteOptions, attempt: str, messages: list[WriterCommitMessage | None]
@@ -252,8 +252,8 @@ def abort_batch(o: WriteOptions, attempt: str, messages: list[WriterCommitMessag
     bk = connections.client(o.uri)
     ids = [m.ledger_id for m in messages
            if isinstance(m, LedgerWritten) and m.ledger_id is not None]
-    pending.discard(bk, o.log, ids)
-    pending.sweep(bk, o.log, attempt=attempt, txn_key=None)
+    pending.discard(bk, o.log, ids, o.password)
+    pending.sweep(bk, o.log, attempt=attempt, txn_key=None, password=o.password)
 
 
 def _new_attempt() -> str:
