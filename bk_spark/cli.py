@@ -37,6 +37,28 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")
 DEFAULT_SANDBOX_DIR = Path(os.environ.get("BK_SANDBOX_DIR", ".bk-sandbox"))
 
 
+@app.callback()
+def _client_security(
+    tls_ca: Annotated[Path | None, typer.Option(
+        "--tls-ca", envvar="BK_TLS_CA", help="client: PEM CA of the bookies' certificates "
+                                             "(turns TLS to bookies on)")] = None,
+    tls_cert: Annotated[Path | None, typer.Option(
+        "--tls-cert", envvar="BK_TLS_CERT",
+        help="client: PEM certificate for bookies that require one")] = None,
+    tls_key: Annotated[Path | None, typer.Option(
+        "--tls-key", envvar="BK_TLS_KEY", help="client: its PEM private key file")] = None,
+    zk_auth_file: Annotated[Path | None, typer.Option(
+        "--zk-auth-file", envvar="BK_ZK_AUTH_FILE",
+        help="file holding ZooKeeper credentials user:password (or env BK_ZK_AUTH)")] = None,
+) -> None:
+    # Given before the command (`bk --tls-ca ca.pem ledger list`), they reach every client
+    # the command opens through the environment (bk_spark.security.ClientSecurity.from_env).
+    for env, value in (("BK_TLS_CA", tls_ca), ("BK_TLS_CERT", tls_cert),
+                       ("BK_TLS_KEY", tls_key), ("BK_ZK_AUTH_FILE", zk_auth_file)):
+        if value is not None:
+            os.environ[env] = str(value)
+
+
 def _fail(msg: str, code: int = 1) -> None:
     err_console.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)

@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bk_spark.allocator import tune_allocator
@@ -26,6 +27,7 @@ from bk_spark.errors import (
 )
 from bk_spark.metadata_uri import parse_metadata_service_uri
 from bk_spark.registration import list_bookies
+from bk_spark.security import ClientSecurity
 from bk_spark.zk import connect_zk
 
 if TYPE_CHECKING:
@@ -72,17 +74,26 @@ class BookKeeper:
 
     def __init__(self, metadata_service_uri: str | None = None,
                  config: BookKeeperConfig | None = None, *,
-                 tls_ca_cert: str | None = None) -> None:
+                 tls_ca_cert: str | None = None,
+                 security: ClientSecurity | None = None) -> None:
+        """``security``: TLS files for bookies and ZooKeeper credentials (default: from the
+        environment, :meth:`ClientSecurity.from_env`); ``tls_ca_cert`` overrides its CA.
+        A ``config.client.tls`` given explicitly wins over both."""
         self.config = config or BookKeeperConfig()
+        security = ClientSecurity.from_env() if security is None else security
         if tls_ca_cert is not None:
-            from pathlib import Path
-
+            security = replace(security, tls_ca=tls_ca_cert)
+        if self.config.client.tls is None and security.tls_ca is not None:
             self.config = replace(self.config, client=replace(
-                self.config.client, tls=TlsOptions(Path(tls_ca_cert))))
+                self.config.client, tls=TlsOptions(
+                    Path(security.tls_ca),
+                    Path(security.tls_cert) if security.tls_cert else None,
+                    Path(security.tls_key) if security.tls_key else None)))
+        self.security = security
         if self.config.tune_allocator:
             tune_allocator()
         self.msu = parse_metadata_service_uri(metadata_service_uri)
-        self.zk = connect_zk(self.msu)
+        self.zk = connect_zk(self.msu, security=security.zk)
         self.metadata_store = LedgerMetadataStore(self.zk, self.msu.root)
         self.bookies = BookieClientPool(self.config.client)
         self._closed = False

@@ -3,14 +3,19 @@ every bookie, mutual TLS with per-role allow-lists, ZooKeeper digest auth and AC
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import grpc
 import pytest
 
+from bk_spark.certs import issue_cert, make_ca
 from bk_spark.core import BookKeeper
+from bk_spark.core.bookie_client import BookieClient, ClientConfig, TlsOptions
 from bk_spark.core.digest import master_key
-from bk_spark.errors import UnauthorizedError
+from bk_spark.errors import BookieUnavailableError, UnauthorizedError
 from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.proto import bookie_pb2_grpc
+from bk_spark.security import ClientSecurity
 
 PASSWORD = b"s3cret-ledger-password"
 
@@ -51,3 +56,55 @@ def test_every_bookie_refuses_reads_and_deletes_of_a_protected_ledger_without_it
                                                               for i in range(11)]
         bk.delete_ledger(lh.id, PASSWORD)
         assert lh.id not in list(bk.list_ledgers())
+
+
+def test_mutual_tls_bookies_refuse_strangers_and_grant_each_allow_listed_role_its_rights(
+        cluster_factory, metadata_uri, tmp_path: Path) -> None:
+    ca = make_ca(tmp_path / "ca")
+    other_ca = make_ca(tmp_path / "other", "other-ca")
+    certs = tmp_path / "certs"
+    server = issue_cert(ca, certs, "bookie")
+    app, ops, intruder = (issue_cert(ca, certs, n) for n in ("app-1", "ops", "intruder"))
+    stranger = issue_cert(other_ca, tmp_path / "other", "app-1")  # right name, wrong CA
+    cluster = cluster_factory(3, extra_args=[
+        "--tls-cert", str(server.cert), "--tls-key", str(server.key), "--tls-ca", str(ca.cert),
+        "--tls-client-auth", "require", "--allow-client", "app-1", "--allow-admin", "ops"])
+    app_security = ClientSecurity(str(ca.cert), str(app.cert), str(app.key))
+    with BookKeeper(metadata_uri, security=app_security) as bk:
+        lh = bk.create_ledger(3, 2, 2, password=PASSWORD)
+        for i in range(20):
+            lh.add_entry(b"mtls-%d" % i)
+        lh.close()
+        rh = bk.open_ledger(lh.id, PASSWORD, recovery=False)
+        assert [e.payload for e in rh.read_entries(0, 19)] == [b"mtls-%d" % i for i in range(20)]
+        ensemble = lh.metadata.ensembles[0][1]
+
+    def client(bookie: str, cert=None, tls: bool = True) -> BookieClient:
+        opts = TlsOptions(ca.cert, cert.cert, cert.key) if cert else TlsOptions(ca.cert)
+        return BookieClient(bookie, ClientConfig(read_timeout_s=3, tls=opts if tls else None))
+
+    target = cluster.bookies[0].bookie_id
+    for refused in (client(target, tls=False), client(target), client(target, stranger)):
+        try:  # plaintext, no client certificate, a certificate of another CA: no handshake
+            with pytest.raises(BookieUnavailableError):
+                refused.info()
+        finally:
+            refused.close()
+    outsider = client(target, intruder)
+    try:  # signed by the CA, but its identity is in no allow-list
+        with pytest.raises(UnauthorizedError, match="allow-list"):
+            outsider.info()
+    finally:
+        outsider.close()
+    for bookie in ensemble:
+        as_app, as_admin = client(bookie, app), client(bookie, ops)
+        try:
+            with pytest.raises(UnauthorizedError):  # a client needs the ledger's key
+                as_app.read_entries(lh.id, entry_ids=[0], master_key=b"")
+            with pytest.raises(UnauthorizedError):
+                as_app.delete_ledger(lh.id, b"")
+            assert as_admin.read_entries(lh.id, first_entry=0, last_entry=19).entries
+            as_admin.delete_ledger(lh.id, b"")  # admin may delete any ledger
+        finally:
+            as_app.close()
+            as_admin.close()
