@@ -103,6 +103,9 @@ def bookie(
                                "ledger without its password (re-replication)")] = None,
     allow_admin: Annotated[list[str] | None, typer.Option(
         "--allow-admin", help="identity that may also delete any ledger")] = None,
+    zk_auth_file: Annotated[Path | None, typer.Option(
+        "--zk-auth-file", envvar="BK_ZK_AUTH_FILE",
+        help="file holding ZooKeeper credentials user:password")] = None,
     no_register: Annotated[bool, typer.Option(help="do not register in ZooKeeper")] = False,
     debug_expose_session: Annotated[bool, typer.Option(
         "--debug-expose-session", hidden=True,
@@ -116,6 +119,8 @@ def bookie(
 
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if zk_auth_file is not None:  # read by connect_zk (bk_spark.security.ZkSecurity.from_env)
+        os.environ["BK_ZK_AUTH_FILE"] = str(zk_auth_file)
     uri = None if no_register else parse_metadata_service_uri(metadata_service_uri).uri
     cfg = BookieConfig(
         data_dir=data_dir, host=host, port=port, metadata_service_uri=uri,
@@ -252,6 +257,37 @@ def bookies(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False) -> No
         t.add_row(b.bookie_id, "readonly" if b.read_only else "rw")
     console.print(t)
     console.print(f"{len(found)} bookies")
+
+
+# --------------------------------------------------------------------------- zk-acl
+@app.command("zk-acl")
+def zk_acl(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False) -> None:
+    """Protect an existing cluster's metadata: give every znode under the root the ACL
+    "all rights to the ZooKeeper user in use (--zk-auth-file / BK_ZK_AUTH_FILE), none to
+    anyone else". Bookies and clients then need those credentials too."""
+    from bk_spark.metadata_uri import parse_metadata_service_uri
+    from bk_spark.security import ZkSecurity
+    from bk_spark.zk import apply_acls, connect_zk
+
+    security = ZkSecurity.from_env()
+    acl = security.acl()
+    if acl is None:
+        _fail("zk-acl needs ZooKeeper credentials: put user:password in a file and pass "
+              "--zk-auth-file FILE (or set BK_ZK_AUTH_FILE)")
+    msu = parse_metadata_service_uri(metadata_service_uri)
+    zk = connect_zk(msu, security=security)
+    try:
+        if not zk.exists(msu.root):
+            _fail(f"{msu.root} does not exist at {msu.hosts}: nothing to protect")
+        n = apply_acls(zk, msu.root, acl)
+    finally:
+        zk.stop()
+        zk.close()
+    if as_json:
+        _print_json({"root": msu.root, "user": security.user, "znodes": n})
+    else:
+        console.print(f"{n} znodes under {msu.root} now readable and writable only by "
+                      f"ZooKeeper user {security.user!r}")
 
 
 # The shell (ledger, log, simpletest, bookie-sanity) reuses the options above; under

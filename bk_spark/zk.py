@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import AuthFailedError, NoAuthError
+from kazoo.exceptions import AuthFailedError, NoAuthError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
@@ -52,3 +52,23 @@ def connect_zk(msu: MetadataServiceUri, timeout: float = 15.0,
             f"credentials (user:password) in the file named by BK_ZK_AUTH_FILE "
             f"(or BK_ZK_AUTH)") from None
     return client
+
+
+def apply_acls(client: KazooClient, root: str, acl: list) -> int:
+    """Give ``root`` and every znode under it ``acl`` (parents first, so a znode created
+    meanwhile under a changed parent inherits nothing open); returns how many were set.
+
+    For a root made before its cluster used ZooKeeper credentials: new znodes get the ACL
+    from :func:`connect_zk`'s ``default_acl``, old ones from here."""
+    count = 0
+    stack = [root]
+    while stack:
+        path = stack.pop()
+        try:
+            client.retry(client.set_acls, path, acl)
+            children = client.retry(client.get_children, path)
+        except NoNodeError:
+            continue  # deleted meanwhile (an ephemeral registration, a deleted ledger)
+        count += 1
+        stack.extend(f"{path.rstrip('/')}/{c}" for c in sorted(children))
+    return count

@@ -7,15 +7,20 @@ from pathlib import Path
 
 import grpc
 import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
 
 from bk_spark.certs import issue_cert, make_ca
+from bk_spark.cli import main as bk_main
 from bk_spark.core import BookKeeper
 from bk_spark.core.bookie_client import BookieClient, ClientConfig, TlsOptions
 from bk_spark.core.digest import master_key
 from bk_spark.errors import BookieUnavailableError, UnauthorizedError
+from bk_spark.metadata_uri import parse_metadata_service_uri
 from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.proto import bookie_pb2_grpc
 from bk_spark.security import ClientSecurity
+from bk_spark.zk import connect_zk
 
 PASSWORD = b"s3cret-ledger-password"
 
@@ -108,3 +113,62 @@ def test_mutual_tls_bookies_refuse_strangers_and_grant_each_allow_listed_role_it
         finally:
             as_app.close()
             as_admin.close()
+
+
+def _znodes(zk: KazooClient, root: str) -> list[str]:
+    out, stack = [], [root]
+    while stack:
+        path = stack.pop()
+        out.append(path)
+        stack.extend(f"{path}/{c}" for c in zk.get_children(path))
+    return out
+
+
+def test_zookeeper_acls_leave_an_unauthenticated_client_nothing_to_read_or_change(
+        cluster_factory, metadata_uri, tmp_path: Path, monkeypatch) -> None:
+    # An open cluster, made before it had ZooKeeper credentials: `bk zk-acl` protects it.
+    cluster = cluster_factory(3)
+    with BookKeeper(metadata_uri) as bk:
+        old = bk.create_ledger(3, 2, 2, password=PASSWORD)
+        old.add_entry(b"before the ACLs")
+        old.close()
+        with bk.open_log_writer("events") as w:
+            w.append(b"logged")
+    creds = tmp_path / "zk-auth"
+    creds.write_text("bk-cluster:zk-s3cret\n")
+    assert bk_main(["--zk-auth-file", str(creds), "zk-acl", "-m", metadata_uri]) == 0
+    monkeypatch.setenv("BK_ZK_AUTH_FILE", str(creds))  # bookies and clients from here on
+    cluster.add_bookie()  # registers under the protected root, with the ACL
+    with BookKeeper(metadata_uri) as bk:  # new znodes get the ACL too
+        new = bk.create_ledger(3, 2, 2)
+        new.add_entry(b"after the ACLs")
+        with bk.open_log_writer("events") as w:
+            w.append(b"logged again")
+        assert bk.open_ledger(old.id, PASSWORD).read_entries(0, 0)[0].payload == \
+            b"before the ACLs"
+        root = bk.msu.root
+        paths = _znodes(bk.zk, root)
+        assert any(f"/available/{cluster.bookies[-1].bookie_id}" in p for p in paths)
+        anon = KazooClient(hosts=bk.msu.hosts)
+        anon.start(timeout=15)
+        try:
+            for path in paths:
+                for attempt in (lambda p: anon.get(p), lambda p: anon.get_children(p),
+                                lambda p: anon.set(p, b"forged"),
+                                lambda p: anon.create(p + "/intruder")):
+                    with pytest.raises(NoAuthError):
+                        attempt(path)
+                if path != root:  # deleting a child needs DELETE on its (protected) parent
+                    with pytest.raises(NoAuthError):
+                        anon.delete(path, recursive=False)
+        finally:
+            anon.stop()
+            anon.close()
+        new.close()
+    # Clients without the credentials, or with wrong ones, are told what to do.
+    monkeypatch.delenv("BK_ZK_AUTH_FILE")
+    with pytest.raises(UnauthorizedError, match="BK_ZK_AUTH_FILE"):
+        BookKeeper(metadata_uri)
+    monkeypatch.setenv("BK_ZK_AUTH", "bk-cluster:wrong")
+    with pytest.raises(UnauthorizedError, match="'bk-cluster'"):
+        connect_zk(parse_metadata_service_uri(metadata_uri))
