@@ -39,11 +39,11 @@ def read_secret_file(path: str | os.PathLike[str], what: str) -> str:
     and what it should hold, never its content."""
     try:
         text = Path(path).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise InvalidConfigError(f"cannot read {what} from {path}: {reason}") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path, not UTF-8
+        reason = exc.strerror if isinstance(exc, OSError) else "not a readable text file"
+        raise InvalidConfigError(f"cannot read {what} from {str(path)!r}: {reason}") from None
     if not text:
-        raise InvalidConfigError(f"{path} is empty: it should hold {what}")
+        raise InvalidConfigError(f"{str(path)!r} is empty: it should hold {what}")
     return text
 
 

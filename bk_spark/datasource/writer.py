@@ -147,7 +147,7 @@ def format_properties(o: WriteOptions, fmt: str, schema: StructType, overwrite: 
 def write_task(o: WriteOptions, attempt: str, txn_key: str | None,
                batches: Iterator[pa.RecordBatch]) -> LedgerWritten:
     """One task: rows -> entries of one new ledger, closed; returns its commit message."""
-    bk = connections.client(o.uri)
+    bk = connections.client(o.uri, o.security)
     md = _metadata(bk, o.log)
     fmt = decide_format(o, md)
     ts_floor = md.max_known_ts_ms if md is not None else 0
@@ -201,7 +201,7 @@ def commit_batch(o: WriteOptions, attempt: str, schema: StructType, overwrite: b
                  batch_id: int | None) -> bool:
     """Add the ledgers of ``messages`` to the log in one CAS (see the module docstring);
     False if ``batch_id`` was already committed (its ledgers are deleted)."""
-    bk = connections.client(o.uri)
+    bk = connections.client(o.uri, o.security)
     written = [m for m in messages if isinstance(m, LedgerWritten) and m.ledger_id is not None]
     ids = [m.ledger_id for m in written if m.ledger_id is not None]
     claimed = pending.claim(bk, o.log, ids)
@@ -249,7 +249,7 @@ def _discard_unlisted(bk: BookKeeper, name: str, ids: list[int], password: bytes
 
 def abort_batch(o: WriteOptions, attempt: str, messages: list[WriterCommitMessage | None]
                 ) -> None:
-    bk = connections.client(o.uri)
+    bk = connections.client(o.uri, o.security)
     ids = [m.ledger_id for m in messages
            if isinstance(m, LedgerWritten) and m.ledger_id is not None]
     pending.discard(bk, o.log, ids, o.password)
@@ -269,7 +269,7 @@ class BookKeeperBatchWriter(DataSourceArrowWriter):
         self.overwrite = overwrite
         self.attempt = _new_attempt()
         # Fail on the driver, before any task, if the rows cannot go into the log.
-        md = _metadata(connections.client(options.uri), options.log)
+        md = _metadata(connections.client(options.uri, options.security), options.log)
         fmt = decide_format(options, None if overwrite else md)
         check_schema(options, fmt, schema, md, overwrite)
 
