@@ -236,11 +236,12 @@ def bookie_reads(bookie_id: str, n_entries: int, seconds: float = 1.5) -> tuple[
 
 
 # ----------------------------------------------------------------------------- ledger
-def ledger_add(uri: str, n: int, size: int = KiB, in_flight: int = 2000
+def ledger_add(uri: str, n: int, size: int = KiB, in_flight: int = 2000, security=None
                ) -> tuple[float, float, float, float, int]:
+    """``security``: a ClientSecurity (None: the environment's)."""
     from bk_spark.core import BookKeeper
 
-    with BookKeeper(uri) as bk:
+    with BookKeeper(uri, security=security) as bk:
         lh = bk.create_ledger(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2)
         lat: list[float] = []
         data = b"l" * size
@@ -450,6 +451,12 @@ def main() -> None:
                         active.stop()
         finally:
             sb.stop()
+        if "--no-tls" not in sys.argv:  # after the sandbox above stopped: nothing competes
+            print("== mutual TLS (secure sandbox vs plain sandbox, alternating)")
+            from bench.tls_bench import tls_bench
+
+            tls_bench(tmpd / "tls", res, n_adds=n_adds // 2,
+                      rows=200_000 if quick else 1_000_000, spark="--no-spark" not in sys.argv)
     md = "# bench results\n\n" + time.strftime("%Y-%m-%d %H:%M") + "\n\n" + res.markdown()
     (ROOT / "bench" / "results.md").write_text(md)
     print("\nwritten bench/results.md")

@@ -146,10 +146,38 @@ def bookie(
 SandboxDir = Annotated[Path, typer.Option("--data-dir", help="where the sandbox keeps its data")]
 
 
-def _make_sandbox(data_dir: Path, bookies: int, zk_port: int, bookie_port: int):
+SecureOpt = Annotated[bool, typer.Option(
+    "--secure", help="mutual TLS to bookies and ZooKeeper ACLs: a generated CA, certificates "
+                     "and ZooKeeper credentials in <data-dir>/secure")]
+
+
+def _make_sandbox(data_dir: Path, bookies: int, zk_port: int, bookie_port: int,
+                  secure: bool = False):
     from bk_spark.sandbox import Sandbox
 
-    return Sandbox(data_dir, n_bookies=bookies, zk_port=zk_port, first_bookie_port=bookie_port)
+    return Sandbox(data_dir, n_bookies=bookies, zk_port=zk_port, first_bookie_port=bookie_port,
+                   secure=secure)
+
+
+def _print_secure_usage(sb) -> None:  # sb: Sandbox
+    """How a client uses a secure sandbox (file names only: no secret is printed)."""
+    f = sb.secure_files
+    if f is None:
+        return
+    uri = sb.metadata_service_uri
+    console.print(f"  secure: bookies require a client certificate of {f['ca']}; ZooKeeper "
+                  f"credentials are in {f['zk_auth']}", highlight=False, soft_wrap=True)
+    console.print(f"  shell:  source {f['env']} && bk bookies", highlight=False, soft_wrap=True)
+    console.print(f"  python: BookKeeper('{uri}', security=ClientSecurity('{f['ca']}', "
+                  f"'{f['client_cert']}', '{f['client_key']}', "
+                  f"ZkSecurity.from_env({{'BK_ZK_AUTH_FILE': '{f['zk_auth']}'}})))",
+                  highlight=False, soft_wrap=True)
+    console.print(f"  spark:  .option('tlsCaCert', '{f['ca']}').option('tlsCert', "
+                  f"'{f['client_cert']}').option('tlsKey', '{f['client_key']}')"
+                  f".option('zkAuthSecretFile', '{f['zk_auth']}')", highlight=False,
+                  soft_wrap=True)
+    console.print(f"  admin (may delete any ledger): the same with {f['admin_cert']} and "
+                  f"{f['admin_key']}", highlight=False, soft_wrap=True)
 
 
 @sandbox_app.callback()
@@ -159,11 +187,12 @@ def sandbox(
     data_dir: SandboxDir = DEFAULT_SANDBOX_DIR,
     zk_port: Annotated[int, typer.Option("--zk-port")] = 2181,
     bookie_port: Annotated[int, typer.Option("--bookie-port", help="first bookie port")] = 3181,
+    secure: SecureOpt = False,
 ) -> None:
     """Run ZooKeeper and bookies in the foreground; Ctrl-C stops everything."""
     if ctx.invoked_subcommand is not None:
         return
-    sb = _make_sandbox(data_dir, bookies, zk_port, bookie_port)
+    sb = _make_sandbox(data_dir, bookies, zk_port, bookie_port, secure)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     sb.start()
@@ -171,6 +200,7 @@ def sandbox(
         console.print(f"sandbox running: metadataServiceUri = [bold]{sb.metadata_service_uri}[/]")
         console.print(f"  {len(sb.bookies)} bookies: "
                       + ", ".join(b.bookie_id for b in sb.bookies))
+        _print_secure_usage(sb)
         console.print("  Ctrl-C stops it.")
         while not done.wait(0.5):
             pass
@@ -187,6 +217,7 @@ def sandbox_start(
     data_dir: SandboxDir = DEFAULT_SANDBOX_DIR,
     zk_port: Annotated[int, typer.Option("--zk-port")] = 2181,
     bookie_port: Annotated[int, typer.Option("--bookie-port", help="first bookie port")] = 3181,
+    secure: SecureOpt = False,
 ) -> None:
     """Start the sandbox detached (for scripts); its PIDs go to <data-dir>/sandbox.json."""
     from bk_spark.sandbox import pid_alive, read_state, write_state
@@ -197,10 +228,11 @@ def sandbox_start(
     if existing is not None and pid_alive(existing.zk_pid):
         _fail(f"a sandbox already runs from {o['data_dir']} "
               f"({existing.metadata_service_uri}); `bk sandbox stop` first")
-    sb = _make_sandbox(o["data_dir"], o["bookies"], o["zk_port"], o["bookie_port"])
+    sb = _make_sandbox(o["data_dir"], o["bookies"], o["zk_port"], o["bookie_port"], secure)
     state = sb.start(detached=True)
     write_state(o["data_dir"], state)
     console.print(state.metadata_service_uri)
+    _print_secure_usage(sb)
 
 
 @sandbox_app.command("status")
