@@ -101,6 +101,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
                .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
                # test_security.py reads it: no secret may reach the event log
                .config("spark.eventLog.enabled", "true")
+               .config("spark.eventLog.compress", "false")
                .config("spark.eventLog.dir", str(tmp_path_factory.mktemp("event-log"))))
     for attempt in range(3):  # the JVM gateway occasionally dies at launch on a busy machine
         try:

@@ -1,6 +1,7 @@
 """A Spark job against a secured cluster: mutual TLS to the bookies, ZooKeeper digest auth,
-a ledger password, all given as data source options; no secret reaches a plan or the event
-log (Spark redacts options matching ``spark.redaction.regex``)."""
+a ledger password, all given as data source options; no secret reaches a plan, the event log
+or a streaming query's checkpoint (the secret options' names match Spark's
+``spark.redaction.regex``, should Spark ever show them)."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def secure(zk_server: ZooKeeperServer, tmp_path_factory: pytest.TempPathFactory
 
 
 def test_a_job_over_mutual_tls_and_zookeeper_auth_keeps_secrets_out_of_plans_and_event_log(
-        spark, secure: dict[str, str], log_name, capsys) -> None:  # type: ignore[no-untyped-def]
+        spark, secure: dict[str, str], log_name, capsys, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     name = log_name()
     rows = spark.range(200).selectExpr("id", "CAST(id * 7 AS STRING) AS value")
     rows.write.format("bookkeeper").mode("append").options(**secure).option("log", name).save()
@@ -58,11 +59,25 @@ def test_a_job_over_mutual_tls_and_zookeeper_auth_keeps_secrets_out_of_plans_and
     for mode in ("extended", "formatted"):
         df.explain(mode)
     plans = capsys.readouterr().out
-    assert "bookkeeper" in plans.lower() or "BatchEvalPython" in plans or "Scan" in plans
+    assert "BatchScan bookkeeper" in plans
+    # A streaming copy through the same options: the query's checkpoint must hold no secret.
+    ckpt = tmp_path / "checkpoint"
+    q = (spark.readStream.format("bookkeeper").options(**secure).option("log", name)
+         .option("startingOffsets", "earliest").load()
+         .writeStream.format("bookkeeper").options(**secure).option("log", name + "-copy")
+         .option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    assert q.exception() is None
+    assert spark.read.format("bookkeeper").options(**secure).option("log", name + "-copy") \
+        .load().count() == 200
+    stored = "".join(p.read_text(errors="replace") for p in ckpt.rglob("*") if p.is_file())
+    assert "offsets" in {p.name for p in ckpt.iterdir()}
     event_dir = Path(spark.conf.get("spark.eventLog.dir").removeprefix("file:"))
     events = "".join(p.read_text(errors="replace") for p in event_dir.rglob("*")
                      if p.is_file())
-    assert name in events  # the job's own events are there (its log name is no secret)
+    # the job's own events are there: its write, its read
+    assert "AppendData bookkeeper" in events and "BatchScan bookkeeper" in events
     for secret in (ZK_SECRET, LEDGER_SECRET):
         assert secret not in plans
         assert secret not in events
+        assert secret not in stored
