@@ -219,13 +219,15 @@ def bookie_reads(bookie_id: str, n_entries: int, seconds: float = 1.5) -> tuple[
     try:
         i, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < seconds:
-            client.read_entries(1, first_entry=i % n_entries, last_entry=i % n_entries)
+            client.read_entries(1, first_entry=i % n_entries, last_entry=i % n_entries,
+                                master_key=b"k")
             i += 1
         single = i / (time.perf_counter() - t0)
         got, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < seconds:
             first = got % (n_entries - 1000)
-            resp = client.read_entries(1, first_entry=first, last_entry=first + 999)
+            resp = client.read_entries(1, first_entry=first, last_entry=first + 999,
+                                       master_key=b"k")
             got += len(resp.entries)
         batched = got / (time.perf_counter() - t0)
         return single, batched
@@ -234,11 +236,12 @@ def bookie_reads(bookie_id: str, n_entries: int, seconds: float = 1.5) -> tuple[
 
 
 # ----------------------------------------------------------------------------- ledger
-def ledger_add(uri: str, n: int, size: int = KiB, in_flight: int = 2000
+def ledger_add(uri: str, n: int, size: int = KiB, in_flight: int = 2000, security=None
                ) -> tuple[float, float, float, float, int]:
+    """``security``: a ClientSecurity (None: the environment's)."""
     from bk_spark.core import BookKeeper
 
-    with BookKeeper(uri) as bk:
+    with BookKeeper(uri, security=security) as bk:
         lh = bk.create_ledger(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2)
         lat: list[float] = []
         data = b"l" * size
@@ -457,6 +460,12 @@ def main() -> None:
                 f"{rr['add_entries_per_s']:,.0f} e/s ledger add", f"{rr['ratio']:.2f}x")
         res.add("bookie stopped -> zero under-replicated ledgers (delay 0)",
                 f"{rr['death_to_zero_s']:.1f} s", "-", "-")
+        if "--no-tls" not in sys.argv:  # after the sandbox above stopped: nothing competes
+            print("== mutual TLS (secure sandbox vs plain sandbox, alternating)")
+            from bench.tls_bench import tls_bench
+
+            tls_bench(tmpd / "tls", res, n_adds=n_adds // 2,
+                      rows=200_000 if quick else 1_000_000, spark="--no-spark" not in sys.argv)
     md = "# bench results\n\n" + time.strftime("%Y-%m-%d %H:%M") + "\n\n" + res.markdown()
     (ROOT / "bench" / "results.md").write_text(md)
     print("\nwritten bench/results.md")

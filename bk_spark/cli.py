@@ -13,13 +13,17 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from bk_spark.errors import BKError
+
+if TYPE_CHECKING:
+    from bk_spark.security import ClientSecurity
+    from bookie_server.config import BookieConfig
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="bk-spark: a replicated, durable log in the design of Apache BookKeeper.")
@@ -35,6 +39,28 @@ UriOpt = Annotated[str | None, typer.Option(
     help="zk://host:port/root (default: the sandbox's zk://127.0.0.1:2181/ledgers)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 DEFAULT_SANDBOX_DIR = Path(os.environ.get("BK_SANDBOX_DIR", ".bk-sandbox"))
+
+
+@app.callback()
+def _client_security(
+    tls_ca: Annotated[Path | None, typer.Option(
+        "--tls-ca", envvar="BK_TLS_CA", help="client: PEM CA of the bookies' certificates "
+                                             "(turns TLS to bookies on)")] = None,
+    tls_cert: Annotated[Path | None, typer.Option(
+        "--tls-cert", envvar="BK_TLS_CERT",
+        help="client: PEM certificate for bookies that require one")] = None,
+    tls_key: Annotated[Path | None, typer.Option(
+        "--tls-key", envvar="BK_TLS_KEY", help="client: its PEM private key file")] = None,
+    zk_auth_file: Annotated[Path | None, typer.Option(
+        "--zk-auth-file", envvar="BK_ZK_AUTH_FILE",
+        help="file holding ZooKeeper credentials user:password (or env BK_ZK_AUTH)")] = None,
+) -> None:
+    # Given before the command (`bk --tls-ca ca.pem ledger list`), they reach every client
+    # the command opens through the environment (bk_spark.security.ClientSecurity.from_env).
+    for env, value in (("BK_TLS_CA", tls_ca), ("BK_TLS_CERT", tls_cert),
+                       ("BK_TLS_KEY", tls_key), ("BK_ZK_AUTH_FILE", zk_auth_file)):
+        if value is not None:
+            os.environ[env] = str(value)
 
 
 def _fail(msg: str, code: int = 1) -> None:
@@ -80,6 +106,21 @@ def bookie(
         help="seconds between disk usage checks")] = 5.0,
     tls_cert: Annotated[Path | None, typer.Option("--tls-cert", help="PEM certificate")] = None,
     tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key")] = None,
+    tls_ca: Annotated[Path | None, typer.Option(
+        "--tls-ca", help="PEM CA that signs client certificates (mutual TLS)")] = None,
+    tls_client_auth: Annotated[str, typer.Option(
+        "--tls-client-auth", help="none | require: refuse clients without a certificate "
+                                  "signed by --tls-ca")] = "none",
+    allow_client: Annotated[list[str] | None, typer.Option(
+        "--allow-client", help="certificate CN/SAN allowed to add and read (repeat)")] = None,
+    allow_bookie: Annotated[list[str] | None, typer.Option(
+        "--allow-bookie", help="identity of a bookie/autorecovery: may also read any "
+                               "ledger without its password (re-replication)")] = None,
+    allow_admin: Annotated[list[str] | None, typer.Option(
+        "--allow-admin", help="identity that may also delete any ledger")] = None,
+    zk_auth_file: Annotated[Path | None, typer.Option(
+        "--zk-auth-file", envvar="BK_ZK_AUTH_FILE",
+        help="file holding ZooKeeper credentials user:password")] = None,
     no_register: Annotated[bool, typer.Option(help="do not register in ZooKeeper")] = False,
     rack: Annotated[str, typer.Option(
         "--rack", help="/region/rack of this bookie, for rack-aware placement")
@@ -110,6 +151,8 @@ def bookie(
 
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if zk_auth_file is not None:  # read by connect_zk (bk_spark.security.ZkSecurity.from_env)
+        os.environ["BK_ZK_AUTH_FILE"] = str(zk_auth_file)
     uri = None if no_register else parse_metadata_service_uri(metadata_service_uri).uri
     cfg = BookieConfig(
         data_dir=data_dir, host=host, port=port, metadata_service_uri=uri,
@@ -120,7 +163,9 @@ def bookie(
         gc_interval_s=gc_interval, checkpoint_interval_s=checkpoint_interval,
         disk_usage_threshold=disk_usage_threshold, max_disk_bytes=max_disk_bytes,
         disk_check_interval_s=disk_check_interval,
-        tls_cert=tls_cert, tls_key=tls_key, rack=rack)
+        tls_cert=tls_cert, tls_key=tls_key, tls_ca=tls_ca, tls_client_auth=tls_client_auth,
+        allow_clients=tuple(allow_client or ()), allow_bookies=tuple(allow_bookie or ()),
+        allow_admins=tuple(allow_admin or ()), rack=rack)
     if port and not port_is_free(port, host):
         _fail(f"port {port} on {host} is taken: is another bookie running? choose another --port")
     if debug_expose_session:
@@ -136,7 +181,9 @@ def bookie(
             lost_bookie_recovery_delay_s=lost_bookie_recovery_delay,
             audit_interval_s=audit_interval, open_ledger_grace_s=open_ledger_grace),
             identity=cfg.bookie_id,
-            registry=server.metrics.registry)
+            registry=server.metrics.registry,
+            # under mutual TLS the bookie's worker presents the bookie's own certificate
+            security=_bookie_client_security(cfg))
         recovery.start_in_background()
     try:
         server.serve_forever()
@@ -145,14 +192,56 @@ def bookie(
             recovery.stop()
 
 
+def _bookie_client_security(cfg: BookieConfig) -> ClientSecurity | None:
+    """The client side of a bookie's in-process AutoRecovery: with ``--tls-client-auth
+    require`` it presents the bookie's certificate (name it with ``--allow-bookie``) and
+    trusts ``--tls-ca``; otherwise None (from the environment, as any client)."""
+    if cfg.tls_client_auth != "require" or cfg.tls_ca is None:
+        return None
+    from dataclasses import replace
+
+    from bk_spark.security import ClientSecurity
+
+    return replace(ClientSecurity.from_env(), tls_ca=str(cfg.tls_ca),
+                   tls_cert=str(cfg.tls_cert), tls_key=str(cfg.tls_key))
+
+
 # --------------------------------------------------------------------------- sandbox
 SandboxDir = Annotated[Path, typer.Option("--data-dir", help="where the sandbox keeps its data")]
 
 
-def _make_sandbox(data_dir: Path, bookies: int, zk_port: int, bookie_port: int):
+SecureOpt = Annotated[bool, typer.Option(
+    "--secure", help="mutual TLS to bookies and ZooKeeper ACLs: a generated CA, certificates "
+                     "and ZooKeeper credentials in <data-dir>/secure")]
+
+
+def _make_sandbox(data_dir: Path, bookies: int, zk_port: int, bookie_port: int,
+                  secure: bool = False):
     from bk_spark.sandbox import Sandbox
 
-    return Sandbox(data_dir, n_bookies=bookies, zk_port=zk_port, first_bookie_port=bookie_port)
+    return Sandbox(data_dir, n_bookies=bookies, zk_port=zk_port, first_bookie_port=bookie_port,
+                   secure=secure)
+
+
+def _print_secure_usage(sb) -> None:  # sb: Sandbox
+    """How a client uses a secure sandbox (file names only: no secret is printed)."""
+    f = sb.secure_files
+    if f is None:
+        return
+    uri = sb.metadata_service_uri
+    console.print(f"  secure: bookies require a client certificate of {f['ca']}; ZooKeeper "
+                  f"credentials are in {f['zk_auth']}", highlight=False, soft_wrap=True)
+    console.print(f"  shell:  source {f['env']} && bk bookies", highlight=False, soft_wrap=True)
+    console.print(f"  python: BookKeeper('{uri}', security=ClientSecurity('{f['ca']}', "
+                  f"'{f['client_cert']}', '{f['client_key']}', "
+                  f"ZkSecurity.from_env({{'BK_ZK_AUTH_FILE': '{f['zk_auth']}'}})))",
+                  highlight=False, soft_wrap=True)
+    console.print(f"  spark:  .option('tlsCaCert', '{f['ca']}').option('tlsCert', "
+                  f"'{f['client_cert']}').option('tlsKey', '{f['client_key']}')"
+                  f".option('zkAuthSecretFile', '{f['zk_auth']}')", highlight=False,
+                  soft_wrap=True)
+    console.print(f"  admin (may delete any ledger): the same with {f['admin_cert']} and "
+                  f"{f['admin_key']}", highlight=False, soft_wrap=True)
 
 
 @sandbox_app.callback()
@@ -162,11 +251,12 @@ def sandbox(
     data_dir: SandboxDir = DEFAULT_SANDBOX_DIR,
     zk_port: Annotated[int, typer.Option("--zk-port")] = 2181,
     bookie_port: Annotated[int, typer.Option("--bookie-port", help="first bookie port")] = 3181,
+    secure: SecureOpt = False,
 ) -> None:
     """Run ZooKeeper and bookies in the foreground; Ctrl-C stops everything."""
     if ctx.invoked_subcommand is not None:
         return
-    sb = _make_sandbox(data_dir, bookies, zk_port, bookie_port)
+    sb = _make_sandbox(data_dir, bookies, zk_port, bookie_port, secure)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     sb.start()
@@ -174,6 +264,7 @@ def sandbox(
         console.print(f"sandbox running: metadataServiceUri = [bold]{sb.metadata_service_uri}[/]")
         console.print(f"  {len(sb.bookies)} bookies: "
                       + ", ".join(b.bookie_id for b in sb.bookies))
+        _print_secure_usage(sb)
         console.print("  Ctrl-C stops it.")
         while not done.wait(0.5):
             pass
@@ -190,6 +281,7 @@ def sandbox_start(
     data_dir: SandboxDir = DEFAULT_SANDBOX_DIR,
     zk_port: Annotated[int, typer.Option("--zk-port")] = 2181,
     bookie_port: Annotated[int, typer.Option("--bookie-port", help="first bookie port")] = 3181,
+    secure: SecureOpt = False,
 ) -> None:
     """Start the sandbox detached (for scripts); its PIDs go to <data-dir>/sandbox.json."""
     from bk_spark.sandbox import pid_alive, read_state, write_state
@@ -200,10 +292,11 @@ def sandbox_start(
     if existing is not None and pid_alive(existing.zk_pid):
         _fail(f"a sandbox already runs from {o['data_dir']} "
               f"({existing.metadata_service_uri}); `bk sandbox stop` first")
-    sb = _make_sandbox(o["data_dir"], o["bookies"], o["zk_port"], o["bookie_port"])
+    sb = _make_sandbox(o["data_dir"], o["bookies"], o["zk_port"], o["bookie_port"], secure)
     state = sb.start(detached=True)
     write_state(o["data_dir"], state)
     console.print(state.metadata_service_uri)
+    _print_secure_usage(sb)
 
 
 @sandbox_app.command("status")
@@ -297,6 +390,37 @@ def spark_check(
             console.print("format(\"bookkeeper\") will be found by Spark's workers.")
     if not report.ok:
         raise typer.Exit(1)
+
+
+# --------------------------------------------------------------------------- zk-acl
+@app.command("zk-acl")
+def zk_acl(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False) -> None:
+    """Protect an existing cluster's metadata: give every znode under the root the ACL
+    "all rights to the ZooKeeper user in use (--zk-auth-file / BK_ZK_AUTH_FILE), none to
+    anyone else". Bookies and clients then need those credentials too."""
+    from bk_spark.metadata_uri import parse_metadata_service_uri
+    from bk_spark.security import ZkSecurity
+    from bk_spark.zk import apply_acls, connect_zk
+
+    security = ZkSecurity.from_env()
+    acl = security.acl()
+    if acl is None:
+        _fail("zk-acl needs ZooKeeper credentials: put user:password in a file and pass "
+              "--zk-auth-file FILE (or set BK_ZK_AUTH_FILE)")
+    msu = parse_metadata_service_uri(metadata_service_uri)
+    zk = connect_zk(msu, security=security)
+    try:
+        if not zk.exists(msu.root):
+            _fail(f"{msu.root} does not exist at {msu.hosts}: nothing to protect")
+        n = apply_acls(zk, msu.root, acl)
+    finally:
+        zk.stop()
+        zk.close()
+    if as_json:
+        _print_json({"root": msu.root, "user": security.user, "znodes": n})
+    else:
+        console.print(f"{n} znodes under {msu.root} now readable and writable only by "
+                      f"ZooKeeper user {security.user!r}")
 
 
 # The shell (ledger, log, simpletest, bookie-sanity) reuses the options above; under

@@ -290,18 +290,62 @@ class SandboxState:
 SANDBOX_JOURNAL_FILE_MB = 16
 
 
+SECURE_DIR = "secure"
+CLIENT_ENV = "client.env"
+
+
+def make_secure_files(directory: Path) -> dict[str, Path]:
+    """What a secure sandbox needs, written to ``directory`` (once; kept on restarts): a CA,
+    certificates for the bookies (CN ``bookie``), a client (``client``) and an admin
+    (``admin``), ZooKeeper credentials with a random password (``zk-auth``, mode 0600) and
+    ``client.env``, the environment a client sources to use them."""
+    import secrets
+
+    from bk_spark.certs import issue_cert, make_ca
+
+    directory.mkdir(parents=True, exist_ok=True)
+    files = {"ca": directory / "bk-ca.crt", "zk_auth": directory / "zk-auth",
+             "env": directory / CLIENT_ENV}
+    for name in ("bookie", "client", "admin"):
+        files[f"{name}_cert"] = directory / f"{name}.crt"
+        files[f"{name}_key"] = directory / f"{name}.key"
+    if all(p.exists() for p in files.values()):
+        return files
+    ca = make_ca(directory)
+    for name in ("bookie", "client", "admin"):
+        issue_cert(ca, directory, name)
+    fd = os.open(files["zk_auth"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(f"bk-sandbox:{secrets.token_urlsafe(24)}\n")
+    files["env"].write_text(
+        f"export BK_TLS_CA={files['ca']}\nexport BK_TLS_CERT={files['client_cert']}\n"
+        f"export BK_TLS_KEY={files['client_key']}\nexport BK_ZK_AUTH_FILE={files['zk_auth']}\n")
+    return files
+
+
 class Sandbox:
-    """ZooKeeper plus ``n_bookies`` bookie processes under one data directory."""
+    """ZooKeeper plus ``n_bookies`` bookie processes under one data directory.
+
+    ``secure``: bookies require client certificates of the sandbox's CA (allow-lists:
+    ``client``, ``admin``, ``bookie``) and protect the root with ZooKeeper credentials; the
+    files are in ``<data_dir>/secure`` (:func:`make_secure_files`)."""
 
     def __init__(self, data_dir: Path, n_bookies: int = 3, zk_port: int = 2181,
                  first_bookie_port: int = 3181, root: str = "/ledgers",
-                 bookie_args: list[str] | None = None) -> None:
+                 bookie_args: list[str] | None = None, secure: bool = False) -> None:
         if n_bookies < 0:
             raise SandboxError("--bookies must be >= 0")
         self.data_dir = Path(data_dir).resolve()
         self.zk = ZooKeeperServer(self.data_dir / "zookeeper", port=zk_port)
         self.root = root
         args = list(bookie_args or [])
+        self.secure_files: dict[str, Path] | None = None
+        if secure:
+            f = self.secure_files = make_secure_files(self.data_dir / SECURE_DIR)
+            args += ["--tls-cert", str(f["bookie_cert"]), "--tls-key", str(f["bookie_key"]),
+                     "--tls-ca", str(f["ca"]), "--tls-client-auth", "require",
+                     "--allow-client", "client", "--allow-admin", "admin",
+                     "--allow-bookie", "bookie", "--zk-auth-file", str(f["zk_auth"])]
         if "--journal-file-size-mb" not in args:  # a laptop sandbox, not a production disk
             args += ["--journal-file-size-mb", str(SANDBOX_JOURNAL_FILE_MB)]
         self.bookies = [
@@ -315,12 +359,23 @@ class Sandbox:
     def metadata_service_uri(self) -> str:
         return f"zk://127.0.0.1:{self.zk.port}{self.root}"
 
+    @property
+    def zk_security(self):  # -> ZkSecurity | None
+        """The sandbox's own ZooKeeper credentials (None: an open sandbox)."""
+        if self.secure_files is None:
+            return None
+        from bk_spark.security import ZkSecurity, read_secret_file
+
+        return ZkSecurity(digest=read_secret_file(self.secure_files["zk_auth"],
+                                                  "ZooKeeper credentials"))
+
     def start(self, detached: bool = False) -> SandboxState:
         self.zk.start(detached=detached)
         try:
             for b in self.bookies:
                 b.start(detached=detached)
-            wait_for_registrations(self.metadata_service_uri, len(self.bookies))
+            wait_for_registrations(self.metadata_service_uri, len(self.bookies),
+                                   security=self.zk_security)
         except BaseException:
             self.stop()
             raise
@@ -339,17 +394,26 @@ class Sandbox:
         self.zk.stop()
 
 
-def wait_for_registrations(metadata_service_uri: str, n: int, timeout: float = 30.0) -> None:
-    """Block until ``n`` writable bookies are registered under ``<root>/available``."""
+def wait_for_registrations(metadata_service_uri: str, n: int, timeout: float = 30.0,
+                           security=None) -> None:  # security: ZkSecurity | None
+    """Block until ``n`` writable bookies are registered under ``<root>/available``
+    (``security``: ZooKeeper credentials; None: the environment's)."""
+    from bk_spark.metadata_uri import parse_metadata_service_uri
     from bk_spark.registration import list_bookies
+    from bk_spark.zk import connect_zk
 
     deadline = time.monotonic() + timeout
     seen: list = []
-    while time.monotonic() < deadline:
-        seen = list_bookies(metadata_service_uri)
-        if len([b for b in seen if not b.read_only]) >= n:
-            return
-        time.sleep(0.1)
+    zk = connect_zk(parse_metadata_service_uri(metadata_service_uri), security=security)
+    try:
+        while time.monotonic() < deadline:
+            seen = list_bookies(metadata_service_uri, zk=zk)
+            if len([b for b in seen if not b.read_only]) >= n:
+                return
+            time.sleep(0.1)
+    finally:
+        zk.stop()
+        zk.close()
     writable = [b for b in seen if not b.read_only]
     readonly = len(seen) - len(writable)
     raise SandboxError(

@@ -482,7 +482,7 @@ def ledger_delete(
     ledger_id: LedgerArg, yes: YesOpt = False,
     force: Annotated[bool, typer.Option(
         "--force", help="delete even a ledger a log still lists (breaks that log)")] = False,
-    metadata_service_uri: UriOpt = None,
+    password: PasswordOpt = "", metadata_service_uri: UriOpt = None,
 ) -> None:
     """Delete a ledger: its data on every bookie, then its metadata."""
     with _connect(metadata_service_uri) as bk, _explained():
@@ -500,7 +500,7 @@ def ledger_delete(
                     f"and breaks the log)")
         _confirm(yes, f"delete ledger {ledger_id} ({md.state.value}) from "
                       f"{', '.join(sorted({b for _f, e in md.ensembles for b in e}))}")
-        bk.delete_ledger(ledger_id)
+        bk.delete_ledger(ledger_id, password)
     console.print(f"deleted ledger {ledger_id}")
 
 
@@ -885,7 +885,8 @@ def log_truncate(
     before: Annotated[str, typer.Option(
         "--before", help="LEDGER:ENTRY: drop the whole ledgers before this position's ledger",
         show_default=False)],
-    yes: YesOpt = False, metadata_service_uri: UriOpt = None, as_json: JsonOpt = False,
+    yes: YesOpt = False, password: PasswordOpt = "", metadata_service_uri: UriOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Drop a log's whole ledgers before a position and delete their data.
 
@@ -903,7 +904,7 @@ def log_truncate(
         if older:
             _confirm(yes, f"drop {len(older)} ledgers of log {name!r} (before ledger "
                           f"{pos.ledger_id}) and delete their data")
-            dropped = bk.truncate_log(name, pos)
+            dropped = bk.truncate_log(name, pos, password)
     if as_json:
         _print_json({"log": name, "dropped": dropped})
     elif dropped:
@@ -915,13 +916,13 @@ def log_truncate(
 
 
 @log_app.command("delete")
-def log_delete(name: LogArg, yes: YesOpt = False, metadata_service_uri: UriOpt = None,
-               as_json: JsonOpt = False) -> None:
+def log_delete(name: LogArg, yes: YesOpt = False, password: PasswordOpt = "",
+               metadata_service_uri: UriOpt = None, as_json: JsonOpt = False) -> None:
     """Delete a log and all its ledgers."""
     with _connect(metadata_service_uri) as bk, _explained(name):
         md = bk.log_metadata(name)
         _confirm(yes, f"delete log {name!r} and its {md.ledger_count} ledgers")
-        deleted = bk.delete_log(name)
+        deleted = bk.delete_log(name, password)
     if as_json:
         _print_json({"log": name, "deleted_ledgers": deleted})
     else:
@@ -970,7 +971,7 @@ def simpletest(
             read_s = time.monotonic() - t1
         finally:
             try:
-                bk.delete_ledger(lh.id)
+                bk.delete_ledger(lh.id, password)
             except BKError as exc:
                 err_console.print(f"warning: could not delete ledger {lh.id}: {exc}")
     if bad:
@@ -1043,7 +1044,8 @@ def _check_bookie(bk: BookKeeper, bookie: str, registered: str, entries: int,
             f.result(timeout + 1)
         out["add_ms"] = round((time.monotonic() - t0) * 1000, 1)
         t1 = time.monotonic()
-        resp = client.read_entries(lid, first_entry=0, last_entry=entries - 1, timeout=timeout)
+        resp = client.read_entries(lid, first_entry=0, last_entry=entries - 1, timeout=timeout,
+                                   master_key=master_key(password))
         got = {e.entry_id: e for e in resp.entries}
         for i, p in enumerate(payloads):
             if i not in got:
@@ -1058,7 +1060,7 @@ def _check_bookie(bk: BookKeeper, bookie: str, registered: str, entries: int,
         out["detail"] = f"ledger {lid}: {exc or type(exc).__name__}"
     finally:
         try:
-            client.delete_ledger(lid)
+            client.delete_ledger(lid, master_key(password))
         except BKError:
             pass  # a bookie that failed may not answer; the metadata goes anyway
         try:

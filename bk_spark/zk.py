@@ -6,11 +6,13 @@ import logging
 import os
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import AuthFailedError, NoAuthError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
-from bk_spark.errors import BKError
+from bk_spark.errors import BKError, UnauthorizedError
 from bk_spark.metadata_uri import MetadataServiceUri
+from bk_spark.security import ZkSecurity
 
 
 class MetadataServiceUnavailableError(BKError):
@@ -36,21 +38,59 @@ def quiet_kazoo_logger() -> None:
 
 
 def connect_zk(msu: MetadataServiceUri, timeout: float = 15.0,
-               session_timeout: float = 10.0) -> KazooClient:
-    """A started kazoo client for ``msu`` (retrying connection loss forever)."""
+               session_timeout: float = 10.0, security: ZkSecurity | None = None
+               ) -> KazooClient:
+    """A started kazoo client for ``msu`` (retrying connection loss forever).
+
+    The one place ZooKeeper clients are made: ``security`` (default: from the environment,
+    :meth:`ZkSecurity.from_env`) authenticates the session and becomes the client's
+    ``default_acl``, so every znode any part of bk-spark creates is protected alike. A root
+    this client may not read fails here, with what to do."""
+    security = ZkSecurity.from_env() if security is None else security
     quiet_kazoo_logger()
     client = KazooClient(
         hosts=msu.hosts,
         timeout=session_timeout,
         connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
         command_retry=KazooRetry(max_tries=5, delay=0.1, max_delay=1.0),
+        **security.kazoo_kwargs(),
     )
     try:
         client.start(timeout=timeout)
+        if client.exists(msu.root):
+            client.get_children(msu.root)
     except KazooTimeoutError as exc:
         client.close()
         raise MetadataServiceUnavailableError(
             f"cannot reach ZooKeeper at {msu.hosts} (metadata service {msu.uri}) within "
             f"{timeout:.0f}s: is it running? `bk sandbox start` runs one locally."
         ) from exc
+    except (NoAuthError, AuthFailedError):
+        client.stop()
+        client.close()
+        who = f"as user {security.user!r}" if security.user else "without credentials"
+        raise UnauthorizedError(
+            f"ZooKeeper refuses access to {msu.root} {who}: give the cluster's ZooKeeper "
+            f"credentials (user:password) in the file named by BK_ZK_AUTH_FILE "
+            f"(or BK_ZK_AUTH)") from None
     return client
+
+
+def apply_acls(client: KazooClient, root: str, acl: list) -> int:
+    """Give ``root`` and every znode under it ``acl`` (parents first, so a znode created
+    meanwhile under a changed parent inherits nothing open); returns how many were set.
+
+    For a root made before its cluster used ZooKeeper credentials: new znodes get the ACL
+    from :func:`connect_zk`'s ``default_acl``, old ones from here."""
+    count = 0
+    stack = [root]
+    while stack:
+        path = stack.pop()
+        try:
+            client.retry(client.set_acls, path, acl)
+            children = client.retry(client.get_children, path)
+        except NoNodeError:
+            continue  # deleted meanwhile (an ephemeral registration, a deleted ledger)
+        count += 1
+        stack.extend(f"{path.rstrip('/')}/{c}" for c in sorted(children))
+    return count

@@ -49,6 +49,11 @@ class BookieConfig:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     rack: str = "/default-region/default-rack"  # registered for rack-aware placement
+    tls_ca: Path | None = None  # CA that signs client certificates (mutual TLS)
+    tls_client_auth: str = "none"  # "require": refuse peers without a certificate of tls_ca
+    allow_clients: tuple[str, ...] = ()  # identities (cert CN or SAN) per role: access.py
+    allow_bookies: tuple[str, ...] = ()
+    allow_admins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -76,6 +81,21 @@ class BookieConfig:
                 f"this host's address or DNS name")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise InvalidConfigError("--tls-cert and --tls-key go together")
+        if self.tls_client_auth not in ("none", "require"):
+            raise InvalidConfigError(
+                f"--tls-client-auth must be none or require, got {self.tls_client_auth!r}")
+        if self.tls_client_auth == "require" and (self.tls_cert is None or self.tls_ca is None):
+            raise InvalidConfigError(
+                "--tls-client-auth require needs --tls-cert, --tls-key and --tls-ca")
+        if self.tls_ca is not None and self.tls_client_auth != "require":
+            raise InvalidConfigError("--tls-ca is for client certificates: add "
+                                     "--tls-client-auth require")
+        self.allow_clients, self.allow_bookies, self.allow_admins = (
+            tuple(x) for x in (self.allow_clients, self.allow_bookies, self.allow_admins))
+        if ((self.allow_clients or self.allow_bookies or self.allow_admins)
+                and self.tls_client_auth != "require"):
+            raise InvalidConfigError("--allow-client/--allow-bookie/--allow-admin name "
+                                     "certificate identities: add --tls-client-auth require")
 
     @property
     def bookie_id(self) -> str:

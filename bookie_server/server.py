@@ -20,9 +20,10 @@ import grpc
 from google.protobuf.message import DecodeError, Message
 
 from bk_spark.allocator import tune_allocator
-from bk_spark.errors import BKError, InvalidRequestError, ReadOnlyError
+from bk_spark.errors import BKError, InvalidRequestError, ReadOnlyError, UnauthorizedError
 from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.registration import BookieRegistration
+from bookie_server.access import AccessPolicy, peer_identities
 from bookie_server.config import BookieConfig, MiB
 from bookie_server.metrics import BookieMetrics
 from bookie_server.storage import BookieStorage
@@ -53,9 +54,11 @@ class BookieService:
         self.config = config
         self.storage = storage
         self.metrics = metrics
+        self.policy = AccessPolicy.of(config.allow_clients, config.allow_bookies,
+                                      config.allow_admins)
 
     # -- handlers: each takes a decoded request and returns a response message --------
-    def add_entries(self, req: pb.AddRequest) -> pb.AddResponse:
+    def add_entries(self, req: pb.AddRequest, _key_required: bool = True) -> pb.AddResponse:
         _check_id("ledger_id", req.ledger_id)
         if self.storage.read_only and (len(req.entries) > 0 or not req.recovery):
             raise ReadOnlyError(f"bookie {self.config.bookie_id} is readonly (disk full)")
@@ -72,7 +75,7 @@ class BookieService:
         # The status covers every entry of the request: no per-entry results needed.
         return pb.AddResponse(status=pb.OK)
 
-    def read_entries(self, req: pb.ReadRequest) -> pb.ReadResponse:
+    def read_entries(self, req: pb.ReadRequest, key_required: bool = True) -> pb.ReadResponse:
         _check_id("ledger_id", req.ledger_id)
         if req.fence:
             self.storage.fence(req.ledger_id, req.master_key)
@@ -90,14 +93,16 @@ class BookieService:
         max_bytes = req.max_bytes if req.max_bytes > 0 else 16 * MiB
         found, missing = self.storage.read_entries(
             req.ledger_id, ids, max_entries=min(max_entries, 100_000),
-            max_bytes=min(max_bytes, grpc_message_limit(self.config) - MiB))
+            max_bytes=min(max_bytes, grpc_message_limit(self.config) - MiB),
+            master_key=req.master_key if key_required else None)
         lac, _last, fenced = self.storage.ledger_state(req.ledger_id)
         return pb.ReadResponse(
             status=pb.OK, lac=lac, fenced=fenced, missing=missing,
             entries=[pb.Entry(ledger_id=s.ledger_id, entry_id=s.entry_id, lac=s.lac,
                               payload=s.payload, digest=s.digest) for s in found])
 
-    def read_lac(self, req: pb.ReadLacRequest) -> pb.ReadLacResponse:
+    def read_lac(self, req: pb.ReadLacRequest, _key_required: bool = True
+                 ) -> pb.ReadLacResponse:
         _check_id("ledger_id", req.ledger_id)
         if req.wait_ms > 0:
             wait_s = min(req.wait_ms, MAX_LONG_POLL_MS) / 1000.0
@@ -106,17 +111,18 @@ class BookieService:
             lac, last, fenced = self.storage.ledger_state(req.ledger_id)
         return pb.ReadLacResponse(status=pb.OK, lac=lac, last_entry=last, fenced=fenced)
 
-    def fence(self, req: pb.FenceRequest) -> pb.FenceResponse:
+    def fence(self, req: pb.FenceRequest, _key_required: bool = True) -> pb.FenceResponse:
         _check_id("ledger_id", req.ledger_id)
         lac, last = self.storage.fence(req.ledger_id, req.master_key)
         return pb.FenceResponse(status=pb.OK, lac=lac, last_entry=last)
 
-    def delete_ledger(self, req: pb.DeleteLedgerRequest) -> pb.DeleteLedgerResponse:
+    def delete_ledger(self, req: pb.DeleteLedgerRequest, key_required: bool = True
+                      ) -> pb.DeleteLedgerResponse:
         _check_id("ledger_id", req.ledger_id)
-        self.storage.delete_ledger(req.ledger_id)
+        self.storage.delete_ledger(req.ledger_id, req.master_key if key_required else None)
         return pb.DeleteLedgerResponse(status=pb.OK)
 
-    def info(self, req: pb.InfoRequest) -> pb.InfoResponse:
+    def info(self, req: pb.InfoRequest, _key_required: bool = True) -> pb.InfoResponse:
         used, free = self.storage.disk_usage()
         return pb.InfoResponse(
             status=pb.OK, bookie_id=self.config.bookie_id, read_only=self.storage.read_only,
@@ -125,17 +131,29 @@ class BookieService:
 
     # -- plumbing -----------------------------------------------------------------
     def _wrap(self, name: str, req_type: type[Message], resp_type: type[Message],
-              fn: Callable[[Any], Message]) -> Callable[[bytes, grpc.ServicerContext], Message]:
+              fn: Callable[[Any, bool], Message]
+              ) -> Callable[[bytes, grpc.ServicerContext], Message]:
         hist = self.metrics.rpc_seconds.labels(name)
+        policy = self.policy
 
         def handler(raw: bytes, context: grpc.ServicerContext) -> Message:
             t0 = time.perf_counter()
             try:
+                key_required = True
+                if policy.restricted:  # the peer's verified certificate decides its role
+                    names = peer_identities(context.auth_context())
+                    role = policy.role(names)
+                    if role is None:
+                        raise UnauthorizedError(
+                            f"bookie {self.config.bookie_id}: certificate identity "
+                            f"{', '.join(sorted(names)) or '(none)'} is in no allow-list of "
+                            f"this bookie: ask its operator to add it")
+                    key_required = policy.key_required(role, name)
                 try:
                     req = req_type.FromString(raw)
                 except (DecodeError, RuntimeError, ValueError) as exc:
                     raise InvalidRequestError(f"undecodable {req_type.__name__}: {exc}") from None
-                return fn(req)
+                return fn(req, key_required)
             except BKError as exc:
                 self.metrics.rpc_error(name, pb.StatusCode.Name(exc.code))
                 return resp_type(status=exc.code, message=str(exc))
@@ -197,8 +215,13 @@ class BookieServer:
         server.add_generic_rpc_handlers((self.service.generic_handler(),))
         address = f"{cfg.host}:{cfg.port}"
         if cfg.tls_cert is not None and cfg.tls_key is not None:
+            # --tls-client-auth require: gRPC refuses, in the handshake, any peer without a
+            # certificate signed by --tls-ca (mutual TLS).
+            require = cfg.tls_client_auth == "require"
             creds = grpc.ssl_server_credentials(
-                [(cfg.tls_key.read_bytes(), cfg.tls_cert.read_bytes())])
+                [(cfg.tls_key.read_bytes(), cfg.tls_cert.read_bytes())],
+                root_certificates=cfg.tls_ca.read_bytes() if cfg.tls_ca is not None else None,
+                require_client_auth=require)
             add_port = lambda: server.add_secure_port(address, creds)  # noqa: E731
         else:
             add_port = lambda: server.add_insecure_port(address)  # noqa: E731
@@ -218,7 +241,7 @@ class BookieServer:
             self.registration = BookieRegistration(
                 cfg.metadata_service_uri, cfg.bookie_id,
                 info={"metrics_port": self.metrics_port, "tls": cfg.tls_cert is not None,
-                      "rack": cfg.rack})
+                      "rack": cfg.rack, "mtls": cfg.tls_client_auth == "require"})
             self.registration.read_only = self.storage.read_only
             self.registration.start()
         self.storage.on_mode_change = self._on_mode_change

@@ -38,6 +38,12 @@ recovery) and no fence can bring the ledger back, before or after a restart: an 
 of a fenced-then-deleted ledger is refused (NoSuchLedger), never acknowledged. Memory is
 bounded by ``deleted_ledgers_max`` ids plus a floor.
 
+**Master key** (BookKeeper's ledger key): the first add or fence of a ledger stores the
+request's master key with the ledger (journaled with that record); every later add, fence,
+read and delete must present the same key (:func:`_key_matches`, the one comparison) or is
+refused with ``UnauthorizedError``. The gRPC service may pass ``None`` for a peer whose
+certificate already authorizes it (admin, bookie identities).
+
 **Readonly mode**: a disk check every ``disk_check_interval_s`` turns the bookie readonly
 when the file system is fuller than ``disk_usage_threshold`` or the data directory holds
 more than ``max_disk_bytes``, and writable again below ``threshold - 0.05`` / 90% of
@@ -50,6 +56,7 @@ entry-log lock. Data layout: ``data_dir/journal/`` (journal files) and ``data_di
 
 from __future__ import annotations
 
+import hmac
 import logging
 import os
 import queue
@@ -195,6 +202,19 @@ def _check_key(master_key: bytes) -> bytes:
     if len(master_key) > MAX_MASTER_KEY_SIZE:
         raise InvalidRequestError(f"master key longer than {MAX_MASTER_KEY_SIZE} bytes")
     return bytes(master_key)
+
+
+def _key_matches(state: LedgerState, master_key: bytes | None) -> bool:
+    """The one master-key check: the key stored with the ledger on its first add (or fence)
+    must equal the request's. ``None`` means the caller was authorized otherwise (the gRPC
+    service passes it for a peer whose certificate names an admin or bookie identity)."""
+    return master_key is None or hmac.compare_digest(state.master_key, master_key)
+
+
+def _unauthorized(ledger_id: int) -> UnauthorizedError:
+    return UnauthorizedError(
+        f"wrong master key for ledger {ledger_id}: open it with the password it was created with"
+    )
 
 
 class BookieStorage:
@@ -419,10 +439,8 @@ class BookieStorage:
             if state is None:
                 self._check_not_deleted(ledger_id)
                 state = LedgerState(ledger_id, master_key)
-            elif state.master_key != master_key:
-                raise UnauthorizedError(
-                    f"wrong master key for ledger {ledger_id}: open it with its password"
-                )
+            elif not _key_matches(state, master_key):
+                raise _unauthorized(ledger_id)
             elif state.fenced and not recovery:
                 raise LedgerFencedError(
                     f"ledger {ledger_id} is fenced: it is being recovered, stop writing"
@@ -452,10 +470,8 @@ class BookieStorage:
             if state is None:
                 self._check_not_deleted(ledger_id)
                 state = LedgerState(ledger_id, master_key)
-            elif state.master_key != master_key:
-                raise UnauthorizedError(
-                    f"wrong master key for ledger {ledger_id}: open it with its password"
-                )
+            elif not _key_matches(state, master_key):
+                raise _unauthorized(ledger_id)
             elif state.fence_synced:
                 return state.lac, state.last_entry
             op = _Op(FENCE, waiter=waiter)
@@ -467,21 +483,25 @@ class BookieStorage:
         waiter.wait()
         return state.lac, state.last_entry
 
-    def delete_ledger(self, ledger_id: int) -> None:
+    def delete_ledger(self, ledger_id: int, master_key: bytes | None = None) -> None:
         """Delete a ledger: durable before it returns; GC reclaims its data later.
 
-        The ledger stays deleted (a tombstone): adds and fences of it are refused from now
-        on, after a restart too. A ledger this bookie never saw is remembered as deleted
-        all the same (an old writer's first add may still be on its way); deleting a
-        ledger a second time raises NoSuchLedgerError.
+        ``master_key`` must match the ledger's (``None``: authorized by the caller). The
+        ledger stays deleted (a tombstone): adds and fences of it are refused from now on,
+        after a restart too. A ledger this bookie never saw is remembered as deleted all
+        the same (an old writer's first add may still be on its way); deleting a ledger a
+        second time raises NoSuchLedgerError.
         """
         _check_id("ledger id", ledger_id)
+        key = None if master_key is None else _check_key(master_key)
         waiter = _Waiter()
         with self._submit_lock:
             self._check_writable()
             state = self._ledgers.get(ledger_id)
             if state is None:
                 self._check_not_deleted(ledger_id)
+            elif not _key_matches(state, key):
+                raise _unauthorized(ledger_id)
             op = _Op(DELETE, waiter=waiter, ledger_id=ledger_id)
             op.state = state
             self._tombstones.add(ledger_id)
@@ -665,15 +685,19 @@ class BookieStorage:
         *,
         max_entries: int = 10_000,
         max_bytes: int = 16 * MiB,
+        master_key: bytes | None = None,
     ) -> tuple[list[StoredEntry], list[int]]:
         """Entries of one ledger: ``(found ascending, missing)``.
 
         Looks at no more than ``max_entries`` ids and stops before ``max_bytes`` of records
         (ids past the stop are neither found nor missing), but returns at least one entry when
-        the first id present is. Raises NoSuchLedgerError for an unknown ledger.
+        the first id present is. Raises NoSuchLedgerError for an unknown ledger and
+        UnauthorizedError when ``master_key`` is not the ledger's (``None``: not checked).
         """
         _check_id("ledger id", ledger_id)
         state = self._state(ledger_id)
+        if not _key_matches(state, None if master_key is None else _check_key(master_key)):
+            raise _unauthorized(ledger_id)
         if isinstance(entry_ids, range) and entry_ids.step > 0:
             ids: Sequence[int] = entry_ids
         else:

@@ -39,7 +39,7 @@ def main() -> None:
             n += 1
         dt = time.perf_counter() - t0
         print(f"read back {n} entries in order in {dt:.2f}s ({n / dt:,.0f} entries/s): OK")
-        bk.delete_ledger(lh.id)
+        bk.delete_ledger(lh.id, password=b"demo")
 
 
 if __name__ == "__main__":

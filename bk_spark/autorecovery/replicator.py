@@ -246,7 +246,7 @@ class LedgerReplicator:
         n = nbytes = 0
         for i in range(0, len(ids), COPY_BATCH):
             chunk = ids[i:i + COPY_BATCH]
-            got = fetch_entries(self.bk, md, codec, chunk)
+            got = fetch_entries(self.bk, md, codec, chunk, key)
             framed = [frame_entry(got[e].SerializeToString()) for e in chunk]
             sink.sent(len(chunk))
             client.send_batch(md.ledger_id, key, framed, chunk, sink, recovery=True)

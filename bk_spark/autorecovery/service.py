@@ -22,6 +22,7 @@ from bk_spark.autorecovery.underreplication import UnderReplicationManager
 from bk_spark.autorecovery.worker import ReplicationWorker
 from bk_spark.core.client import BookKeeper, BookKeeperConfig
 from bk_spark.errors import InvalidConfigError
+from bk_spark.security import ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +62,12 @@ class AutoRecoveryService:
 
     def __init__(self, metadata_service_uri: str, config: AutoRecoveryConfig | None = None, *,
                  identity: str | None = None, registry: CollectorRegistry | None = None,
-                 client_config: BookKeeperConfig | None = None) -> None:
+                 client_config: BookKeeperConfig | None = None,
+                 security: ClientSecurity | None = None) -> None:
+        """``security``: how the worker's client reaches secured bookies and ZooKeeper
+        (default: from the environment, as every client)."""
         self.config = config or AutoRecoveryConfig()
+        self.security = security
         self.uri = metadata_service_uri
         self.identity = identity or f"{socket.gethostname()}-{os.getpid()}"
         self.metrics = AutoRecoveryMetrics(registry)
@@ -75,7 +80,7 @@ class AutoRecoveryService:
         cfg = self.config
         if self._stop.is_set():
             return
-        self.bk = bk = BookKeeper(self.uri, self.client_config)
+        self.bk = bk = BookKeeper(self.uri, self.client_config, security=self.security)
         urm = UnderReplicationManager(bk.zk, bk.msu.root)
         passwords = tuple(dict.fromkeys((b"", *cfg.passwords)))
         replicator = LedgerReplicator(bk, passwords=passwords,

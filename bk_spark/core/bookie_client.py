@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import grpc
 
-from bk_spark.errors import BKError, BookieUnavailableError, error_for_code
+from bk_spark.errors import BKError, BookieUnavailableError, InvalidConfigError, error_for_code
 from bk_spark.proto import bookie_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -41,12 +41,29 @@ class AddSink(Protocol):
 
 @dataclass(frozen=True)
 class TlsOptions:
-    """Client-side TLS: trust this CA when talking to bookies."""
+    """Client-side TLS: trust this CA when talking to bookies and, for bookies started with
+    ``--tls-client-auth require`` (mutual TLS), present this certificate and key (PEM files;
+    the key is read when a channel opens and kept nowhere else)."""
 
     ca_cert: Path
+    cert: Path | None = None
+    key: Path | None = None
+
+    def __post_init__(self) -> None:
+        if (self.cert is None) != (self.key is None):
+            raise InvalidConfigError("a client certificate and its key go together "
+                                     "(tls cert and tls key)")
 
     def credentials(self) -> grpc.ChannelCredentials:
-        return grpc.ssl_channel_credentials(root_certificates=Path(self.ca_cert).read_bytes())
+        try:
+            return grpc.ssl_channel_credentials(
+                root_certificates=Path(self.ca_cert).read_bytes(),
+                private_key=Path(self.key).read_bytes() if self.key is not None else None,
+                certificate_chain=Path(self.cert).read_bytes() if self.cert is not None
+                else None)
+        except OSError as exc:
+            raise InvalidConfigError(f"cannot read a TLS file: {exc.filename}: "
+                                     f"{exc.strerror}") from None
 
 
 @dataclass(frozen=True)
@@ -361,12 +378,14 @@ class BookieClient:
         return resp
 
     def read_entries_future(self, ledger_id: int, entry_ids: Iterable[int],
-                            timeout: float | None = None, *, wait_for_ready: bool = False
-                            ) -> grpc.Future:
-        """Read ``entry_ids`` asynchronously. ``wait_for_ready``: while the channel is
-        down (reconnecting after a failure), wait for it within ``timeout`` instead of
-        failing at once."""
-        req = pb.ReadRequest(ledger_id=ledger_id, entry_ids=list(entry_ids))
+                            master_key: bytes, timeout: float | None = None, *,
+                            wait_for_ready: bool = False) -> grpc.Future:
+        """Read ``entry_ids`` asynchronously with the ledger's ``master_key`` (bookies
+        refuse reads without it). ``wait_for_ready``: while the channel is down
+        (reconnecting after a failure), wait for it within ``timeout`` instead of failing
+        at once."""
+        req = pb.ReadRequest(ledger_id=ledger_id, entry_ids=list(entry_ids),
+                             master_key=master_key)
         return self._read.future(req, timeout=timeout or self.config.read_timeout_s,
                                  wait_for_ready=wait_for_ready)
 
@@ -404,9 +423,12 @@ class BookieClient:
         _raise_for(resp, self.bookie_id)
         return resp
 
-    def delete_ledger(self, ledger_id: int) -> None:
+    def delete_ledger(self, ledger_id: int, master_key: bytes) -> None:
+        """Delete the ledger's data here; ``master_key`` must be the ledger's (or the
+        certificate an admin's)."""
         try:
-            resp = self._delete(pb.DeleteLedgerRequest(ledger_id=ledger_id),
+            resp = self._delete(pb.DeleteLedgerRequest(ledger_id=ledger_id,
+                                                       master_key=master_key),
                                 timeout=self.config.read_timeout_s)
         except grpc.RpcError as exc:
             raise unavailable(self.bookie_id, exc) from None

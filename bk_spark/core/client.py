@@ -6,11 +6,12 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bk_spark.allocator import tune_allocator
 from bk_spark.core.bookie_client import BookieClientPool, ClientConfig, TlsOptions
-from bk_spark.core.digest import DigestManager, master_key, password_digest
+from bk_spark.core.digest import DigestManager, check_password, master_key, password_digest
 from bk_spark.core.entry import EntryCodec
 from bk_spark.core.ledger import LedgerHandle
 from bk_spark.core.metadata import LedgerMetadata, LedgerState
@@ -26,6 +27,7 @@ from bk_spark.errors import (
 )
 from bk_spark.metadata_uri import parse_metadata_service_uri
 from bk_spark.registration import list_bookies
+from bk_spark.security import ClientSecurity
 from bk_spark.zk import connect_zk
 
 if TYPE_CHECKING:
@@ -75,17 +77,26 @@ class BookKeeper:
 
     def __init__(self, metadata_service_uri: str | None = None,
                  config: BookKeeperConfig | None = None, *,
-                 tls_ca_cert: str | None = None) -> None:
+                 tls_ca_cert: str | None = None,
+                 security: ClientSecurity | None = None) -> None:
+        """``security``: TLS files for bookies and ZooKeeper credentials (default: from the
+        environment, :meth:`ClientSecurity.from_env`); ``tls_ca_cert`` overrides its CA.
+        A ``config.client.tls`` given explicitly wins over both."""
         self.config = config or BookKeeperConfig()
+        security = ClientSecurity.from_env() if security is None else security
         if tls_ca_cert is not None:
-            from pathlib import Path
-
+            security = replace(security, tls_ca=tls_ca_cert)
+        if self.config.client.tls is None and security.tls_ca is not None:
             self.config = replace(self.config, client=replace(
-                self.config.client, tls=TlsOptions(Path(tls_ca_cert))))
+                self.config.client, tls=TlsOptions(
+                    Path(security.tls_ca),
+                    Path(security.tls_cert) if security.tls_cert else None,
+                    Path(security.tls_key) if security.tls_key else None)))
+        self.security = security
         if self.config.tune_allocator:
             tune_allocator()
         self.msu = parse_metadata_service_uri(metadata_service_uri)
-        self.zk = connect_zk(self.msu)
+        self.zk = connect_zk(self.msu, security=security.zk)
         self.metadata_store = LedgerMetadataStore(self.zk, self.msu.root)
         self.bookies = BookieClientPool(self.config.client)
         self._closed = False
@@ -139,13 +150,13 @@ class BookKeeper:
         """
         password = _as_bytes(password)
         md = self.metadata_store.read(ledger_id)
-        if md.value.password_digest != password_digest(password):
-            raise UnauthorizedError(f"wrong password for ledger {ledger_id}")
+        check_password(password, md.value.password_digest, ledger_id)
         codec = self._codec(md.value, password)
+        key = master_key(password)
         if recovery:
-            md = recover_ledger(self, md, codec, master_key(password))
-            return ReadHandle(self, md, codec)
-        rh = ReadHandle(self, md, codec)
+            md = recover_ledger(self, md, codec, key)
+            return ReadHandle(self, md, codec, key)
+        rh = ReadHandle(self, md, codec, key)
         if not rh.is_closed:
             rh.read_last_add_confirmed()
         return rh
@@ -164,15 +175,23 @@ class BookKeeper:
         """Ids of all ledgers, ascending."""
         return iter(self.metadata_store.list_ledgers())
 
-    def delete_ledger(self, ledger_id: int) -> None:
-        """Delete a ledger: its data on every bookie that holds it, then its metadata."""
+    def delete_ledger(self, ledger_id: int, password: bytes = b"") -> None:
+        """Delete a ledger: its data on every bookie that holds it, then its metadata.
+
+        ``password`` must be the ledger's: each bookie checks the master key derived from it
+        (or an admin certificate) before deleting, and this client checks it first."""
+        password = _as_bytes(password)
         md = self.metadata_store.read(ledger_id)
+        check_password(password, md.value.password_digest, ledger_id)
+        key = master_key(password)
         bookies = {b for _first, ens in md.value.ensembles for b in ens}
         for b in sorted(bookies):
             try:
-                self.bookies.get(b).delete_ledger(ledger_id)
+                self.bookies.get(b).delete_ledger(ledger_id, key)
             except NoSuchLedgerError:
                 pass
+            except UnauthorizedError:
+                raise  # the bookie holds another key (or refuses this identity): keep all
             except BKError as exc:  # a down bookie's copy is orphaned; its GC cannot know
                 log.warning("ledger %d: could not delete its data on %s: %s", ledger_id, b, exc)
         self.metadata_store.delete(ledger_id)
@@ -207,16 +226,17 @@ class BookKeeper:
 
         return log.log_metadata(self, name)
 
-    def truncate_log(self, name: str, before: Any) -> list[int]:
-        """Drop the whole ledgers of ``name`` before position ``before``; reclaim their space."""
+    def truncate_log(self, name: str, before: Any, password: bytes = b"") -> list[int]:
+        """Drop the whole ledgers of ``name`` before position ``before``; reclaim their space
+        (``password``: the log's ledgers')."""
         from bk_spark.core import log
 
-        return log.truncate_log(self, name, before)
+        return log.truncate_log(self, name, before, _as_bytes(password))
 
-    def delete_log(self, name: str) -> list[int]:
+    def delete_log(self, name: str, password: bytes = b"") -> list[int]:
         from bk_spark.core import log
 
-        return log.delete_log(self, name)
+        return log.delete_log(self, name, _as_bytes(password))
 
     def _codec(self, md: LedgerMetadata, password: bytes) -> EntryCodec:
         return EntryCodec(md.ledger_id, DigestManager(md.digest_type, password))

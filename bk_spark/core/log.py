@@ -88,6 +88,7 @@ from bk_spark.errors import (
     LogTruncatedError,
     MetadataVersionError,
     NoSuchLedgerError,
+    UnauthorizedError,
 )
 
 if TYPE_CHECKING:
@@ -282,11 +283,15 @@ def _describe_ledger(bk: BookKeeper, ledger_id: int, password: bytes
     return last, entry_timestamp(entry.payload)
 
 
-def _delete_ledger_quietly(bk: BookKeeper, ledger_id: int) -> None:
+def _delete_ledger_quietly(bk: BookKeeper, ledger_id: int, password: bytes) -> None:
+    """Delete a ledger, logging (not raising) a failure, except a wrong password: that one
+    the caller can act on, and a run again with the right one finishes the job."""
     try:
-        bk.delete_ledger(ledger_id)
+        bk.delete_ledger(ledger_id, password)
     except NoSuchLedgerError:
         pass
+    except UnauthorizedError:
+        raise
     except BKError as exc:
         log.warning("ledger %d: could not delete it: %s", ledger_id, exc)
 
@@ -737,7 +742,7 @@ class LogWriter:
         except BKError:
             return  # cannot tell: keep it (an orphan is safe, a listed deleted ledger not)
         if listed is None:
-            _delete_ledger_quietly(self._bk, ledger_id)
+            _delete_ledger_quietly(self._bk, ledger_id, self.config.password)
 
     def _close_ledger(self, lh: LedgerHandle) -> None:
         try:
@@ -895,10 +900,10 @@ def _take_over_from(bk: BookKeeper, name: str, config: LogWriterConfig,
                               make_change=make_change, current=current, max_attempts=1)
     except MetadataVersionError:
         log.info("log %r: lost the CAS taking over the log; starting again", name)
-        _delete_ledger_quietly(bk, lh.id)
+        _delete_ledger_quietly(bk, lh.id, config.password)
         return None
     except LogNotFoundError:
-        _delete_ledger_quietly(bk, lh.id)
+        _delete_ledger_quietly(bk, lh.id, config.password)
         raise
     return lh, written, first_ts[0] or max(now_ms(), written.value.max_known_ts_ms)
 
@@ -1185,8 +1190,10 @@ def update_log_properties(bk: BookKeeper, name: str, update: PropertiesUpdate
     return dict(md.value.properties)
 
 
-def truncate_log(bk: BookKeeper, name: str, before: Position) -> list[int]:
-    """Drop the whole ledgers entirely before ``before``'s ledger, then delete them.
+def truncate_log(bk: BookKeeper, name: str, before: Position, password: bytes = b""
+                 ) -> list[int]:
+    """Drop the whole ledgers entirely before ``before``'s ledger, then delete them
+    (``password``: the ledgers', which their bookies check before deleting data).
 
     The ledger list is changed first (CAS), so no reader is sent to a deleted ledger; then
     each dropped ledger is deleted from its bookies and the metadata store, reclaiming its
@@ -1211,13 +1218,14 @@ def truncate_log(bk: BookKeeper, name: str, before: Position) -> list[int]:
     _update_log(bk, name, needs_change=lambda m: m.first_index < target,
                 make_change=lambda m: m.truncated(target))
     for lid in dropped:
-        _delete_ledger_quietly(bk, lid)
+        _delete_ledger_quietly(bk, lid, password)
     log.info("log %r: truncated %d ledgers before ledger #%d", name, len(dropped), target)
     return dropped
 
 
-def delete_log(bk: BookKeeper, name: str) -> list[int]:
-    """Delete log ``name`` and all its ledgers; returns the ledger ids deleted.
+def delete_log(bk: BookKeeper, name: str, password: bytes = b"") -> list[int]:
+    """Delete log ``name`` and all its ledgers (``password``: theirs); returns the ledger ids
+    deleted.
 
     First a CAS marks the log as being deleted (a writer's next CAS fails with
     :class:`LogNotFoundError`), then every ledger is deleted, then the znodes. Interrupted,
@@ -1228,7 +1236,7 @@ def delete_log(bk: BookKeeper, name: str) -> list[int]:
                      make_change=lambda m: m.marked_deleting(), allow_deleting=True).value
     ledgers = [r.ledger_id for r in _all_ledgers(store, name, md)]
     for lid in ledgers:
-        _delete_ledger_quietly(bk, lid)
+        _delete_ledger_quietly(bk, lid, password)
     store.delete_tree(name)
     return ledgers
 
@@ -1383,5 +1391,5 @@ def _commit_from(bk: BookKeeper, store: LogMetadataStore, name: str,
     if not (made and written.value == made[-1]) and not present(written.value):
         return CommitResult(False, written.value)  # another commit of the same txn id won
     for lid in dropped:
-        _delete_ledger_quietly(bk, lid)
+        _delete_ledger_quietly(bk, lid, password)
     return CommitResult(True, written.value, dropped)

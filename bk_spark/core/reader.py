@@ -31,6 +31,7 @@ from bk_spark.errors import (
     NoSuchEntryError,
     NoSuchLedgerError,
     ReadPastLacError,
+    UnauthorizedError,
 )
 from bk_spark.proto import bookie_pb2 as pb
 
@@ -41,7 +42,7 @@ READ_BATCH = 1000  # entries per request to one bookie
 
 
 def fetch_entries(bk: BookKeeper, md: LedgerMetadata, codec: EntryCodec,
-                  entry_ids: Sequence[int]) -> dict[int, pb.Entry]:
+                  entry_ids: Sequence[int], master_key: bytes) -> dict[int, pb.Entry]:
     """Read ``entry_ids`` (verified) from their write sets, failing over per entry.
 
     Each entry is asked of the bookies of its write set in turn (one ``ReadEntries`` per
@@ -52,6 +53,9 @@ def fetch_entries(bk: BookKeeper, md: LedgerMetadata, codec: EntryCodec,
     connection (a bookie restarting, a channel in reconnect backoff, a slow handshake),
     each with an equal share of the time left: a live bookie is never declared unable to
     serve before the operation's own timeout. Errors carry every copy's reason.
+
+    Every request carries the ledger's ``master_key``: bookies refuse reads without it. A
+    wrong key is refused by every bookie alike, so it raises at once (no fail-over).
     """
     E, Qw = md.ensemble_size, md.write_quorum_size
     deadline = time.monotonic() + bk.config.client.read_timeout_s
@@ -85,7 +89,7 @@ def fetch_entries(bk: BookKeeper, md: LedgerMetadata, codec: EntryCodec,
             for i in range(0, len(ids), READ_BATCH):
                 chunk = ids[i:i + READ_BATCH]
                 calls.append((bookie, chunk, client.read_entries_future(
-                    md.ledger_id, chunk, timeout, wait_for_ready=shares > 0)))
+                    md.ledger_id, chunk, master_key, timeout, wait_for_ready=shares > 0)))
         for bookie, chunk, fut in calls:
             try:
                 try:
@@ -98,6 +102,8 @@ def fetch_entries(bk: BookKeeper, md: LedgerMetadata, codec: EntryCodec,
                     problems[e].append(f"{bookie}: no such ledger")
                     attempt[e] += 1
                 continue
+            except UnauthorizedError as exc:
+                raise UnauthorizedError(f"ledger {md.ledger_id}: {exc}") from None
             except BKError as exc:
                 for e in chunk:
                     problems[e].append(f"{bookie}: {exc}")
@@ -139,11 +145,12 @@ def _no_good_copy(ledger_id: int, entry_id: int, problems: list[str]) -> BKError
 class ReadHandle:
     """A ledger opened for reading: closed/recovered, or open without fencing."""
 
-    def __init__(self, bk: BookKeeper, md: Versioned[LedgerMetadata], codec: EntryCodec
-                 ) -> None:
+    def __init__(self, bk: BookKeeper, md: Versioned[LedgerMetadata], codec: EntryCodec,
+                 master_key: bytes) -> None:
         self._bk = bk
         self._md = md
         self._codec = codec
+        self._master_key = master_key
         self.id = md.value.ledger_id
         m = md.value
         self._lac = m.last_entry_id if m.state == LedgerState.CLOSED else -1
@@ -177,7 +184,8 @@ class ReadHandle:
         lid = self.id
         for lo in range(first, last + 1, batch_size):
             hi = min(lo + batch_size - 1, last)
-            got = fetch_entries(self._bk, self._md.value, self._codec, range(lo, hi + 1))
+            got = fetch_entries(self._bk, self._md.value, self._codec, range(lo, hi + 1),
+                                self._master_key)
             for e in range(lo, hi + 1):
                 yield LedgerEntry(lid, e, got[e].payload)
 

@@ -207,7 +207,8 @@ def _read_forward(bk: BookKeeper, md: Versioned[LedgerMetadata], codec: EntryCod
             ens = m.ensemble_for(e)
             for idx in write_set(e, E, Qw):
                 per_bookie[(idx, ens[idx])].append(e)
-        calls = [(idx, b, es, bk.bookies.get(b).read_entries_future(m.ledger_id, es))
+        calls = [(idx, b, es, bk.bookies.get(b).read_entries_future(m.ledger_id, es,
+                                                                     master_key))
                  for (idx, b), es in per_bookie.items()]
         for idx, b, es, fut in calls:
             pos_of = {e: write_set(e, E, Qw).index(idx) for e in es}

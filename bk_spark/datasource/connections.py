@@ -13,18 +13,20 @@ import os
 import threading
 
 from bk_spark.core.client import BookKeeper
+from bk_spark.security import ClientSecurity
 
 _lock = threading.Lock()
-_clients: dict[tuple[int, str], BookKeeper] = {}
+_clients: dict[tuple[int, str, ClientSecurity | None], BookKeeper] = {}
 
 
-def client(uri: str) -> BookKeeper:
-    """The process's client for ``uri`` (opened on first use)."""
-    key = (os.getpid(), uri)
+def client(uri: str, security: ClientSecurity | None = None) -> BookKeeper:
+    """The process's client for ``uri`` with ``security`` (TLS files, ZooKeeper credentials;
+    None: from the environment), opened on first use."""
+    key = (os.getpid(), uri, security)
     with _lock:
         bk = _clients.get(key)
         if bk is None or bk._closed:
-            bk = BookKeeper(uri)
+            bk = BookKeeper(uri, security=security)
             _clients[key] = bk
         return bk
 
@@ -32,7 +34,7 @@ def client(uri: str) -> BookKeeper:
 def close_all() -> None:
     """Close this process's clients (e.g. before the cluster goes away)."""
     with _lock:
-        mine = [bk for (pid, _uri), bk in _clients.items() if pid == os.getpid()]
+        mine = [bk for (pid, _uri, _sec), bk in _clients.items() if pid == os.getpid()]
         _clients.clear()
     for bk in mine:
         try:

@@ -37,7 +37,20 @@ option                     used    meaning (default)
                                    this many input partitions.
 ``includePositions``       read    arrow logs: add ``log, ledger_id, entry_id, timestamp``
                                    columns after the stored ones. (``false``)
-``password``               all     ledger password (``""``).
+``password``               all     ledger password (``""``). Spark redacts it in plans,
+                                   the UI and the event log (``spark.redaction.regex``).
+``passwordFile``           all     a file holding the ledger password (driver side).
+``tlsCaCert``              all     PEM CA of the bookies' certificates: TLS to bookies
+                                   (env ``BK_TLS_CA``).
+``tlsCert``, ``tlsKey``    all     PEM client certificate and private key files for
+                                   bookies that require one (mutual TLS); every executor
+                                   reads them (env ``BK_TLS_CERT``/``BK_TLS_KEY``).
+``zkAuthSecret``           all     ZooKeeper digest credentials ``user:password``
+                                   (redacted by Spark; env ``BK_ZK_AUTH``).
+``zkAuthSecretFile``       all     a file holding them (driver side; env
+                                   ``BK_ZK_AUTH_FILE``).
+``zkTlsCaCert``            all     PEM CA of ZooKeeper's ``secureClientPort``: TLS to
+                                   ZooKeeper (``zkTlsCert``/``zkTlsKey``: a client cert).
 ``ensembleSize``           write   bookies per new ledger (3).
 ``writeQuorumSize``        write   copies of each entry (2).
 ``ackQuorumSize``          write   acknowledgements awaited per entry (2).
@@ -68,6 +81,7 @@ from typing import Literal
 from bk_spark.core.log_format import validate_log_name
 from bk_spark.errors import InvalidConfigError
 from bk_spark.metadata_uri import parse_metadata_service_uri
+from bk_spark.security import ClientSecurity, ZkSecurity, read_secret_file
 
 EntryFormat = Literal["raw", "arrow"]
 ENTRY_FORMATS: tuple[str, ...] = ("raw", "arrow")
@@ -75,7 +89,9 @@ ENTRY_FORMATS: tuple[str, ...] = ("raw", "arrow")
 #: A log's start or end: "earliest", "latest" or (ledger id, entry id).
 Bound = str | tuple[int, int]
 
-_COMMON = ("metadataServiceUri", "log", "password", "path")
+_SECURITY = ("passwordFile", "tlsCaCert", "tlsCert", "tlsKey", "zkAuthSecret",
+             "zkAuthSecretFile", "zkTlsCaCert", "zkTlsCert", "zkTlsKey")
+_COMMON = ("metadataServiceUri", "log", "password", "path") + _SECURITY
 _READ = ("ledgers", "startingOffsets", "startingTimestamp", "minPartitions",
          "includePositions", "failOnDataLoss")
 _BATCH_READ = ("endingOffsets",)
@@ -168,6 +184,48 @@ def _uri(options: Mapping[str, str]) -> str:
         raise _fail("metadataServiceUri", str(exc)) from None
 
 
+def _password(options: Mapping[str, str]) -> bytes:
+    """The ledger password: ``password`` or the content of ``passwordFile``."""
+    value, path = _get(options, "password"), _get(options, "passwordFile")
+    if value and path:
+        raise _fail("passwordFile", "give either password or passwordFile, not both")
+    if path:
+        try:
+            return read_secret_file(path, "the ledger password").encode()
+        except InvalidConfigError as exc:
+            raise _fail("passwordFile", str(exc)) from None
+    return (value or "").encode()
+
+
+def _security(options: Mapping[str, str]) -> ClientSecurity:
+    """TLS files and ZooKeeper credentials: the options, else the environment's
+    (:meth:`ClientSecurity.from_env`). A secret is never quoted in an error."""
+    got = {n: _get(options, n) or None for n in _SECURITY[1:]}
+    if not any(got.values()):
+        return ClientSecurity.from_env()
+    for cert, key, ca in (("tlsCert", "tlsKey", "tlsCaCert"),
+                          ("zkTlsCert", "zkTlsKey", "zkTlsCaCert")):
+        if (got[cert] is None) != (got[key] is None):
+            given = cert if got[cert] else key
+            raise _fail(given, f"{cert} and {key} go together (a certificate and its key)")
+        if got[cert] and not got[ca]:
+            raise _fail(cert, f"a client certificate needs {ca} too")
+    if got["zkAuthSecret"] and got["zkAuthSecretFile"]:
+        raise _fail("zkAuthSecretFile", "give either zkAuthSecret or zkAuthSecretFile")
+    option = "zkAuthSecretFile" if got["zkAuthSecretFile"] else "zkAuthSecret"
+    try:
+        digest = got["zkAuthSecret"]
+        if got["zkAuthSecretFile"]:
+            digest = read_secret_file(got["zkAuthSecretFile"],
+                                      "ZooKeeper credentials user:password")
+        zk = ZkSecurity(digest=digest, tls_ca=got["zkTlsCaCert"], tls_cert=got["zkTlsCert"],
+                        tls_key=got["zkTlsKey"])
+    except InvalidConfigError as exc:
+        raise _fail(option, str(exc)) from None
+    return ClientSecurity(tls_ca=got["tlsCaCert"], tls_cert=got["tlsCert"],
+                          tls_key=got["tlsKey"], zk=zk)
+
+
 def _logs(options: Mapping[str, str], required: bool, single: bool) -> tuple[str, ...]:
     raw = _get(options, "log")
     option = "log"
@@ -247,7 +305,8 @@ class ReadOptions:
     uri: str
     logs: tuple[str, ...] = ()
     ledger_ids: tuple[int, ...] = ()
-    password: bytes = b""
+    password: bytes = field(default=b"", repr=False)
+    security: ClientSecurity = field(default_factory=ClientSecurity)
     starting: dict[str, Bound] = field(default_factory=dict)
     ending: dict[str, Bound] = field(default_factory=dict)
     starting_timestamp_ms: int | None = None
@@ -299,7 +358,7 @@ class ReadOptions:
                                                 f"maxEntriesPerTrigger {max_entries}")
         return cls(
             uri=_uri(options), logs=logs, ledger_ids=ledger_ids,
-            password=(_get(options, "password") or "").encode(),
+            password=_password(options), security=_security(options),
             starting=starting, ending=ending, starting_timestamp_ms=ts,
             min_partitions=_int(options, "minPartitions"),
             include_positions=_bool(options, "includePositions", False),
@@ -318,7 +377,8 @@ class WriteOptions:
 
     uri: str
     log: str
-    password: bytes = b""
+    password: bytes = field(default=b"", repr=False)
+    security: ClientSecurity = field(default_factory=ClientSecurity)
     ensemble_size: int = 3
     write_quorum_size: int = 2
     ack_quorum_size: int = 2
@@ -348,7 +408,7 @@ class WriteOptions:
             raise _fail("sinkId", "a streaming sink needs an identity for exactly-once "
                                   "commits: set checkpointLocation (or sinkId)")
         return cls(uri=_uri(options), log=log_name,
-                   password=(_get(options, "password") or "").encode(),
+                   password=_password(options), security=_security(options),
                    ensemble_size=e, write_quorum_size=qw, ack_quorum_size=qa,
                    entry_format=fmt,  # type: ignore[arg-type]
                    sink_id=sink_id)

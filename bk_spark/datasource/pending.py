@@ -67,11 +67,12 @@ def claim(bk: BookKeeper, log_name: str, ledger_ids: list[int]) -> list[int]:
     return won
 
 
-def discard(bk: BookKeeper, log_name: str, ledger_ids: list[int]) -> None:
-    """Delete ledgers that will never be in the log (and their znodes)."""
+def discard(bk: BookKeeper, log_name: str, ledger_ids: list[int], password: bytes) -> None:
+    """Delete ledgers that will never be in the log (and their znodes); ``password``: the
+    ledgers' (bookies check it before deleting)."""
     for lid in ledger_ids:
         try:
-            bk.delete_ledger(lid)
+            bk.delete_ledger(lid, password)
         except NoSuchLedgerError:
             pass
         except BKError as exc:
@@ -81,7 +82,8 @@ def discard(bk: BookKeeper, log_name: str, ledger_ids: list[int]) -> None:
         claim(bk, log_name, [lid])
 
 
-def sweep(bk: BookKeeper, log_name: str, *, attempt: str, txn_key: str | None) -> list[int]:
+def sweep(bk: BookKeeper, log_name: str, *, attempt: str, txn_key: str | None,
+          password: bytes) -> list[int]:
     """Claim and delete the pending ledgers of ``attempt`` and of sink ``txn_key``; returns
     their ids."""
     path = _dir(bk, log_name)
@@ -101,5 +103,5 @@ def sweep(bk: BookKeeper, log_name: str, *, attempt: str, txn_key: str | None) -
                                              rec.get("txn") == txn_key):
             doomed.append(lid)
     swept = claim(bk, log_name, doomed)
-    discard(bk, log_name, swept)
+    discard(bk, log_name, swept, password)
     return swept

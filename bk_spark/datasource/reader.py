@@ -55,7 +55,7 @@ class BookKeeperBatchReader(DataSourceReader):
         """Slices of every log (or ledger) read, packed into partitions. Runs after
         ``pushFilters`` but after the reader was pickled for the tasks: keeps no state."""
         o = self.options
-        bk = connections.client(o.uri)
+        bk = connections.client(o.uri, o.security)
         c = self.spec.constraints
         if o.ledger_ids:
             slices = ledger_slices(bk, o.ledger_ids, o.password, c)

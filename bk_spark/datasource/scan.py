@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
@@ -23,6 +23,7 @@ from bk_spark.datasource.filters import Constraints
 from bk_spark.datasource.formats import conform, unpack_arrow
 from bk_spark.datasource.planning import ScanPartition, Slice
 from bk_spark.errors import LogFormatError, LogTruncatedError, NoSuchLedgerError
+from bk_spark.security import ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,8 @@ class ScanSpec:
     """Everything a task needs besides its partition (plain, picklable data)."""
 
     uri: str
-    password: bytes
+    password: bytes = field(repr=False)
+    security: ClientSecurity
     entry_format: str  # "raw" | "arrow"
     schema: pa.Schema  # what Spark expects, exactly
     stored_schema: pa.Schema | None  # arrow: the stored columns
@@ -50,7 +52,7 @@ def read_partition(spec: ScanSpec, partition: InputPartition) -> Iterator[pa.Rec
     """The rows of ``partition`` (an empty partition, ``InputPartition(None)``, has none)."""
     if not isinstance(partition, ScanPartition):
         return
-    bk = connections.client(spec.uri)
+    bk = connections.client(spec.uri, spec.security)
     for s in partition.slices:
         try:
             rh = bk.open_ledger(s.ledger_id, spec.password, recovery=False)

@@ -49,7 +49,7 @@ def resolve_read_format(o: ReadOptions) -> ReadFormat:
     """The format and schema of the logs read (all must agree); ledgers read raw."""
     if o.ledger_ids:
         return ReadFormat("raw", None, read_schema("raw", None, False))
-    bk = connections.client(o.uri)
+    bk = connections.client(o.uri, o.security)
     found: dict[str, tuple[str, str | None]] = {}
     for name in o.logs:
         try:
@@ -76,7 +76,7 @@ def scan_spec(o: ReadOptions, rf: ReadFormat) -> ScanSpec:
         # Timestamps never decrease along a log: starting at a time is timestamp >= it.
         ts = ts.and_range(o.starting_timestamp_ms * 1000, ts.hi)
     return ScanSpec(
-        uri=o.uri, password=o.password, entry_format=rf.entry_format,
+        uri=o.uri, password=o.password, security=o.security, entry_format=rf.entry_format,
         schema=arrow_schema(rf.schema),
         stored_schema=arrow_schema(rf.stored) if rf.stored is not None else None,
         include_positions=o.include_positions or rf.entry_format == "raw",

@@ -77,7 +77,7 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     # ------------------------------------------------------------------ offsets
     def _bk(self) -> BookKeeper:
-        return connections.client(self.options.uri)
+        return connections.client(self.options.uri, self.options.security)
 
     def initialOffset(self) -> dict:
         o = self.options

@@ -147,7 +147,7 @@ def format_properties(o: WriteOptions, fmt: str, schema: StructType, overwrite: 
 def write_task(o: WriteOptions, attempt: str, txn_key: str | None,
                batches: Iterator[pa.RecordBatch]) -> LedgerWritten:
     """One task: rows -> entries of one new ledger, closed; returns its commit message."""
-    bk = connections.client(o.uri)
+    bk = connections.client(o.uri, o.security)
     md = _metadata(bk, o.log)
     fmt = decide_format(o, md)
     ts_floor = md.max_known_ts_ms if md is not None else 0
@@ -189,7 +189,7 @@ def write_task(o: WriteOptions, attempt: str, txn_key: str | None,
         lh.close()
     except BaseException:
         if lh is not None:
-            pending.discard(bk, o.log, [lh.id])
+            pending.discard(bk, o.log, [lh.id], o.password)
         raise
     return LedgerWritten(lh.id, lh.last_add_confirmed, first_ts, last_ts, rows, fmt)
 
@@ -202,12 +202,12 @@ def commit_batch(o: WriteOptions, attempt: str, schema: StructType, overwrite: b
                  batch_id: int | None) -> bool:
     """Add the ledgers of ``messages`` to the log in one CAS (see the module docstring);
     False if ``batch_id`` was already committed (its ledgers are deleted)."""
-    bk = connections.client(o.uri)
+    bk = connections.client(o.uri, o.security)
     written = [m for m in messages if isinstance(m, LedgerWritten) and m.ledger_id is not None]
     ids = [m.ledger_id for m in written if m.ledger_id is not None]
     claimed = pending.claim(bk, o.log, ids)
     if len(claimed) != len(ids):
-        pending.discard(bk, o.log, ids)
+        pending.discard(bk, o.log, ids, o.password)
         raise LogOwnershipLostError(
             f"log {o.log!r}: ledgers {sorted(set(ids) - set(claimed))} of this batch were "
             f"deleted by another instance of the same sink: this query instance is a "
@@ -225,17 +225,17 @@ def commit_batch(o: WriteOptions, attempt: str, schema: StructType, overwrite: b
             properties=format_properties(o, fmt, schema, overwrite), replace=overwrite,
             password=o.password)
     except BaseException:
-        _discard_unlisted(bk, o.log, ids)
+        _discard_unlisted(bk, o.log, ids, o.password)
         raise
     if not result.committed:
         log.info("log %r: batch %s of this sink was already committed; deleting its %d "
                  "duplicate ledger(s)", o.log, batch_id, len(ids))
-        pending.discard(bk, o.log, ids)
-    pending.sweep(bk, o.log, attempt=attempt, txn_key=txn_key)
+        pending.discard(bk, o.log, ids, o.password)
+    pending.sweep(bk, o.log, attempt=attempt, txn_key=txn_key, password=o.password)
     return result.committed
 
 
-def _discard_unlisted(bk: BookKeeper, name: str, ids: list[int]) -> None:
+def _discard_unlisted(bk: BookKeeper, name: str, ids: list[int], password: bytes) -> None:
     """After a failed commit: delete the ledgers unless the log lists them after all (a
     CAS whose answer was lost may have succeeded); if that cannot be told, keep them (an
     orphan is safe, a listed ledger deleted is not)."""
@@ -245,16 +245,16 @@ def _discard_unlisted(bk: BookKeeper, name: str, ids: list[int]) -> None:
     except BKError:
         return
     listed = {lid for lid in ids if md is not None and md.find_in_tail(lid) is not None}
-    pending.discard(bk, name, [lid for lid in ids if lid not in listed])
+    pending.discard(bk, name, [lid for lid in ids if lid not in listed], password)
 
 
 def abort_batch(o: WriteOptions, attempt: str, messages: list[WriterCommitMessage | None]
                 ) -> None:
-    bk = connections.client(o.uri)
+    bk = connections.client(o.uri, o.security)
     ids = [m.ledger_id for m in messages
            if isinstance(m, LedgerWritten) and m.ledger_id is not None]
-    pending.discard(bk, o.log, ids)
-    pending.sweep(bk, o.log, attempt=attempt, txn_key=None)
+    pending.discard(bk, o.log, ids, o.password)
+    pending.sweep(bk, o.log, attempt=attempt, txn_key=None, password=o.password)
 
 
 def _new_attempt() -> str:
@@ -270,7 +270,7 @@ class BookKeeperBatchWriter(DataSourceArrowWriter):
         self.overwrite = overwrite
         self.attempt = _new_attempt()
         # Fail on the driver, before any task, if the rows cannot go into the log.
-        md = _metadata(connections.client(options.uri), options.log)
+        md = _metadata(connections.client(options.uri, options.security), options.log)
         fmt = decide_format(options, None if overwrite else md)
         check_schema(options, fmt, schema, md, overwrite)
 

@@ -612,7 +612,7 @@ class _ScheduleRun:
                 self.event(f"fenced ledger {lid} of {p.tag}: closed at "
                            f"{rh.last_add_confirmed}")
                 if delete:
-                    checker.retrying(lambda: bk.delete_ledger(lid), 10.0)
+                    checker.retrying(lambda: bk.delete_ledger(lid, PASSWORD), 10.0)
                     self.fenced[lid] = FencedLedger(lid, rh.last_add_confirmed, deleted=True)
                     self.event(f"deleted ledger {lid} of {p.tag}")
             else:
@@ -640,7 +640,7 @@ class _ScheduleRun:
         self._wrong_password(ledgers[-1])
 
     def _wrong_password(self, lid: int) -> None:
-        """A client with the wrong password can neither open, fence nor add."""
+        """A client with the wrong password can neither open, fence, read, add nor delete."""
         bk = client(self.cluster.uri)
         refused, accepted = 0, []
         try:
@@ -662,7 +662,12 @@ class _ScheduleRun:
                     ("fence", lambda bc=bc: bc.fence(lid, wrong)),
                     ("fencing read", lambda bc=bc: bc.read_entries(
                         lid, entry_ids=[0], fence=True, master_key=wrong)),
+                    ("read", lambda bc=bc: bc.read_entries(
+                        lid, entry_ids=[0], master_key=wrong)),
+                    ("read without a key", lambda bc=bc: bc.read_entries(
+                        lid, entry_ids=[0])),
                     ("add", lambda bc=bc: _add_sync(bc, lid, wrong)),
+                    ("delete", lambda bc=bc: bc.delete_ledger(lid, wrong)),
                 ]
                 for what, op in attempts:
                     try:
@@ -794,12 +799,12 @@ class _ScheduleRun:
                 logs.append(self.spark.dst)
             for name in logs:
                 try:
-                    delete_log(bk, name)
+                    delete_log(bk, name, PASSWORD)
                 except BKError:
                     pass
             for lid in self._all_ledgers():
                 try:
-                    bk.delete_ledger(lid)
+                    bk.delete_ledger(lid, PASSWORD)
                 except BKError:
                     pass
         finally:

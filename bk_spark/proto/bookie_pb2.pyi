@@ -155,10 +155,12 @@ class FenceResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., message: _Optional[str] = ..., lac: _Optional[int] = ..., last_entry: _Optional[int] = ...) -> None: ...
 
 class DeleteLedgerRequest(_message.Message):
-    __slots__ = ("ledger_id",)
+    __slots__ = ("ledger_id", "master_key")
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    MASTER_KEY_FIELD_NUMBER: _ClassVar[int]
     ledger_id: int
-    def __init__(self, ledger_id: _Optional[int] = ...) -> None: ...
+    master_key: bytes
+    def __init__(self, ledger_id: _Optional[int] = ..., master_key: _Optional[bytes] = ...) -> None: ...
 
 class DeleteLedgerResponse(_message.Message):
     __slots__ = ("status", "message")

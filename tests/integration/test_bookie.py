@@ -106,7 +106,7 @@ def test_every_acknowledged_entry_survives_kill_9_and_restart(one_bookie) -> Non
         ids = sorted(snapshot)
         got: dict[int, bytes] = {}
         for i in range(0, len(ids), 1000):
-            resp = fresh.read_entries(7, entry_ids=ids[i:i + 1000])
+            resp = fresh.read_entries(7, entry_ids=ids[i:i + 1000], master_key=KEY)
             got.update({e.entry_id: e.payload for e in resp.entries})
         lost = [e for e in ids if got.get(e) != snapshot[e]]
         assert lost == [], f"{len(lost)} acknowledged entries lost or changed, e.g. {lost[:5]}"
@@ -127,7 +127,7 @@ def test_fencing_survives_restart_and_recovery_adds_still_accepted(one_bookie) -
         [err] = add_sync(again, 3, [entry(3, 10)])
         assert isinstance(err, LedgerFencedError)
         assert add_sync(again, 3, [entry(3, 10)], recovery=True) == [None]
-        resp = again.read_entries(3, first_entry=0, last_entry=10)
+        resp = again.read_entries(3, first_entry=0, last_entry=10, master_key=KEY)
         assert [e.entry_id for e in resp.entries] == list(range(11))
         assert resp.fenced
     finally:
@@ -172,7 +172,7 @@ def test_typed_errors_and_the_bookie_keeps_serving_other_clients(one_bookie) -> 
         assert resp.status == pb.INVALID_REQUEST
         # other clients are still served
         assert add_sync(other, 1, [entry(1, 1)]) == [None]
-        got = other.read_entries(1, first_entry=0, last_entry=1)
+        got = other.read_entries(1, first_entry=0, last_entry=1, master_key=KEY)
         assert [e.entry_id for e in got.entries] == [0, 1]
         assert other.info().bookie_id == b.bookie_id
     finally:
@@ -227,7 +227,7 @@ def test_deleting_ledgers_shrinks_the_data_directory_after_gc(cluster_factory) -
         before = du(b.data_dir)
         assert du(b.data_dir / "ledgers") > data
         for ledger in range(1, 8):
-            client.delete_ledger(ledger)
+            client.delete_ledger(ledger, KEY)
         # The journal's preallocated files keep their size; the entry logs must go.
         target = before - 0.7 * (7 / 8) * data
         deadline = time.monotonic() + 30
@@ -237,7 +237,7 @@ def test_deleting_ledgers_shrinks_the_data_directory_after_gc(cluster_factory) -
         assert du(b.data_dir / "ledgers") < 0.4 * data
         with pytest.raises(NoSuchLedgerError):
             client.read_entries(3, first_entry=0, last_entry=0)
-        kept = client.read_entries(8, first_entry=0, last_entry=47)
+        kept = client.read_entries(8, first_entry=0, last_entry=47, master_key=KEY)
         assert [e.payload for e in kept.entries] == [payload] * 48
     finally:
         client.close()
@@ -265,7 +265,7 @@ def test_readonly_bookie_refuses_adds_serves_reads_and_registers_as_readonly(
                 break
             time.sleep(0.5)
         assert isinstance(err, ReadOnlyError)
-        got = client.read_entries(5, first_entry=0, last_entry=0)
+        got = client.read_entries(5, first_entry=0, last_entry=0, master_key=KEY)
         assert got.entries[0].payload == big
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:

@@ -41,10 +41,12 @@ def payload(i: int) -> bytes:
     return f"entry-{i}".encode() * 20
 
 
-def held_entries(bookie: str, ledger_id: int, ids: list[int]) -> list[int]:
+def held_entries(bookie: str, ledger_id: int, ids: list[int], password: bytes = b""
+                 ) -> list[int]:
     c = BookieClient(bookie)
     try:
-        return [e.entry_id for e in c.read_entries(ledger_id, entry_ids=ids).entries]
+        return [e.entry_id for e in c.read_entries(ledger_id, entry_ids=ids,
+                                                   master_key=master_key(password)).entries]
     except NoSuchLedgerError:
         return []
     finally:
@@ -166,12 +168,12 @@ def test_fencing_example_entry_12_partially_written(cluster, bk) -> None:
     c.add_entry(lh.id, master_key(b"pw"), e12, lambda err: done.set())
     assert done.wait(10)
     c.close()
-    assert held_entries(second, lh.id, [12]) == []
+    assert held_entries(second, lh.id, [12], b"pw") == []
 
     rh = bk.open_ledger(lh.id, password=b"pw")  # recovery open
     assert rh.metadata.state == LedgerState.CLOSED
     assert rh.last_add_confirmed == 12
-    assert held_entries(second, lh.id, [12]) == [12]  # written back to its write quorum
+    assert held_entries(second, lh.id, [12], b"pw") == [12]  # written back to its write quorum
     assert [e.payload for e in rh.read_entries(0, 12)] == [payload(i) for i in range(13)]
     with pytest.raises(LedgerFencedError):
         lh.add_entry(b"old writer")  # entry 12 of the old writer: the bookies are fenced

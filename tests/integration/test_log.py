@@ -41,6 +41,7 @@ from bk_spark.errors import (
     LogOwnershipLostError,
     LogTruncatedError,
     NoSuchLedgerError,
+    UnauthorizedError,
 )
 
 PROCS = Path(__file__).parent / "procs"
@@ -267,7 +268,9 @@ def test_admin_lists_creates_and_deletes_logs_with_their_ledgers(bk: BookKeeper)
             w.append(b"y")
     assert list_logs(bk) == ["a-log", "b-log"]
     ids = [i.ledger_id for i in log_ledgers(bk, "a-log")]
-    assert delete_log(bk, "a-log") == ids
+    with pytest.raises(UnauthorizedError, match="password"):
+        delete_log(bk, "a-log")  # the bookies check the ledgers' password
+    assert delete_log(bk, "a-log", PW) == ids
     assert list_logs(bk) == ["b-log"]
     for lid in ids:
         with pytest.raises(NoSuchLedgerError):
@@ -390,7 +393,7 @@ def test_truncation_removes_whole_ledgers_their_data_and_spilled_segments(
     assert len(ledgers) == 8 and len(read_all(bk, "trunc")) == 40
     bookies = bk.ledger_metadata(ledgers[0].ledger_id).last_ensemble
     cut = Position(ledgers[5].ledger_id, 2)
-    dropped = truncate_log(bk, "trunc", cut)
+    dropped = truncate_log(bk, "trunc", cut, PW)
     assert dropped == [i.ledger_id for i in ledgers[:5]]
     assert [i.ledger_id for i in log_ledgers(bk, "trunc")] == [i.ledger_id for i in ledgers[5:]]
     for lid in dropped:
@@ -409,7 +412,7 @@ def test_truncation_removes_whole_ledgers_their_data_and_spilled_segments(
     assert payloads(read_all(bk, "trunc"))[0] == b"5.0"  # whole ledgers only
     with pytest.raises(LogTruncatedError):
         open_log_reader(bk, "trunc", start=Position(ledgers[0].ledger_id, 0), password=PW)
-    assert truncate_log(bk, "trunc", cut) == []
+    assert truncate_log(bk, "trunc", cut, PW) == []
 
 
 def test_timestamp_seek_lands_on_the_first_entry_at_or_after_the_timestamp(

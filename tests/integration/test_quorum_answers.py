@@ -84,7 +84,7 @@ def test_fenced_then_deleted_ledger_never_acknowledges_the_old_writer_even_after
     md = lh.metadata
     with client(module_cluster.uri) as other:
         other.open_ledger(lh.id, password=PW)  # recovery open: fences the writer
-        other.delete_ledger(lh.id)
+        other.delete_ledger(lh.id, PW)
     with pytest.raises(BKError):
         lh.add_entry(payload(5))  # the old writer's next add: refused, never acknowledged
 

@@ -96,7 +96,9 @@ def test_ledger_list_show_read_recover_delete(cluster, metadata_uri: str) -> Non
         assert "already CLOSED" in again
 
     assert_one_line_error(bk("ledger", "delete", str(closed.id), *m), "--yes")
-    ok("ledger", "delete", str(closed.id), "--yes", *m)
+    assert_one_line_error(bk("ledger", "delete", str(closed.id), "--yes", *m),
+                          "wrong password", "--password")
+    ok("ledger", "delete", str(closed.id), "--yes", "--password", "pw", *m)
     assert_one_line_error(bk("ledger", "show", str(closed.id), *m), "does not exist")
     assert [x["ledger_id"] for x in ok_json("ledger", "list", *m)] == [live.id]
 

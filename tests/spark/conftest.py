@@ -98,7 +98,11 @@ def spark(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.sql.python.filterPushdown.enabled", "true")
                .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse"))))
+               .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
+               # test_security.py reads it: no secret may reach the event log
+               .config("spark.eventLog.enabled", "true")
+               .config("spark.eventLog.compress", "false")
+               .config("spark.eventLog.dir", str(tmp_path_factory.mktemp("event-log"))))
     for attempt in range(3):  # the JVM gateway occasionally dies at launch on a busy machine
         try:
             session = builder.getOrCreate()

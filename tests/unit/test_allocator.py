@@ -28,7 +28,7 @@ def _tuned_after_client(config: str) -> str:
     code = (
         "from bk_spark import allocator\n"
         "import bk_spark.core.client as client\n"
-        "def no_zk(msu):\n"
+        "def no_zk(msu, **_kw):\n"
         "    raise ConnectionError('stop before ZooKeeper')\n"
         "client.connect_zk = no_zk\n"
         "try:\n"
