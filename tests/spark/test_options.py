@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.errors import PySparkException
 
-from bk_spark.datasource.options import ReadOptions, WriteOptions
+from bk_spark.datasource.options import GivenPosition, ReadOptions, WriteOptions
 from bk_spark.errors import InvalidConfigError
 
 URI = "zk://127.0.0.1:2181/ledgers"
@@ -75,7 +75,7 @@ def test_option_names_are_case_insensitive_and_values_typed():
                            "FAILONDATALOSS": "False"}, streaming=True)
     assert o.logs == ("a", "b") and o.max_entries_per_trigger == 7
     assert o.max_trigger_delay_s == 0.25 and o.fail_on_data_loss is False
-    assert o.starting == {"a": "latest", "b": (4, 2)}
+    assert o.start_bound("a") == "latest" and o.start_bound("b") == GivenPosition(4, 2)
 
 
 def test_metadata_service_uri_defaults_to_the_environment(monkeypatch):
