@@ -20,7 +20,9 @@ typed form used while planning.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from bk_spark.errors import InvalidConfigError
@@ -72,3 +74,35 @@ def from_json(d: dict[str, Any]) -> Offsets:
     if not isinstance(d, dict):
         raise InvalidConfigError(f"streaming offset {d!r} is not a JSON object")
     return {name: LogOffset.from_json(name, v) for name, v in d.items()}
+
+
+def checkpoint_offsets(checkpoint: str | Path) -> tuple[int, Offsets]:
+    """``(batch id, offsets)`` of the last batch a Spark streaming query reading this
+    source committed, from its checkpoint directory.
+
+    Spark writes ``offsets/<batch id>`` (a version line, a metadata line, then one line per
+    source: its end offset as JSON, ``-`` for none) before the batch runs and
+    ``commits/<batch id>`` after it; the source's line is the one in this module's format.
+    """
+    root = Path(checkpoint)
+    commits = root / "commits"
+    try:
+        done = sorted((int(p.name) for p in commits.iterdir() if p.name.isdigit()),
+                      reverse=True)
+    except OSError as exc:
+        raise InvalidConfigError(f"checkpoint {str(root)!r}: no {commits.name}/ directory "
+                                 f"({exc.strerror}): is it a streaming query's "
+                                 f"checkpointLocation?") from None
+    for batch in done:
+        try:
+            lines = (root / "offsets" / str(batch)).read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines[2:]:
+            try:
+                d = json.loads(line)
+                return batch, from_json(d)
+            except (ValueError, InvalidConfigError):
+                continue  # another source's offset
+    raise InvalidConfigError(f"checkpoint {str(root)!r}: no committed batch read a "
+                             f"bookkeeper log yet")

@@ -378,9 +378,10 @@ class ReadOptions:
                                "'ledgers')")
         if streaming and ledger_ids:
             raise _fail("ledgers", "ledgers are read in batch only; stream a log instead")
-        _one_of(options, ("startingOffsets", "startingTimestamp",
-                          "startingOffsetsByTimestamp"))
-        _one_of(options, ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"))
+        # Positions or timestamps; a per-log timestamp overrides the one for all logs.
+        for by_time in ("Timestamp", "OffsetsByTimestamp"):
+            _one_of(options, ("startingOffsets", "starting" + by_time))
+            _one_of(options, ("endingOffsets", "ending" + by_time))
         if ledger_ids:
             for name in ("startingOffsets", "endingOffsets", "startingTimestamp",
                          "startingOffsetsByTimestamp", "endingTimestamp",
