@@ -5,55 +5,91 @@ that does not apply (a reading option given to a writer, ``endingOffsets`` to a 
 malformed value fails at once with an :class:`~bk_spark.errors.InvalidConfigError` whose
 message names the option.
 
-=========================  ======  =====================================================
-option                     used    meaning (default)
-=========================  ======  =====================================================
-``metadataServiceUri``     all     ``zk://host:port[,host:port]/root`` of the cluster
-                                   (env ``BK_METADATA_SERVICE_URI``, else
-                                   ``zk://127.0.0.1:2181/ledgers``). Resolved on the driver.
-``log``                    all     log name, or a comma-separated list to read several
-                                   (also ``load("<log>")`` / ``save("<log>")``).
-``ledgers``                read    comma-separated ledger ids instead of ``log``: raw,
-                                   read-only access to ledgers (entries of a log's ledger
-                                   are unframed, others returned as stored).
-``startingOffsets``        read    ``earliest``, ``latest`` (streams only) or JSON per log,
-                                   ``{"events": {"ledger": 12, "entry": 5}}`` = start at
-                                   entry 5 of ledger 12; a log's value may also be
-                                   ``"earliest"``/``"latest"``; unnamed logs start at the
-                                   default. (batch: ``earliest``, stream: ``latest``)
-``endingOffsets``          batch   ``latest`` or JSON per log (exclusive end positions, as
-                                   above). (``latest``: the snapshot at planning time)
-``startingTimestamp``      read    ms since the epoch: start at the first entry appended
-                                   at or after it (not with ``startingOffsets``).
-``maxEntriesPerTrigger``   stream  at most this many entries per micro-batch (all logs).
-``maxBytesPerTrigger``     stream  about this many bytes per micro-batch (estimated from
-                                   ledger lengths; at least one entry).
-``minEntriesPerTrigger``   stream  wait for this many entries before a micro-batch...
-``maxTriggerDelay``        stream  ...but no longer than this (``15m``; ``500ms``, ``10s``,
-                                   ``5m``, ``1h`` or seconds).
-``failOnDataLoss``         read    ``true``: fail when data to read was truncated or
-                                   deleted; ``false``: log it and skip. (``true``)
-``minPartitions``          read    split ledgers into entry ranges so there are at least
-                                   this many input partitions.
-``includePositions``       read    arrow logs: add ``log, ledger_id, entry_id, timestamp``
-                                   columns after the stored ones. (``false``)
-``password``               all     ledger password (``""``).
-``ensembleSize``           write   bookies per new ledger (3).
-``writeQuorumSize``        write   copies of each entry (2).
-``ackQuorumSize``          write   acknowledgements awaited per entry (2).
-``entryFormat``            write   ``raw`` (one entry per row of a ``value`` binary/string
-                                   column) or ``arrow`` (rows packed as Arrow IPC record
-                                   batches, schema kept in the log). (the log's recorded
-                                   format; a new or empty log: ``arrow``; a log with
-                                   entries but no recorded format: ``raw``)
-``sinkId``                 stream  identity of a streaming sink for exactly-once commits
-                                   (the query's ``checkpointLocation``).
-=========================  ======  =====================================================
+========================================  ======  ==================================================
+option                                    used    meaning (default)
+========================================  ======  ==================================================
+``metadataServiceUri``                    all     ``zk://host:port[,host:port]/root`` of the cluster
+                                                  (env ``BK_METADATA_SERVICE_URI``, else
+                                                  ``zk://127.0.0.1:2181/ledgers``). Resolved on the
+                                                  driver.
+``log``                                   all     log name, or a comma-separated list to read
+                                                  several (also ``load("<log>")`` /
+                                                  ``save("<log>")``).
+``logPattern``                            read    a regular expression (Python ``re``) the whole log
+                                                  name must match, as Kafka's ``subscribePattern``:
+                                                  reads every matching log; a running stream also
+                                                  reads logs created later, from their earliest
+                                                  position (not with ``log`` or ``ledgers``).
+``ledgers``                               read    comma-separated ledger ids instead of ``log``:
+                                                  raw, read-only access to ledgers (entries of a
+                                                  log's ledger are unframed, others returned as
+                                                  stored).
+``startingOffsets``                       read    ``earliest``, ``latest`` (streams only) or JSON
+                                                  per log, ``{"events": {"ledger": 12, "entry":
+                                                  5}}`` = start at entry 5 of ledger 12; a log's
+                                                  value may also be ``"earliest"``/``"latest"``;
+                                                  unnamed logs start at the default. Add ``"index"``
+                                                  (the ledger's index in the log, as a checkpoint or
+                                                  ``bk log show`` has it) so that a truncated ledger
+                                                  is told from one never in the log: the first is
+                                                  data loss (``failOnDataLoss``), the second always
+                                                  an error. (batch: ``earliest``, stream:
+                                                  ``latest``)
+``endingOffsets``                         batch   ``latest`` or JSON per log (exclusive end
+                                                  positions, as above). (``latest``: the snapshot at
+                                                  planning time)
+``startingTimestamp``                     read    ms since the epoch: start every log at its first
+                                                  entry appended at or after it (not with
+                                                  ``startingOffsets``).
+``startingOffsetsByTimestamp``            read    JSON per log, ``{"events": 1700000000000}``: the
+                                                  same per log, overriding ``startingTimestamp`` for
+                                                  the logs it names (not with ``startingOffsets``).
+``startingOffsetsByTimestampStrategy``    read    a starting timestamp after every entry of a log:
+                                                  ``error`` fails naming the log, ``latest`` starts
+                                                  at its end (Kafka's option). (``error``)
+``endingTimestamp``                       batch   ms since the epoch: end every log before its first
+                                                  entry appended at or after it (past the end: the
+                                                  readable end) (not with ``endingOffsets``).
+``endingOffsetsByTimestamp``              batch   JSON per log: the same per log, overriding
+                                                  ``endingTimestamp`` for the logs it names.
+``maxEntriesPerTrigger``                  stream  at most this many entries per micro-batch (all
+                                                  logs).
+``maxBytesPerTrigger``                    stream  about this many bytes per micro-batch (estimated
+                                                  from ledger lengths; at least one entry).
+``minEntriesPerTrigger``                  stream  wait for this many entries before a micro-batch...
+``maxTriggerDelay``                       stream  ...but no longer than this (``15m``; ``500ms``,
+                                                  ``10s``, ``5m``, ``1h`` or seconds).
+``failOnDataLoss``                        read    ``true``: fail when data to read is gone (ledgers
+                                                  truncated before they were read, a starting
+                                                  position in a truncated ledger, a log deleted, or
+                                                  deleted and created again); ``false``: log a
+                                                  warning saying what was lost and go on (from the
+                                                  earliest position; a recreated log from its
+                                                  start). (``true``)
+``minPartitions``                         read    split ledgers into entry ranges so there are at
+                                                  least this many input partitions.
+``includePositions``                      read    arrow logs: add ``log, ledger_id, entry_id,
+                                                  timestamp`` columns after the stored ones.
+                                                  (``false``)
+``password``                              all     ledger password (``""``).
+``ensembleSize``                          write   bookies per new ledger (3).
+``writeQuorumSize``                       write   copies of each entry (2).
+``ackQuorumSize``                         write   acknowledgements awaited per entry (2).
+``entryFormat``                           write   ``raw`` (one entry per row of a ``value``
+                                                  binary/string column) or ``arrow`` (rows packed as
+                                                  Arrow IPC record batches, schema kept in the log).
+                                                  (the log's recorded format; a new or empty log:
+                                                  ``arrow``; a log with entries but no recorded
+                                                  format: ``raw``)
+``sinkId``                                stream  identity of a streaming sink for exactly-once
+                                                  commits (the query's ``checkpointLocation``).
+========================================  ======  ==================================================
 
 Positions: a ledger's entries are numbered from 0; a position names the next entry to read,
 so ``{"ledger": 12, "entry": 0}`` is the start of ledger 12 and an ending position is
 exclusive. Streaming offsets in the checkpoint use the same JSON plus each ledger's index in
-the log (see :mod:`bk_spark.datasource.offsets`).
+the log and the log's id (see :mod:`bk_spark.datasource.offsets`), one entry per log, so
+a query reading several logs (``log`` list, ``logPattern``) keeps a position per log.
 """
 
 from __future__ import annotations

@@ -13,10 +13,14 @@ fencing. ``latestOffset(start, limit)`` decides ``end``:
   entries are there or ``maxTriggerDelay`` passed since the last batch (ignored under
   ``availableNow``, which must terminate).
 
-``reportLatestOffset()`` returns the readable ends, so query progress shows the lag. Data
-that was truncated or deleted before it was read (the start is before the log's first
-ledger, the ledger at the start is another one, the log is gone, a planned ledger vanished)
-fails the query when ``failOnDataLoss`` is true, else is logged and skipped.
+``reportLatestOffset()`` returns the readable ends, each with the query's lag behind it
+(entries and estimated bytes), so query progress shows the lag. The logs read are those
+named, or those matching ``logPattern`` (listed again at every ``latestOffset``, so new
+ones join a running query from their earliest position). Data that is gone before it was
+read (the start is before the log's first ledger, the offset names another incarnation of
+the log, the ledger at the start is another one, the log is gone, a planned ledger
+vanished) fails the query when ``failOnDataLoss`` is true, else is logged and skipped
+(:func:`~bk_spark.datasource.planning.data_lost`).
 """
 
 from __future__ import annotations
