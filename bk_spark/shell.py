@@ -646,7 +646,7 @@ def _query_lag(bk: BookKeeper, name: str, checkpoint: Path, password: str
     """Where a Spark streaming query (its checkpoint) is in log ``name``, and its lag: the
     entries and bytes (estimated from ledger lengths) between its last committed batch's
     end and the log's readable end (the data source's own rule)."""
-    from bk_spark.datasource.offsets import checkpoint_offsets
+    from bk_spark.datasource.offsets import LogOffset, checkpoint_offsets
     from bk_spark.datasource.planning import EntrySizes, LogView, lag_behind, log_end
 
     batch, offsets = checkpoint_offsets(checkpoint)
@@ -655,6 +655,9 @@ def _query_lag(bk: BookKeeper, name: str, checkpoint: Path, password: str
         raise InvalidConfigError(f"--checkpoint {str(checkpoint)!r}: the query has no "
                                  f"position in log {name!r} (it reads {', '.join(offsets)})")
     view = LogView(bk, name)
+    now_at = view.at(off.index)
+    if off.ledger < 0 and now_at is not None and off.log_id in ("", view.incarnation):
+        off = LogOffset(off.index, off.entry, now_at.ledger_id, off.log_id)  # added since
     out: dict[str, Any] = {"batch": batch, "position": off.describe(), **off.to_json(),
                            "lag_entries": None, "lag_bytes": None, "note": None}
     if off.log_id and off.log_id != view.incarnation:

@@ -76,6 +76,7 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._target: Offsets | None = None
         self._latest: Offsets | None = None
         self._lag: dict[str, tuple[int, int]] = {}
+        self._reported: set[str] = set()
         self._last_batch_at = time.monotonic()
         self._sizes = EntrySizes()
 
@@ -270,7 +271,10 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             return None
 
     def _lost(self, what: str, instead: str = "skip the lost data and go on") -> None:
+        if what in self._reported:  # planning the same batch again: said once
+            return
         data_lost(what, self.options.fail_on_data_loss, instead)
+        self._reported.add(what)
 
     def _checked_start(self, view: LogView, s: LogOffset | None) -> LogOffset:
         """``s``, or where reading can go on if data after ``s`` is gone.
