@@ -327,10 +327,11 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             if view is None:
                 continue
             if e.log_id and e.log_id != view.incarnation:
-                # Planned against an incarnation deleted since: the next batch starts at
-                # this end and finds the new log (data loss, reported then).
-                log.warning("log %r was deleted and created again after this batch was "
-                            "planned; it is read from the next batch on", name)
+                # Planned against an incarnation deleted since: what it held is lost; going
+                # on, the next batch starts at this end and reads the new log from its start.
+                self._lost(f"log {name!r} was deleted and created again after a batch up "
+                           f"to {e.describe()} was planned (log id {e.log_id}; the new one "
+                           f"is {view.incarnation})", "read the new log from the next batch")
                 continue
             s = self._checked_start(view, starts.get(name))
             if e < s:

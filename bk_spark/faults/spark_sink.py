@@ -207,7 +207,12 @@ class SparkSinkWorkload:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if b"started" in out.read_bytes() or self.driver.poll() is not None:
-                return
+                break
+            time.sleep(0.3)
+        # The side query holds a position in the side log before any fault (a log deleted
+        # before a query ever planned a batch of it holds nothing the query lost).
+        while self.output_rows(bk, self.side_dst) == 0 and time.monotonic() < deadline \
+                and self.driver.poll() is None:
             time.sleep(0.3)
 
     def _kill(self) -> None:
@@ -253,10 +258,10 @@ class SparkSinkWorkload:
             self._kill()
 
     # ---------------------------------------------------------------- the invariant
-    def output_rows(self, bk: BookKeeper) -> int:
-        """Rows the sink committed so far (the closed ledgers it added to the output)."""
+    def output_rows(self, bk: BookKeeper, log: str | None = None) -> int:
+        """Rows a sink committed so far (the closed ledgers it added to its output log)."""
         try:
-            return sum(info.last_entry_id + 1 for info in log_ledgers(bk, self.dst)
+            return sum(info.last_entry_id + 1 for info in log_ledgers(bk, log or self.dst)
                        if info.is_described)
         except LogNotFoundError:
             return 0
