@@ -48,7 +48,7 @@ from bk_spark.core.bookie_client import ClientConfig
 from bk_spark.core.client import BookKeeper, BookKeeperConfig
 from bk_spark.core.digest import DigestManager, master_key, password_digest
 from bk_spark.core.entry import EntryCodec
-from bk_spark.core.log import LEDGER_LOG_KEY, log_ledgers
+from bk_spark.core.log import LEDGER_LOG_KEY, log_incarnation, log_ledgers
 from bk_spark.core.log_format import LedgerInfo, LogRecord, Position, entry_timestamp
 from bk_spark.core.metadata import LedgerMetadata, LedgerState
 from bk_spark.errors import (
@@ -601,28 +601,43 @@ def log_show(
     name: LogArg, password: PasswordOpt = "",
     last: Annotated[int | None, typer.Option(
         "--last", min=1, help="show only the last N ledgers")] = None,
+    checkpoint: Annotated[Path | None, typer.Option(
+        "--checkpoint", help="checkpointLocation of a Spark streaming query reading the "
+        "log: also show its position and lag (entries, bytes behind the readable end)",
+        show_default=False)] = None,
     metadata_service_uri: UriOpt = None, as_json: JsonOpt = False,
 ) -> None:
-    """Show a log: its ledgers (id, state, entries, time range) and properties."""
+    """Show a log: its ledgers (id, state, entries, time range) and properties; with
+    --checkpoint, how far a streaming query is behind."""
     with _connect(metadata_service_uri) as bk, _explained(name):
         md = bk.log_metadata(name)
         ledgers = log_ledgers(bk, name)
         shown = ledgers[-last:] if last else ledgers
         rows = [_ledger_row(bk, info, password) for info in shown]
-    out = {"log": name, "ctime_ms": md.ctime_ms, "ledger_count": md.ledger_count,
+        query = _query_lag(bk, name, checkpoint, password) if checkpoint else None
+    out = {"log": name, "log_id": log_incarnation(md), "ctime_ms": md.ctime_ms,
+           "ledger_count": md.ledger_count,
            "first_index": md.first_index, "segments": len(md.live_segments),
            "deleting": md.deleting, "properties": dict(md.properties), "ledgers": rows}
+    if query is not None:
+        out["query"] = query
     if as_json:
         _print_json(out)
         return
     entries = [r["entries"] for r in rows]
     total = "?" if None in entries else str(sum(entries))
-    console.print(_kv_table([
-        ("log", name), ("created", _time(md.ctime_ms)),
+    pairs: list[tuple[str, Any]] = [
+        ("log", name), ("log id", log_incarnation(md)), ("created", _time(md.ctime_ms)),
         ("ledgers", f"{md.ledger_count} (first index {md.first_index}, "
                     f"{len(md.live_segments)} spilled segments)"),
         ("entries", total + ("" if len(shown) == len(ledgers) else " in the ledgers shown")),
-        ("properties", Text(json.dumps(dict(md.properties))))]))
+        ("properties", Text(json.dumps(dict(md.properties))))]
+    if query is not None:
+        pairs.append(("query", Text(
+            f"batch {query['batch']}: next {query['position']}; " + (
+                f"lag {query['lag_entries']} entries, ~{_size(query['lag_bytes'])}"
+                if query["lag_entries"] is not None else query["note"]))))
+    console.print(_kv_table(pairs))
     t = Table("#", "ledger", "state", "entries", "length", "from", "to")
     for r in rows:
         t.add_row(str(r["index"]), str(r["ledger_id"]), r["state"],
@@ -631,6 +646,35 @@ def log_show(
     console.print(t)
     if None in entries:
         console.print("entries '?': an open ledger with another password (--password)")
+
+
+def _query_lag(bk: BookKeeper, name: str, checkpoint: Path, password: str
+               ) -> dict[str, Any]:
+    """Where a Spark streaming query (its checkpoint) is in log ``name``, and its lag: the
+    entries and bytes (estimated from ledger lengths) between its last committed batch's
+    end and the log's readable end (the data source's own rule)."""
+    from bk_spark.datasource.offsets import LogOffset, checkpoint_offsets
+    from bk_spark.datasource.planning import EntrySizes, LogView, lag_behind, log_end
+
+    batch, offsets = checkpoint_offsets(checkpoint)
+    off = offsets.get(name)
+    if off is None:
+        raise InvalidConfigError(f"--checkpoint {str(checkpoint)!r}: the query has no "
+                                 f"position in log {name!r} (it reads {', '.join(offsets)})")
+    view = LogView(bk, name)
+    now_at = view.at(off.index)
+    if off.ledger < 0 and now_at is not None and off.log_id in ("", view.incarnation):
+        off = LogOffset(off.index, off.entry, now_at.ledger_id, off.log_id)  # added since
+    out: dict[str, Any] = {"batch": batch, "position": off.describe(), **off.to_json(),
+                           "lag_entries": None, "lag_bytes": None, "note": None}
+    if off.log_id and off.log_id != view.incarnation:
+        out["note"] = (f"the position is in a deleted log of this name (log id {off.log_id});"
+                       f" the query reports data loss on its next batch")
+        return out
+    pw = password.encode()
+    out["lag_entries"], out["lag_bytes"] = lag_behind(view, off, log_end(view, pw), pw,
+                                                      EntrySizes())
+    return out
 
 
 def _entry_source(messages: list[str] | None, file: Path | None, count: int | None,

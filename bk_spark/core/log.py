@@ -40,6 +40,7 @@ import math
 import random
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -99,8 +100,8 @@ log = logging.getLogger(__name__)
 __all__ = [
     "ClosedLedger", "CommitResult", "LedgerInfo", "LogLimits", "LogMetadata", "LogReader",
     "LogRecord", "LogWriter", "LogWriterConfig", "Position", "commit_ledgers", "committed_txn",
-    "create_log", "delete_log", "list_logs", "log_ledgers", "log_metadata", "open_log_reader",
-    "open_log_writer", "truncate_log", "update_log_properties",
+    "create_log", "delete_log", "list_logs", "log_incarnation", "log_ledgers", "log_metadata",
+    "open_log_reader", "open_log_writer", "truncate_log", "update_log_properties",
 ]
 
 #: Custom metadata key naming the log a ledger was created for (finds orphans).
@@ -1168,6 +1169,14 @@ def log_metadata(bk: BookKeeper, name: str) -> LogMetadata:
     return _store(bk).read(name).value
 
 
+def log_incarnation(md: LogMetadata) -> str:
+    """Which incarnation of its name a log is: the log id fixed at creation, so a log
+    deleted and created again under the same name is told apart from the old one (a
+    reader's position in the old log means nothing in the new one). A log created before
+    log ids existed is named by its creation time (``ctime-<ms>``), also fixed."""
+    return md.log_id or f"ctime-{md.ctime_ms}"
+
+
 def log_ledgers(bk: BookKeeper, name: str) -> list[LedgerInfo]:
     """Every live ledger of log ``name`` in log order (reads the spilled segments)."""
     store = _store(bk)
@@ -1176,8 +1185,10 @@ def log_ledgers(bk: BookKeeper, name: str) -> list[LedgerInfo]:
 
 def create_log(bk: BookKeeper, name: str, *, properties: dict[str, Any] | None = None
                ) -> LogMetadata:
-    """Create an empty log (:class:`LogExistsError` if it exists)."""
-    md = LogMetadata(ctime_ms=now_ms()).with_properties(properties or {})
+    """Create an empty log (:class:`LogExistsError` if it exists) with a new random log id
+    (:func:`log_incarnation`)."""
+    md = LogMetadata(ctime_ms=now_ms(), log_id=uuid.uuid4().hex).with_properties(
+        properties or {})
     return _store(bk).create(name, md).value
 
 

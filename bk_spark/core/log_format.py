@@ -47,6 +47,7 @@ are spilled, and never the last two. The main znode keeps one summary per segmen
      "tail_start": <absolute index of tail[0]>,
      "tail": [row, ...],
      "props": {...},
+     "id": "<log id>",                        (fixed at creation; absent in older logs)
      "deleting": true}                                     (only while delete_log runs)
 
     segments/<number>: {"v": 1, "n": number, "start": start, "rows": [row, ...]}
@@ -374,6 +375,7 @@ class LogMetadata:
     """
 
     ctime_ms: int
+    log_id: str = ""  # fixed at creation, tells incarnations of a name apart ("": older log)
     first_index: int = 0
     next_segment: int = 0
     segments: tuple[SegmentSummary, ...] = ()
@@ -547,6 +549,8 @@ class LogMetadata:
             "tail_start": self.tail_start, "tail": _encode_rows(self.tail),
             "props": dict(self.properties),
         }
+        if self.log_id:
+            d["id"] = self.log_id
         if self.deleting:
             d["deleting"] = True
         return _dump(d, "log metadata")
@@ -559,7 +563,8 @@ class LogMetadata:
                 ctime_ms=d["ctime"], first_index=d["first"], next_segment=d["next_seg"],
                 segments=tuple(SegmentSummary(*s) for s in d["segs"]),
                 tail_start=d["tail_start"], tail=_decode_rows(d["tail"], d["tail_start"]),
-                properties=d["props"], deleting=bool(d.get("deleting", False)))
+                properties=d["props"], deleting=bool(d.get("deleting", False)),
+                log_id=str(d.get("id", "")))
         except (KeyError, TypeError, ValueError) as exc:
             raise MetadataSerializationError(f"invalid log metadata: {exc!r}") from exc
 

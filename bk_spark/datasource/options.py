@@ -5,7 +5,6 @@ that does not apply (a reading option given to a writer, ``endingOffsets`` to a 
 malformed value fails at once with an :class:`~bk_spark.errors.InvalidConfigError` whose
 message names the option.
 
-=========================  ======  =====================================================
 option                     used    meaning (default)
 =========================  ======  =====================================================
 ``metadataServiceUri``     all     ``zk://host:port[,host:port]/root`` of the cluster
@@ -62,11 +61,108 @@ option                     used    meaning (default)
 ``sinkId``                 stream  identity of a streaming sink for exactly-once commits
                                    (the query's ``checkpointLocation``).
 =========================  ======  =====================================================
+=======
+========================================  ======  ==================================================
+option                                    used    meaning (default)
+========================================  ======  ==================================================
+``metadataServiceUri``                    all     ``zk://host:port[,host:port]/root`` of the cluster
+                                                  (env ``BK_METADATA_SERVICE_URI``, else
+                                                  ``zk://127.0.0.1:2181/ledgers``). Resolved on the
+                                                  driver.
+``log``                                   all     log name, or a comma-separated list to read
+                                                  several (also ``load("<log>")`` /
+                                                  ``save("<log>")``).
+``logPattern``                            read    a regular expression (Python ``re``) the whole log
+                                                  name must match, as Kafka's ``subscribePattern``:
+                                                  reads every matching log; a running stream also
+                                                  reads logs created later, from their earliest
+                                                  position (not with ``log`` or ``ledgers``).
+``ledgers``                               read    comma-separated ledger ids instead of ``log``:
+                                                  raw, read-only access to ledgers (entries of a
+                                                  log's ledger are unframed, others returned as
+                                                  stored).
+``startingOffsets``                       read    ``earliest``, ``latest`` (streams only) or JSON
+                                                  per log, ``{"events": {"ledger": 12, "entry":
+                                                  5}}`` = start at entry 5 of ledger 12; a log's
+                                                  value may also be ``"earliest"``/``"latest"``;
+                                                  unnamed logs start at the default. Add ``"index"``
+                                                  (the ledger's index in the log, as a checkpoint or
+                                                  ``bk log show`` has it) so that a truncated ledger
+                                                  is told from one never in the log: the first is
+                                                  data loss (``failOnDataLoss``), the second always
+                                                  an error. (batch: ``earliest``, stream:
+                                                  ``latest``)
+``endingOffsets``                         batch   ``latest`` or JSON per log (exclusive end
+                                                  positions, as above). (``latest``: the snapshot at
+                                                  planning time)
+``startingTimestamp``                     read    ms since the epoch: start every log at its first
+                                                  entry appended at or after it (not with
+                                                  ``startingOffsets``).
+``startingOffsetsByTimestamp``            read    JSON per log, ``{"events": 1700000000000}``: the
+                                                  same per log, overriding ``startingTimestamp`` for
+                                                  the logs it names (not with ``startingOffsets``).
+``startingOffsetsByTimestampStrategy``    read    a starting timestamp after every entry of a log:
+                                                  ``error`` fails naming the log, ``latest`` starts
+                                                  at its end (Kafka's option). (``error``)
+``endingTimestamp``                       batch   ms since the epoch: end every log before its first
+                                                  entry appended at or after it (past the end: the
+                                                  readable end) (not with ``endingOffsets``).
+``endingOffsetsByTimestamp``              batch   JSON per log: the same per log, overriding
+                                                  ``endingTimestamp`` for the logs it names.
+``maxEntriesPerTrigger``                  stream  at most this many entries per micro-batch (all
+                                                  logs).
+``maxBytesPerTrigger``                    stream  about this many bytes per micro-batch (estimated
+                                                  from ledger lengths; at least one entry).
+``minEntriesPerTrigger``                  stream  wait for this many entries before a micro-batch...
+``maxTriggerDelay``                       stream  ...but no longer than this (``15m``; ``500ms``,
+                                                  ``10s``, ``5m``, ``1h`` or seconds).
+``failOnDataLoss``                        read    ``true``: fail when data to read is gone (ledgers
+                                                  truncated before they were read, a starting
+                                                  position in a truncated ledger, a log deleted, or
+                                                  deleted and created again); ``false``: log a
+                                                  warning saying what was lost and go on (from the
+                                                  earliest position; a recreated log from its
+                                                  start). (``true``)
+``minPartitions``                         read    split ledgers into entry ranges so there are at
+                                                  least this many input partitions.
+``includePositions``                      read    arrow logs: add ``log, ledger_id, entry_id,
+                                                  timestamp`` columns after the stored ones.
+                                                  (``false``)
+``password``                              all     ledger password (``""``). Spark redacts it in
+                                                  plans, the UI and the event log
+                                                  (``spark.redaction.regex``).
+``passwordFile``                          all     a file holding the ledger password (driver side).
+``tlsCaCert``                             all     PEM CA of the bookies' certificates: TLS to
+                                                  bookies (env ``BK_TLS_CA``).
+``tlsCert``, ``tlsKey``                   all     PEM client certificate and private key files for
+                                                  bookies that require one (mutual TLS); every
+                                                  executor reads them (env ``BK_TLS_CERT``/
+                                                  ``BK_TLS_KEY``).
+``zkAuthSecret``                          all     ZooKeeper digest credentials ``user:password``
+                                                  (redacted by Spark; env ``BK_ZK_AUTH``).
+``zkAuthSecretFile``                      all     a file holding them (driver side; env
+                                                  ``BK_ZK_AUTH_FILE``).
+``zkTlsCaCert``                           all     PEM CA of ZooKeeper's ``secureClientPort``: TLS
+                                                  to ZooKeeper (``zkTlsCert``/``zkTlsKey``: a
+                                                  client certificate).
+``ensembleSize``                          write   bookies per new ledger (3).
+``writeQuorumSize``                       write   copies of each entry (2).
+``ackQuorumSize``                         write   acknowledgements awaited per entry (2).
+``entryFormat``                           write   ``raw`` (one entry per row of a ``value``
+                                                  binary/string column) or ``arrow`` (rows packed as
+                                                  Arrow IPC record batches, schema kept in the log).
+                                                  (the log's recorded format; a new or empty log:
+                                                  ``arrow``; a log with entries but no recorded
+                                                  format: ``raw``)
+``sinkId``                                stream  identity of a streaming sink for exactly-once
+                                                  commits (the query's ``checkpointLocation``).
+========================================  ======  ==================================================
 
 Positions: a ledger's entries are numbered from 0; a position names the next entry to read,
 so ``{"ledger": 12, "entry": 0}`` is the start of ledger 12 and an ending position is
 exclusive. Streaming offsets in the checkpoint use the same JSON plus each ledger's index in
-the log (see :mod:`bk_spark.datasource.offsets`).
+the log and the log's id (see :mod:`bk_spark.datasource.offsets`), one entry per log, so
+a query reading several logs (``log`` list, ``logPattern``) keeps a position per log.
 """
 
 from __future__ import annotations
@@ -86,15 +182,33 @@ from bk_spark.security import ClientSecurity, ZkSecurity, read_secret_file
 EntryFormat = Literal["raw", "arrow"]
 ENTRY_FORMATS: tuple[str, ...] = ("raw", "arrow")
 
-#: A log's start or end: "earliest", "latest" or (ledger id, entry id).
-Bound = str | tuple[int, int]
+#: What ``startingOffsetsByTimestampStrategy`` may say.
+TIMESTAMP_STRATEGIES: tuple[str, ...] = ("error", "latest")
+
+
+@dataclass(frozen=True)
+class GivenPosition:
+    """A position given in ``startingOffsets`` / ``endingOffsets``: entry ``entry`` of
+    ledger ``ledger``; ``index`` its ledger's absolute index in the log when given (as in
+    a streaming checkpoint or ``bk log show``; -1: not given). With the index, a ledger that
+    is no longer in the log is known to be truncated (its index is before the log's first
+    ledger) rather than never part of it."""
+
+    ledger: int
+    entry: int
+    index: int = -1
+
+
+#: A log's start or end: "earliest", "latest" or a position given by the user.
+Bound = str | GivenPosition
 
 _SECURITY = ("passwordFile", "tlsCaCert", "tlsCert", "tlsKey", "zkAuthSecret",
              "zkAuthSecretFile", "zkTlsCaCert", "zkTlsCert", "zkTlsKey")
 _COMMON = ("metadataServiceUri", "log", "password", "path") + _SECURITY
-_READ = ("ledgers", "startingOffsets", "startingTimestamp", "minPartitions",
+_READ = ("ledgers", "logPattern", "startingOffsets", "startingTimestamp",
+         "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy", "minPartitions",
          "includePositions", "failOnDataLoss")
-_BATCH_READ = ("endingOffsets",)
+_BATCH_READ = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp")
 _STREAM_READ = ("maxEntriesPerTrigger", "maxBytesPerTrigger", "minEntriesPerTrigger",
                 "maxTriggerDelay")
 _WRITE = ("ensembleSize", "writeQuorumSize", "ackQuorumSize", "entryFormat")
@@ -261,18 +375,45 @@ def _ledger_ids(options: Mapping[str, str]) -> tuple[int, ...]:
     return ids
 
 
+def _pattern(options: Mapping[str, str]) -> re.Pattern[str] | None:
+    raw = _get(options, "logPattern")
+    if raw is None or not raw.strip():
+        return None
+    try:
+        return re.compile(raw.strip())
+    except re.error as exc:
+        raise _fail("logPattern", f"not a regular expression ({exc}): {raw!r}") from None
+
+
+def _check_log_names(option: str, names: list[str], logs: tuple[str, ...],
+                     pattern: re.Pattern[str] | None) -> None:
+    """The logs a per-log JSON option names must be read (named in ``log`` or matching
+    ``logPattern``)."""
+    if pattern is not None:
+        unknown = sorted(n for n in names if not pattern.fullmatch(n))
+        if unknown:
+            raise _fail(option, f"names logs that do not match logPattern "
+                                f"{pattern.pattern!r}: {', '.join(unknown)}")
+        return
+    unknown = sorted(set(names) - set(logs))
+    if unknown:
+        raise _fail(option, f"names logs that are not read: {', '.join(unknown)}")
+
+
 def _bounds(options: Mapping[str, str], name: str, logs: tuple[str, ...],
-            default: str, allowed: tuple[str, ...]) -> dict[str, Bound]:
-    """Per-log bounds from ``earliest``/``latest`` or the JSON form."""
+            pattern: re.Pattern[str] | None, allowed: tuple[str, ...]
+            ) -> str | dict[str, Bound] | None:
+    """``earliest``/``latest`` for every log, or the JSON form's per-log bounds (logs it
+    does not name take the default); None when the option is not given."""
     raw = _get(options, name)
     if raw is None or not raw.strip():
-        return dict.fromkeys(logs, default)
+        return None
     text = raw.strip()
     if text.lower() in ("earliest", "latest"):
         if text.lower() not in allowed:
             raise _fail(name, f"{text.lower()!r} is not allowed here (use one of "
                               f"{', '.join(allowed)} or JSON positions)")
-        return dict.fromkeys(logs, text.lower())
+        return text.lower()
     try:
         spec = json.loads(text)
     except ValueError as exc:
@@ -280,36 +421,67 @@ def _bounds(options: Mapping[str, str], name: str, logs: tuple[str, ...],
                           f'{{"events": {{"ledger": 12, "entry": 5}}}}: {exc}') from None
     if not isinstance(spec, dict):
         raise _fail(name, f"JSON must map log names to positions, got {text!r}")
-    unknown = sorted(set(spec) - set(logs))
-    if unknown:
-        raise _fail(name, f"names logs that are not read: {', '.join(unknown)}")
-    out: dict[str, Bound] = dict.fromkeys(logs, default)
+    _check_log_names(name, list(spec), logs, pattern)
+    out: dict[str, Bound] = {}
     for log_name, pos in spec.items():
         if isinstance(pos, str) and pos.lower() in allowed:
             out[log_name] = pos.lower()
             continue
-        if not (isinstance(pos, dict) and set(pos) <= {"ledger", "entry", "index"}
-                and isinstance(pos.get("ledger"), int) and isinstance(pos.get("entry"), int)
-                and pos["ledger"] >= 0 and pos["entry"] >= 0):
+        if not (isinstance(pos, dict) and set(pos) <= {"ledger", "entry", "index", "log_id"}
+                and all(isinstance(pos.get(k, 0), int) and pos.get(k, 0) >= 0
+                        for k in ("ledger", "entry", "index"))
+                and "ledger" in pos and "entry" in pos):
             raise _fail(name, f"position of log {log_name!r} must be "
-                              f'{{"ledger": <id>, "entry": <id>}} (ids >= 0) or one of '
+                              f'{{"ledger": <id>, "entry": <id>}} (ids >= 0; optionally '
+                              f'"index": <the ledger\'s index in the log>) or one of '
                               f"{', '.join(allowed)}, got {json.dumps(pos)}")
-        out[log_name] = (pos["ledger"], pos["entry"])
+        out[log_name] = GivenPosition(pos["ledger"], pos["entry"], pos.get("index", -1))
     return out
+
+
+def _timestamps(options: Mapping[str, str], name: str, logs: tuple[str, ...],
+                pattern: re.Pattern[str] | None) -> dict[str, int] | None:
+    """``{"<log>": <ms since the epoch>, ...}`` (None: not given)."""
+    raw = _get(options, name)
+    if raw is None or not raw.strip():
+        return None
+    try:
+        spec = json.loads(raw)
+    except ValueError:
+        spec = None
+    if not isinstance(spec, dict) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in spec.values()):
+        raise _fail(name, f'expected JSON mapping logs to ms since the epoch, such as '
+                          f'{{"events": 1700000000000}}, got {raw!r}')
+    _check_log_names(name, list(spec), logs, pattern)
+    return dict(spec)
+
+
+def _one_of(options: Mapping[str, str], names: tuple[str, ...]) -> None:
+    given = [n for n in names if (_get(options, n) or "").strip()]
+    if len(given) > 1:
+        raise _fail(given[1], f"give either {given[1]} or {given[0]}, not both")
 
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """Options of a batch or streaming read (plain, picklable data)."""
+    """Options of a batch or streaming read (plain, picklable data). The logs read are
+    ``logs``, or those whose whole name matches ``log_pattern`` (listed when planning)."""
 
     uri: str
     logs: tuple[str, ...] = ()
+    log_pattern: str | None = None
     ledger_ids: tuple[int, ...] = ()
     password: bytes = field(default=b"", repr=False)
     security: ClientSecurity = field(default_factory=ClientSecurity)
     starting: dict[str, Bound] = field(default_factory=dict)
+    starting_default: str = "earliest"
     ending: dict[str, Bound] = field(default_factory=dict)
+    starting_timestamps: dict[str, int] = field(default_factory=dict)
     starting_timestamp_ms: int | None = None
+    ending_timestamps: dict[str, int] = field(default_factory=dict)
+    ending_timestamp_ms: int | None = None
+    timestamp_strategy: str = "error"
     min_partitions: int | None = None
     include_positions: bool = False
     max_entries_per_trigger: int | None = None
@@ -319,6 +491,27 @@ class ReadOptions:
     fail_on_data_loss: bool = True
     streaming: bool = False
 
+    def start_bound(self, log: str) -> Bound:
+        """Where ``startingOffsets`` starts ``log`` (its default when not named)."""
+        return self.starting.get(log, self.starting_default)
+
+    def end_bound(self, log: str) -> Bound:
+        """Where ``endingOffsets`` ends ``log`` (``latest`` when not named)."""
+        return self.ending.get(log, "latest")
+
+    def start_timestamp(self, log: str) -> int | None:
+        """``startingOffsetsByTimestamp`` of ``log``, else ``startingTimestamp``."""
+        return self.starting_timestamps.get(log, self.starting_timestamp_ms)
+
+    def end_timestamp(self, log: str) -> int | None:
+        """``endingOffsetsByTimestamp`` of ``log``, else ``endingTimestamp``."""
+        return self.ending_timestamps.get(log, self.ending_timestamp_ms)
+
+    def matches(self, log: str) -> bool:
+        """Whether ``logPattern`` takes ``log`` (the whole name must match)."""
+        return self.log_pattern is not None and re.fullmatch(self.log_pattern, log) \
+            is not None
+
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool | None) -> ReadOptions:
         """``streaming`` None: not known yet (``schema()``), accept both kinds."""
@@ -327,27 +520,41 @@ class ReadOptions:
                                      None: _STREAM_READ + _BATCH_READ}[streaming]
         _check_names(options, allowed, what)
         logs = _logs(options, required=False, single=False)
+        pattern = _pattern(options)
         ledger_ids = _ledger_ids(options)
         if logs and ledger_ids:
             raise _fail("ledgers", "give either 'log' or 'ledgers', not both")
-        if not logs and not ledger_ids:
+        if pattern is not None and (logs or ledger_ids):
+            raise _fail("logPattern", "give either 'log', 'ledgers' or 'logPattern', not "
+                                      "two of them")
+        if not logs and not ledger_ids and pattern is None:
             raise _fail("log", "required: name the log(s) to read, e.g. "
-                               ".option('log', 'events') (or give 'ledgers')")
+                               ".option('log', 'events') (or give 'logPattern' or "
+                               "'ledgers')")
         if streaming and ledger_ids:
             raise _fail("ledgers", "ledgers are read in batch only; stream a log instead")
-        ts = _int(options, "startingTimestamp", minimum=0)
-        if ts is not None and _get(options, "startingOffsets"):
-            raise _fail("startingTimestamp", "give either startingTimestamp or "
-                                             "startingOffsets, not both")
+        # Positions or timestamps; a per-log timestamp overrides the one for all logs.
+        for by_time in ("Timestamp", "OffsetsByTimestamp"):
+            _one_of(options, ("startingOffsets", "starting" + by_time))
+            _one_of(options, ("endingOffsets", "ending" + by_time))
         if ledger_ids:
-            for name in ("startingOffsets", "endingOffsets", "startingTimestamp"):
+            for name in ("startingOffsets", "endingOffsets", "startingTimestamp",
+                         "startingOffsetsByTimestamp", "endingTimestamp",
+                         "endingOffsetsByTimestamp"):
                 if _get(options, name):
                     raise _fail(name, "applies to logs, not to 'ledgers'")
         start_allowed = ("earliest",) if streaming is False else ("earliest", "latest")
-        starting = _bounds(options, "startingOffsets", logs,
-                           "latest" if streaming else "earliest", start_allowed)
-        ending = {} if streaming else _bounds(options, "endingOffsets", logs, "latest",
-                                               ("latest",))
+        default_start = "latest" if streaming else "earliest"
+        starting = _bounds(options, "startingOffsets", logs, pattern, start_allowed)
+        if isinstance(starting, str):
+            starting, default_start = {}, starting
+        ending = None if streaming else _bounds(options, "endingOffsets", logs, pattern,
+                                                ("latest",))
+        strategy = (_get(options, "startingOffsetsByTimestampStrategy") or "error")
+        strategy = strategy.strip().lower()
+        if strategy not in TIMESTAMP_STRATEGIES:
+            raise _fail("startingOffsetsByTimestampStrategy",
+                        f"expected error or latest, got {strategy!r}")
         min_entries = _int(options, "minEntriesPerTrigger")
         delay_raw = _get(options, "maxTriggerDelay")
         if delay_raw is not None and min_entries is None:
@@ -357,9 +564,19 @@ class ReadOptions:
             raise _fail("minEntriesPerTrigger", f"{min_entries} is more than "
                                                 f"maxEntriesPerTrigger {max_entries}")
         return cls(
-            uri=_uri(options), logs=logs, ledger_ids=ledger_ids,
+            uri=_uri(options), logs=logs,
+            log_pattern=pattern.pattern if pattern is not None else None,
+            ledger_ids=ledger_ids,
             password=_password(options), security=_security(options),
-            starting=starting, ending=ending, starting_timestamp_ms=ts,
+            starting=starting or {}, starting_default=default_start,
+            ending=ending if isinstance(ending, dict) else {},
+            starting_timestamps=_timestamps(options, "startingOffsetsByTimestamp", logs,
+                                            pattern) or {},
+            starting_timestamp_ms=_int(options, "startingTimestamp", minimum=0),
+            ending_timestamps=_timestamps(options, "endingOffsetsByTimestamp", logs,
+                                          pattern) or {},
+            ending_timestamp_ms=_int(options, "endingTimestamp", minimum=0),
+            timestamp_strategy=strategy,
             min_partitions=_int(options, "minPartitions"),
             include_positions=_bool(options, "includePositions", False),
             max_entries_per_trigger=max_entries,

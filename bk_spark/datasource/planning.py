@@ -20,16 +20,27 @@ tasks.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pyspark.sql.datasource import InputPartition
 
 from bk_spark.core.client import BookKeeper
-from bk_spark.core.log import LEDGER_LOG_KEY, LogMetadataStore
+from bk_spark.core.log import (
+    LEDGER_LOG_KEY,
+    LogMetadataStore,
+    list_logs,
+    log_incarnation,
+    open_log_reader,
+)
 from bk_spark.core.log_format import LedgerInfo, LogMetadata, Segment
 from bk_spark.datasource.filters import Constraints
 from bk_spark.datasource.offsets import LogOffset
+from bk_spark.datasource.options import GivenPosition, ReadOptions
+from bk_spark.errors import InvalidConfigError, LogTruncatedError
+
+log = logging.getLogger(__name__)
 
 #: Entries per input partition by default: raw entries are small, arrow ones ~1 MiB.
 RAW_PARTITION_ENTRIES = 100_000
@@ -68,6 +79,7 @@ class LogView:
         self.name = name
         self._store = LogMetadataStore(bk.zk, bk.msu.root)
         self.md: LogMetadata = self._store.read(name).value
+        self.incarnation = log_incarnation(self.md)
         self._segments: dict[int, Segment] = {}
 
     def at(self, index: int) -> LedgerInfo | None:
@@ -99,6 +111,29 @@ class LogView:
     def earliest(self) -> LogOffset:
         first = self.at(self.md.first_index)
         return LogOffset(self.md.first_index, 0, first.ledger_id if first else -1)
+
+    def stamped(self, off: LogOffset) -> LogOffset:
+        """``off`` marked as a position in this incarnation of the log."""
+        return replace(off, log_id=self.incarnation)
+
+
+def logs_read(o: ReadOptions, bk: BookKeeper) -> tuple[str, ...]:
+    """The logs a read takes: those named in ``log``, or every log (not being deleted)
+    whose whole name matches ``logPattern``, as listed now."""
+    if o.log_pattern is None:
+        return o.logs
+    return tuple(n for n in list_logs(bk) if o.matches(n))
+
+
+def data_lost(what: str, fail_on_data_loss: bool, instead: str) -> None:
+    """The one rule for data gone before it was read (truncated ledgers, a log deleted or
+    created again): with ``failOnDataLoss`` true raise :class:`LogTruncatedError` saying
+    what was lost; false: log it and go on doing ``instead`` (the message says which)."""
+    if fail_on_data_loss:
+        raise LogTruncatedError(
+            f"{what}: data loss (entries not read yet are gone); failing the read "
+            f"(failOnDataLoss=true). Set option failOnDataLoss=false to {instead} instead.")
+    log.warning("%s: data loss; going on: %s (failOnDataLoss=false)", what, instead)
 
 
 def ledger_end(bk: BookKeeper, info: LedgerInfo, password: bytes) -> tuple[int, bool]:
@@ -146,6 +181,62 @@ def position_offset(view: LogView, ledger_id: int, entry_id: int) -> LogOffset |
     return None if index is None else LogOffset(index, entry_id, ledger_id)
 
 
+def given_offset(view: LogView, pos: GivenPosition, option: str, fail_on_data_loss: bool
+                 ) -> LogOffset:
+    """The offset of a position given in ``option`` (``startingOffsets`` /
+    ``endingOffsets``).
+
+    A ledger that is no longer in the log was *truncated* when the position's ``index`` is
+    before the log's first ledger: data loss (:func:`data_lost`; going on, the log's
+    earliest position). Otherwise it was *never part of this log* (another log, an earlier
+    log of the same name, a typo): always an error. Without an index the two cannot be
+    told apart, and the error says so.
+    """
+    off = position_offset(view, pos.ledger, pos.entry)
+    md = view.md
+    prefix = f"bookkeeper data source option '{option}'"
+    if off is not None:
+        if pos.index < 0 or pos.index == off.index:
+            return off
+        raise InvalidConfigError(
+            f"{prefix}: ledger {pos.ledger} is #{off.index} in log {view.name!r}, not "
+            f"#{pos.index}: the position was not taken from this log")
+    if 0 <= pos.index < md.first_index:
+        first = view.earliest()
+        data_lost(f"{prefix}: log {view.name!r} was truncated past entry {pos.entry} of "
+                  f"ledger {pos.ledger} (#{pos.index}): it now starts at "
+                  f"{first.describe()}", fail_on_data_loss,
+                  f"start at the log's earliest position, {first.describe()}")
+        return first
+    if pos.index >= 0:
+        held = view.at(pos.index)
+        where = (f"its #{pos.index} is ledger {held.ledger_id}" if held is not None else
+                 f"it has no ledger #{pos.index} (ledgers #{md.first_index}.."
+                 f"#{md.end_index - 1})")
+        raise InvalidConfigError(
+            f"{prefix}: ledger {pos.ledger} was never part of log {view.name!r} ({where}): "
+            f"the position is from another log, or from a deleted log of the same name")
+    raise InvalidConfigError(
+        f"{prefix}: ledger {pos.ledger} is not in log {view.name!r}: it was never part of "
+        f"it, or it was truncated. Give the position's \"index\" (as a streaming "
+        f"checkpoint or `bk log show` has it) to tell, so that a truncated one is skipped "
+        f"with failOnDataLoss=false")
+
+
+def timestamp_offset(view: LogView, timestamp_ms: int, password: bytes) -> LogOffset | None:
+    """The offset of the first entry of the log appended at or after ``timestamp_ms``
+    (None: every readable entry is older, the timestamp is past the end)."""
+    with open_log_reader(view.bk, view.name, timestamp_ms=timestamp_ms,
+                         password=password) as r:
+        p = r.position
+    off = LogOffset(p.ledger_index, p.entry_id, p.ledger_id)
+    info = view.at(off.index)
+    if info is not None and info.is_described and info.last_entry_id is not None and \
+            off.entry > info.last_entry_id:
+        off = after(view, info, info.last_entry_id, closed=True)
+    return None if off >= log_end(view, password) else off
+
+
 def walk(view: LogView, start: LogOffset, end: LogOffset, password: bytes,
          constraints: Constraints | None = None) -> Iterator[tuple[LedgerInfo, Slice]]:
     """The entries of ``[start, end)`` ledger by ledger (``end`` within the readable
@@ -169,6 +260,42 @@ def walk(view: LogView, start: LogOffset, end: LogOffset, password: bytes,
         first, last = max(first, e_lo), min(last, e_hi)
         if first <= last:
             yield info, Slice(view.name, info.ledger_id, first, last)
+
+
+#: Entry size assumed until a closed ledger of the log tells (bytes).
+DEFAULT_ENTRY_BYTES = 1024
+
+
+class EntrySizes:
+    """Bytes per entry of a log's ledgers (``maxBytesPerTrigger``, lag in bytes): a closed
+    ledger's length over its entries, else the log's last known size (an estimate: bookies
+    do not report the length of an open ledger), else :data:`DEFAULT_ENTRY_BYTES`."""
+
+    def __init__(self) -> None:
+        self._ledger: dict[int, float] = {}
+        self._log: dict[str, float] = {}
+
+    def size(self, view: LogView, info: LedgerInfo) -> float:
+        if info.ledger_id in self._ledger:
+            return self._ledger[info.ledger_id]
+        if info.is_described and info.last_entry_id is not None and info.last_entry_id >= 0:
+            md = view.bk.ledger_metadata(info.ledger_id)
+            size = max(1.0, md.length / (info.last_entry_id + 1))
+            self._ledger[info.ledger_id] = self._log[view.name] = size
+            return size
+        return self._log.get(view.name, float(DEFAULT_ENTRY_BYTES))
+
+
+def lag_behind(view: LogView, position: LogOffset, end: LogOffset, password: bytes,
+               sizes: EntrySizes) -> tuple[int, int]:
+    """``(entries, bytes)`` from ``position`` to ``end`` (the readable end): how far a
+    reader at ``position`` is behind. Bytes are estimated (:class:`EntrySizes`)."""
+    entries = nbytes = 0.0
+    if end > position:
+        for info, sl in walk(view, max(position, view.earliest()), end, password):
+            entries += sl.entries
+            nbytes += sl.entries * sizes.size(view, info)
+    return int(entries), int(nbytes)
 
 
 def ledger_slices(bk: BookKeeper, ledger_ids: tuple[int, ...], password: bytes,

@@ -24,21 +24,23 @@ from bk_spark.datasource import connections
 from bk_spark.datasource.filters import Constraints, push
 from bk_spark.datasource.formats import POSITION_COLUMNS
 from bk_spark.datasource.offsets import LogOffset
-from bk_spark.datasource.options import ReadOptions
+from bk_spark.datasource.options import GivenPosition, ReadOptions
 from bk_spark.datasource.planning import (
     ARROW_PARTITION_ENTRIES,
     RAW_PARTITION_ENTRIES,
     LogView,
     ScanPartition,
     Slice,
+    given_offset,
     ledger_slices,
     log_end,
+    logs_read,
     pack,
-    position_offset,
+    timestamp_offset,
     walk,
 )
 from bk_spark.datasource.scan import ScanSpec, read_partition
-from bk_spark.errors import InvalidConfigError
+from bk_spark.errors import InvalidConfigError, LogNotFoundError
 
 #: The module of Spark's planning worker that calls ``pushFilters``.
 PUSHDOWN_WORKER = "pyspark.sql.worker.data_source_pushdown_filters"
@@ -61,8 +63,14 @@ class BookKeeperBatchReader(DataSourceReader):
             slices = ledger_slices(bk, o.ledger_ids, o.password, c)
         else:
             slices = []
-            for name in o.logs:
-                slices.extend(self._log_slices(LogView(bk, name), c))
+            for name in logs_read(o, bk):
+                try:
+                    view = LogView(bk, name)
+                except LogNotFoundError:
+                    if o.log_pattern is None:
+                        raise
+                    continue  # matched, then deleted before planning
+                slices.extend(self._log_slices(view, c))
         target = ARROW_PARTITION_ENTRIES if self.spec.entry_format == "arrow" \
             else RAW_PARTITION_ENTRIES
         return list(pack(slices, target, o.min_partitions))
@@ -70,8 +78,8 @@ class BookKeeperBatchReader(DataSourceReader):
     def _log_slices(self, view: LogView, c: Constraints) -> list[Slice]:
         o = self.options
         end = log_end(view, o.password)
-        start = _bound(view, o.starting[view.name], "startingOffsets") or view.earliest()
-        user_end = _bound(view, o.ending[view.name], "endingOffsets")
+        start = _start(view, o)
+        user_end = _end(view, o)
         if user_end is not None:
             end = min(end, user_end)
         if end <= start:
@@ -94,17 +102,40 @@ class BookKeeperPushdownReader(BookKeeperBatchReader):
         return rejected
 
 
-def _bound(view: LogView, bound: object, option: str) -> LogOffset | None:
-    """A position given in ``option`` as an offset (None: earliest/latest)."""
-    if not isinstance(bound, tuple):
-        return None
-    ledger_id, entry_id = bound
-    off = position_offset(view, ledger_id, entry_id)
-    if off is None:
-        raise InvalidConfigError(
-            f"bookkeeper data source option '{option}': ledger {ledger_id} is not in log "
-            f"{view.name!r} (truncated, or never part of it)")
-    return off
+def _start(view: LogView, o: ReadOptions) -> LogOffset:
+    """Where a batch read of a log starts: a timestamp (``startingOffsetsByTimestamp``,
+    ``startingTimestamp``; past the end: ``startingOffsetsByTimestampStrategy``), a
+    position (``startingOffsets``) or the earliest position."""
+    ts = o.start_timestamp(view.name)
+    if ts is not None:
+        off = timestamp_offset(view, ts, o.password)
+        if off is not None:
+            return off
+        option = "startingOffsetsByTimestamp" if view.name in o.starting_timestamps \
+            else "startingTimestamp"
+        if o.timestamp_strategy == "error":
+            raise InvalidConfigError(
+                f"bookkeeper data source option '{option}': log {view.name!r} has no entry "
+                f"appended at or after {ts} (ms since the epoch). Set option "
+                f"startingOffsetsByTimestampStrategy=latest to read nothing of it instead")
+        return log_end(view, o.password)
+    bound = o.start_bound(view.name)
+    if isinstance(bound, GivenPosition):
+        return given_offset(view, bound, "startingOffsets", o.fail_on_data_loss)
+    return view.earliest()
+
+
+def _end(view: LogView, o: ReadOptions) -> LogOffset | None:
+    """Where a batch read of a log ends (exclusive; None: the readable end): the first
+    entry appended at or after ``endingOffsetsByTimestamp`` / ``endingTimestamp`` (past
+    the end: the readable end, as Kafka), or a position (``endingOffsets``)."""
+    ts = o.end_timestamp(view.name)
+    if ts is not None:
+        return timestamp_offset(view, ts, o.password)
+    bound = o.end_bound(view.name)
+    if isinstance(bound, GivenPosition):
+        return given_offset(view, bound, "endingOffsets", o.fail_on_data_loss)
+    return None
 
 
 def reader_for_planner(options: ReadOptions, spec: ScanSpec) -> BookKeeperBatchReader:

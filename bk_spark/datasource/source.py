@@ -23,7 +23,7 @@ from pyspark.sql.types import StructType
 
 from bk_spark.core.log import log_metadata
 from bk_spark.datasource import connections
-from bk_spark.datasource.filters import Constraints, IntSet
+from bk_spark.datasource.filters import Constraints
 from bk_spark.datasource.formats import (
     arrow_schema,
     log_format,
@@ -31,6 +31,7 @@ from bk_spark.datasource.formats import (
     stored_schema,
 )
 from bk_spark.datasource.options import ReadOptions, WriteOptions
+from bk_spark.datasource.planning import logs_read
 from bk_spark.datasource.reader import reader_for_planner
 from bk_spark.datasource.scan import ScanSpec
 from bk_spark.errors import InvalidConfigError, LogNotFoundError
@@ -51,19 +52,24 @@ def resolve_read_format(o: ReadOptions) -> ReadFormat:
         return ReadFormat("raw", None, read_schema("raw", None, False))
     bk = connections.client(o.uri, o.security)
     found: dict[str, tuple[str, str | None]] = {}
-    for name in o.logs:
+    for name in logs_read(o, bk):
         try:
             md = log_metadata(bk, name)
         except LogNotFoundError as exc:
+            if o.log_pattern is not None:
+                continue  # matched, then deleted
             raise InvalidConfigError(f"bookkeeper data source option 'log': {exc}") from None
         fmt = log_format(md.properties, md.end_index > 0) or "raw"
         found[name] = (fmt, stored_schema(md.properties, name).json() if fmt == "arrow"
                        else None)
+    option = "logPattern" if o.log_pattern is not None else "log"
+    if not found:  # a pattern nothing matches yet: logs found later must be raw
+        return ReadFormat("raw", None, read_schema("raw", None, o.include_positions))
     kinds = set(found.values())
     if len(kinds) > 1:
         desc = ", ".join(f"{n}: {f}" for n, (f, _s) in found.items())
         raise InvalidConfigError(
-            f"bookkeeper data source option 'log': the logs hold different formats or "
+            f"bookkeeper data source option '{option}': the logs hold different formats or "
             f"schemas ({desc}); read them separately")
     fmt, schema_json = kinds.pop()
     stored = StructType.fromJson(json.loads(schema_json)) if schema_json else None
@@ -71,16 +77,12 @@ def resolve_read_format(o: ReadOptions) -> ReadFormat:
 
 
 def scan_spec(o: ReadOptions, rf: ReadFormat) -> ScanSpec:
-    ts = IntSet()
-    if o.starting_timestamp_ms is not None and not o.streaming:
-        # Timestamps never decrease along a log: starting at a time is timestamp >= it.
-        ts = ts.and_range(o.starting_timestamp_ms * 1000, ts.hi)
     return ScanSpec(
         uri=o.uri, password=o.password, security=o.security, entry_format=rf.entry_format,
         schema=arrow_schema(rf.schema),
         stored_schema=arrow_schema(rf.stored) if rf.stored is not None else None,
         include_positions=o.include_positions or rf.entry_format == "raw",
-        constraints=Constraints(timestamps_us=ts), fail_on_data_loss=o.fail_on_data_loss)
+        constraints=Constraints(), fail_on_data_loss=o.fail_on_data_loss)
 
 
 def _check_schema(given: StructType, rf: ReadFormat) -> None:

@@ -13,10 +13,14 @@ fencing. ``latestOffset(start, limit)`` decides ``end``:
   entries are there or ``maxTriggerDelay`` passed since the last batch (ignored under
   ``availableNow``, which must terminate).
 
-``reportLatestOffset()`` returns the readable ends, so query progress shows the lag. Data
-that was truncated or deleted before it was read (the start is before the log's first
-ledger, the ledger at the start is another one, the log is gone, a planned ledger vanished)
-fails the query when ``failOnDataLoss`` is true, else is logged and skipped.
+``reportLatestOffset()`` returns the readable ends, each with the query's lag behind it
+(entries and estimated bytes), so query progress shows the lag. The logs read are those
+named, or those matching ``logPattern`` (listed again at every ``latestOffset``, so new
+ones join a running query from their earliest position). Data that is gone before it was
+read (the start is before the log's first ledger, the offset names another incarnation of
+the log, the ledger at the start is another one, the log is gone, a planned ledger
+vanished) fails the query when ``failOnDataLoss`` is true, else is logged and skipped
+(:func:`~bk_spark.datasource.planning.data_lost`).
 """
 
 from __future__ import annotations
@@ -37,30 +41,30 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from bk_spark.core.client import BookKeeper
-from bk_spark.core.log import open_log_reader
 from bk_spark.core.log_format import LedgerInfo
 from bk_spark.datasource import connections
 from bk_spark.datasource.offsets import LogOffset, Offsets, from_json, to_json
-from bk_spark.datasource.options import ReadOptions
+from bk_spark.datasource.options import GivenPosition, ReadOptions
 from bk_spark.datasource.planning import (
     ARROW_PARTITION_ENTRIES,
     RAW_PARTITION_ENTRIES,
+    EntrySizes,
     LogView,
     Slice,
     after,
+    data_lost,
+    given_offset,
+    lag_behind,
     log_end,
+    logs_read,
     pack,
-    position_offset,
+    timestamp_offset,
     walk,
 )
 from bk_spark.datasource.scan import ScanSpec, read_partition
-from bk_spark.errors import InvalidConfigError, LogNotFoundError, LogTruncatedError
+from bk_spark.errors import InvalidConfigError, LogNotFoundError
 
 log = logging.getLogger(__name__)
-
-#: Entry size assumed for ``maxBytesPerTrigger`` until a closed ledger of the log tells.
-DEFAULT_ENTRY_BYTES = 1024
-
 
 class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches of log entries. Driver-side state (the availableNow target, the time
@@ -71,45 +75,59 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self.spec = spec
         self._target: Offsets | None = None
         self._latest: Offsets | None = None
+        self._lag: dict[str, tuple[int, int]] = {}
+        self._reported: set[str] = set()
         self._last_batch_at = time.monotonic()
-        self._entry_bytes: dict[int, float] = {}
-        self._log_entry_bytes: dict[str, float] = {}
+        self._sizes = EntrySizes()
 
     # ------------------------------------------------------------------ offsets
     def _bk(self) -> BookKeeper:
         return connections.client(self.options.uri, self.options.security)
 
+    def _logs(self, bk: BookKeeper) -> tuple[str, ...]:
+        return logs_read(self.options, bk)
+
     def initialOffset(self) -> dict:
         o = self.options
         bk = self._bk()
         out: Offsets = {}
-        for name in o.logs:
-            view = self._view(bk, name)
-            if view is None:
+        for name in self._logs(bk):
+            try:
+                view = LogView(bk, name)
+            except LogNotFoundError:
+                if o.log_pattern is not None:
+                    continue  # deleted since it was listed
                 raise InvalidConfigError(f"bookkeeper data source option 'log': log "
-                                         f"{name!r} does not exist")
-            out[name] = self._start_of(bk, view)
+                                         f"{name!r} does not exist") from None
+            out[name] = view.stamped(self._start_of(bk, view))
         return to_json(out)
 
     def _start_of(self, bk: BookKeeper, view: LogView) -> LogOffset:
+        """Where the query starts reading a log: its options (a timestamp, a position,
+        earliest or latest)."""
         o = self.options
-        if o.starting_timestamp_ms is not None:
-            with open_log_reader(bk, view.name, timestamp_ms=o.starting_timestamp_ms,
-                                 password=o.password) as r:
-                p = r.position
-            return LogOffset(p.ledger_index, p.entry_id, p.ledger_id)
-        bound = o.starting.get(view.name, "latest")
+        ts = o.start_timestamp(view.name)
+        if ts is not None:
+            off = timestamp_offset(view, ts, o.password)
+            if off is not None:
+                return off
+            option = "startingOffsetsByTimestamp" if view.name in o.starting_timestamps \
+                else "startingTimestamp"
+            end = log_end(view, o.password)
+            if o.timestamp_strategy == "error":
+                raise InvalidConfigError(
+                    f"bookkeeper data source option '{option}': log {view.name!r} has no "
+                    f"entry appended at or after {ts} (ms since the epoch); its readable "
+                    f"end is {end.describe()}. Set option "
+                    f"startingOffsetsByTimestampStrategy=latest to start at the end")
+            return end
+        bound = o.start_bound(view.name)
         if bound == "earliest":
             return view.earliest()
         if bound == "latest":
             return log_end(view, o.password)
-        assert isinstance(bound, tuple)
-        off = position_offset(view, bound[0], bound[1])
-        if off is None:
-            raise InvalidConfigError(
-                f"bookkeeper data source option 'startingOffsets': ledger {bound[0]} is not "
-                f"in log {view.name!r} (truncated, or never part of it)")
-        return off
+        assert isinstance(bound, GivenPosition)
+        return given_offset(view, bound, "startingOffsets", o.fail_on_data_loss)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         o = self.options
@@ -124,14 +142,35 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def prepareForTriggerAvailableNow(self) -> None:
         bk = self._bk()
         target: Offsets = {}
-        for name in self.options.logs:
+        for name in self._logs(bk):
             view = self._view(bk, name)
             if view is not None:
                 target[name] = log_end(view, self.options.password)
         self._target = target
 
     def reportLatestOffset(self) -> dict | None:
-        return to_json(self._latest) if self._latest is not None else None
+        """The readable end of every log, each with the query's lag behind it: what
+        Spark shows as the source's ``latestOffset`` in the query progress."""
+        if self._latest is None:
+            return None
+        out = to_json(self._latest)
+        for name, (entries, nbytes) in self._lag.items():
+            if name in out:
+                out[name]["lag"] = {"entries": entries, "bytes": nbytes}
+        return out
+
+    def _report_lag(self, views: dict[str, LogView], ends: Offsets, latest: Offsets
+                    ) -> None:
+        """Record and log how far each log's readable end is past this batch's end:
+        entries, and bytes estimated from the ledgers' lengths (as ``maxBytesPerTrigger``
+        does). PySpark's Python stream reader has no custom-metrics hook, so the lag goes
+        into ``reportLatestOffset`` (the progress' ``latestOffset``) and the log."""
+        lag = {name: lag_behind(view, ends[name], latest[name], self.options.password,
+                                self._sizes) for name, view in views.items()}
+        self._lag = lag
+        if any(e for e, _b in lag.values()):
+            log.info("lag behind the readable end: %s", ", ".join(
+                f"{n}: {e} entries, ~{b} bytes" for n, (e, b) in sorted(lag.items())))
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         o = self.options
@@ -140,22 +179,30 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         views: dict[str, LogView] = {}
         begin: Offsets = {}
         ends: Offsets = {}
-        for name in o.logs:
+        names = dict.fromkeys(self._logs(bk))
+        if o.log_pattern is not None:  # logs read before: a deleted one is data loss
+            names.update(dict.fromkeys(starts))
+        for name in names:
             view = self._view(bk, name)
             if view is None:
                 continue
             views[name] = view
             s = self._checked_start(view, starts.get(name))
             e = log_end(view, o.password)
-            if self._target is not None and name in self._target:
-                e = min(e, self._target[name])
-            begin[name], ends[name] = s, max(s, e)
+            if self._target is not None:
+                # availableNow: stop where the logs ended when the trigger started (a log
+                # found since then is read to its end as of now).
+                e = min(e, self._target.get(name, e))
+            begin[name], ends[name] = s, view.stamped(max(s, e))
         self._latest = dict(ends)
         if not isinstance(limit, ReadAllAvailable):
-            ends = self._limited(views, begin, ends)
-            if ends is None:
+            limited = self._limited(views, begin, ends)
+            if limited is None:
+                self._report_lag(views, begin, self._latest)
                 return start
-        if all(ends[n] == starts.get(n) for n in ends) and len(ends) == len(starts):
+            ends = {n: views[n].stamped(e) for n, e in limited.items()}
+        self._report_lag(views, ends, self._latest)
+        if len(ends) == len(starts) and all(_same(ends[n], starts.get(n)) for n in ends):
             return start
         if any(ends[n] > begin[n] for n in ends):
             self._last_batch_at = time.monotonic()
@@ -213,16 +260,7 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return end
 
     def _entry_size(self, view: LogView, info: LedgerInfo) -> float:
-        """Bytes per entry of a ledger: its length over its entries once described, else
-        the log's last known size (an estimate: bookies do not report open lengths)."""
-        if info.ledger_id in self._entry_bytes:
-            return self._entry_bytes[info.ledger_id]
-        if info.is_described and info.last_entry_id is not None and info.last_entry_id >= 0:
-            md = view.bk.ledger_metadata(info.ledger_id)
-            size = max(1.0, md.length / (info.last_entry_id + 1))
-            self._entry_bytes[info.ledger_id] = self._log_entry_bytes[view.name] = size
-            return size
-        return self._log_entry_bytes.get(view.name, float(DEFAULT_ENTRY_BYTES))
+        return self._sizes.size(view, info)
 
     # ------------------------------------------------------------------ data loss
     def _view(self, bk: BookKeeper, name: str) -> LogView | None:
@@ -232,31 +270,51 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             self._lost(f"log {name!r} was deleted")
             return None
 
-    def _lost(self, what: str) -> None:
-        if self.options.fail_on_data_loss:
-            raise LogTruncatedError(
-                f"{what}: data loss (entries not read yet are gone). Set option "
-                f"failOnDataLoss=false to skip lost data and go on.")
-        log.warning("%s; skipping the lost data (failOnDataLoss=false)", what)
+    def _lost(self, what: str, instead: str = "skip the lost data and go on") -> None:
+        if what in self._reported:  # planning the same batch again: said once
+            return
+        data_lost(what, self.options.fail_on_data_loss, instead)
+        self._reported.add(what)
 
     def _checked_start(self, view: LogView, s: LogOffset | None) -> LogOffset:
-        """``s``, or where reading can go on if data after ``s`` is gone."""
+        """``s``, or where reading can go on if data after ``s`` is gone.
+
+        In order: a log not read before (found by ``logPattern``, or added to ``log``)
+        starts at its earliest position, as Kafka starts new partitions; an offset of
+        another incarnation of the log (deleted and created again) is data loss, going on
+        from the new log's start; an offset before the log's first ledger is data loss
+        (truncated), going on from the earliest position; an offset whose ledger is not
+        the one at its index (an offset without a log id, from an older checkpoint) too.
+        """
         md = view.md
-        if s is None:  # a log added to the option after the query started
-            return self._start_of(view.bk, view)
+        if s is None:
+            start = view.earliest()
+            log.info("log %r: new to the query, read from %s", view.name, start.describe())
+            return view.stamped(start)
+        if s.log_id and s.log_id != view.incarnation:
+            self._lost(f"log {view.name!r} was deleted and created again since the query "
+                       f"read up to {s.describe()} of the old log (log id {s.log_id}; the "
+                       f"new one is {view.incarnation})",
+                       "read the new log from its start")
+            return view.stamped(view.earliest())
         at = view.at(s.index)
         if s.index < md.first_index:
-            self._lost(f"log {view.name!r}: ledgers from #{s.index} (ledger {s.ledger}) to "
-                       f"#{md.first_index - 1} were truncated before they were read")
-            return view.earliest()
+            first = view.earliest()
+            gone = md.first_index - s.index
+            self._lost(f"log {view.name!r}: {gone} ledger(s) from {s.describe()} on were "
+                       f"truncated before they were read (the log now starts at "
+                       f"{first.describe()})", f"go on from {first.describe()}")
+            return view.stamped(first)
         if s.index > md.end_index or (s.ledger >= 0 and (at is None or
                                                           at.ledger_id != s.ledger)):
-            self._lost(f"log {view.name!r}: ledger {s.ledger} at #{s.index} is no longer in "
-                       f"the log (was the log deleted and created again?)")
-            return view.earliest()
+            held = f"ledger {at.ledger_id}" if at is not None else "no ledger"
+            self._lost(f"log {view.name!r}: the query's position, {s.describe()}, is no "
+                       f"longer in the log (#{s.index} holds {held}): was the log deleted "
+                       f"and created again?", "read the log from its start")
+            return view.stamped(view.earliest())
         if s.ledger < 0 and at is not None:
-            return LogOffset(s.index, s.entry, at.ledger_id)
-        return s
+            return view.stamped(LogOffset(s.index, s.entry, at.ledger_id))
+        return view.stamped(s)
 
     # ------------------------------------------------------------------ planning, reading
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
@@ -267,6 +325,13 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         for name, e in ends.items():
             view = self._view(bk, name)
             if view is None:
+                continue
+            if e.log_id and e.log_id != view.incarnation:
+                # Planned against an incarnation deleted since: what it held is lost; going
+                # on, the next batch starts at this end and reads the new log from its start.
+                self._lost(f"log {name!r} was deleted and created again after a batch up "
+                           f"to {e.describe()} was planned (log id {e.log_id}; the new one "
+                           f"is {view.incarnation})", "read the new log from the next batch")
                 continue
             s = self._checked_start(view, starts.get(name))
             if e < s:
@@ -282,6 +347,11 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def commit(self, end: dict) -> None:
         """Nothing to do: the position is Spark's checkpoint; truncating is the log
         owner's decision."""
+
+
+def _same(a: LogOffset, b: LogOffset | None) -> bool:
+    """The same position in the same incarnation of a log."""
+    return b is not None and a == b and a.log_id == b.log_id
 
 
 def _shares(counts: dict[str, int], budget: int) -> dict[str, int]:

@@ -59,6 +59,8 @@ class FaultKind(StrEnum):
     # writer keeps adding to a fenced-then-deleted ledger and must never be acknowledged
     FENCE_DELETE = "fence-delete"
     SPARK_DRIVER_KILL = "spark-driver-kill"  # kill -9 of the Spark driver, restart
+    SPARK_LOG_TRUNCATE = "spark-log-truncate"  # truncate the log a query reads, while it runs
+    SPARK_LOG_RECREATE = "spark-log-recreate"  # delete that log and create it again
 
 
 BOOKIE_KINDS = frozenset({
@@ -79,9 +81,13 @@ WRITER_KINDS = frozenset({
 })
 #: Writer faults only a ledger writer can take (a log's ledgers are the log's to delete).
 LEDGER_WRITER_KINDS = frozenset({FaultKind.FENCE_DELETE})
-#: The kinds :func:`generate` draws (the Spark fault only with a Spark workload).
-GENERAL_KINDS: tuple[FaultKind, ...] = tuple(k for k in FaultKind
-                                             if k != FaultKind.SPARK_DRIVER_KILL)
+#: Faults of the Spark workload: every Spark schedule has one of each.
+SPARK_KINDS = frozenset({FaultKind.SPARK_DRIVER_KILL, FaultKind.SPARK_LOG_TRUNCATE,
+                         FaultKind.SPARK_LOG_RECREATE})
+#: The kinds :func:`generate` draws (the Spark faults only with a Spark workload).
+GENERAL_KINDS: tuple[FaultKind, ...] = tuple(k for k in FaultKind if k not in SPARK_KINDS)
+#: Target of the faults on the log the Spark side query reads (failOnDataLoss=false).
+SPARK_SIDE = "spark-side"
 
 ZOOKEEPER = "zookeeper"
 
@@ -175,6 +181,8 @@ class Schedule:
                          f"Qw={g.write_quorum} Qa={g.ack_quorum}, roll every {g.roll_every}")
         if self.spark:
             lines.append("  spark sink: input log -> streaming query -> output log")
+            lines.append("  spark side query (failOnDataLoss=false): side log, truncated and "
+                         "recreated while it runs -> side output log")
         lines.extend(f"  {f.describe()}" for f in self.faults)
         return "\n".join(lines)
 
@@ -236,7 +244,8 @@ def _duration_for(kind: FaultKind, rng: random.Random, mode: Mode) -> float:
     if kind in (FaultKind.BOOKIE_KILL_FOREVER, FaultKind.BOOKIE_DISK_FULL):
         return math.inf
     if kind in (FaultKind.ENTRY_LOG_CORRUPTION, FaultKind.ZK_EXPIRE_BOOKIE,
-                FaultKind.ZK_EXPIRE_WRITER, FaultKind.FENCE):
+                FaultKind.ZK_EXPIRE_WRITER, FaultKind.FENCE, FaultKind.SPARK_LOG_TRUNCATE,
+                FaultKind.SPARK_LOG_RECREATE):
         return 0.0
     if kind == FaultKind.JOURNAL_TAIL_TRUNCATION:
         return round(rng.uniform(0.2, 1.0) * scale, 2)
@@ -317,6 +326,12 @@ def generate(seed: int, mode: Mode = "short", n_bookies: int = 5, spark: bool = 
             occ.take(target, at, end, unavailable)
             faults.append(Fault(kind, at, dur, target, _params(kind, rng)))
             break
+    if spark:  # drawn last: the other faults of a seed stay what they were
+        faults.append(Fault(FaultKind.SPARK_LOG_TRUNCATE,
+                            round(rng.uniform(0.3, duration * 0.45), 2), 0.0, SPARK_SIDE))
+        faults.append(Fault(FaultKind.SPARK_LOG_RECREATE,
+                            round(rng.uniform(duration * 0.5, duration * 0.85), 2), 0.0,
+                            SPARK_SIDE))
     faults.sort(key=lambda f: (f.at, f.kind.value, f.target))
     return Schedule(seed=seed, mode=mode, n_bookies=n_bookies, duration=duration,
                     ledger_writers=ledgers, log_writers=logs, faults=tuple(faults),

@@ -350,6 +350,10 @@ class Summary:
             lines.append(f"spark sink runs: {c['spark_runs']}, driver kills: "
                          f"{c['spark_driver_kills']}, output mismatches: "
                          f"{c['spark_mismatch']}")
+            lines.append(f"spark side query (log truncated and recreated while it runs): "
+                         f"data-loss warnings {c['spark_data_loss_warnings']}, entries lost "
+                         f"with a warning {c['spark_side_lost_with_warning']}, silent skips: "
+                         f"{c['silent_skips']}")
         for seed, command in zip(self.failed, self.replays, strict=True):
             lines.append(f"  replay failed seed {seed}: {command}")
         lines.append("=" * 78)
@@ -549,6 +553,13 @@ class _ScheduleRun:
                 raise FaultInjectionError("no spark workload")
             self._background("spark-driver-kill", lambda: self._spark_kill(f))
             return "(once the driver committed a batch)"
+        elif k in (FaultKind.SPARK_LOG_TRUNCATE, FaultKind.SPARK_LOG_RECREATE):
+            if self.spark is None:
+                raise FaultInjectionError("no spark workload")
+            side = self.spark.side
+            act = side.truncate if k == FaultKind.SPARK_LOG_TRUNCATE else side.recreate
+            self._background(k.value, lambda: self._with_client(act))
+            return f"(log {side.name}, read with failOnDataLoss=false)"
         return None
 
     def _undo(self, f: Fault) -> str | None:
@@ -575,6 +586,13 @@ class _ScheduleRun:
                 p.signal(signal.SIGCONT)
                 p.paused = False
         return None
+
+    def _with_client(self, act: Callable[[BookKeeper], str]) -> None:
+        bk = client(self.cluster.uri)
+        try:
+            self.event(f"spark: {act(bk)}")
+        finally:
+            bk.close()
 
     def _spark_kill(self, f: Fault) -> None:
         """kill -9 the Spark driver once it committed a batch, restart it ``f.duration``
@@ -796,7 +814,7 @@ class _ScheduleRun:
         try:
             logs = list(self.schedule.logs)
             if self.spark is not None:
-                logs.append(self.spark.dst)
+                logs.extend((self.spark.dst, self.spark.side.name, self.spark.side_dst))
             for name in logs:
                 try:
                     delete_log(bk, name, PASSWORD)

@@ -1,12 +1,15 @@
 """The Spark driver of the fault suite: a streaming query copying one log into another.
 
     python -m bk_spark.faults.spark_driver URI SRC DST CHECKPOINT [--max-entries N]
-                                           [--available-now]
+                                           [--available-now] [--side SRC2 DST2 CKPT2]
 
 Reads log SRC (raw entries, from the earliest) at most N entries per micro-batch and writes
 every entry's ``value`` to log DST through the ``bookkeeper`` sink, with CHECKPOINT as its
 checkpoint location. Prints ``started`` once the query runs and ``done`` when it terminates
-(``--available-now``: after everything SRC holds now). The harness kills it with ``kill -9``
+(``--available-now``: after everything SRC holds now). ``--side``: a second query in the
+same session copies SRC2 (a log the harness truncates, deletes and creates again while it
+runs) into DST2 with ``failOnDataLoss=false``, so every loss is a logged warning and
+nothing else is skipped. The harness kills it with ``kill -9``
 (its process group: the JVM and the Python workers die with it) and starts it again.
 """
 
@@ -25,6 +28,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("checkpoint")
     p.add_argument("--max-entries", type=int, default=200)
     p.add_argument("--available-now", action="store_true")
+    p.add_argument("--side", nargs=3, metavar=("SRC2", "DST2", "CKPT2"))
     args = p.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -45,8 +49,21 @@ def main(argv: list[str] | None = None) -> None:
     writer = (writer.trigger(availableNow=True) if args.available_now
               else writer.trigger(processingTime="0 seconds"))
     q = writer.start()
+    if args.side:
+        side_src, side_dst, side_ckpt = args.side
+        side = (spark.readStream.format("bookkeeper").option("metadataServiceUri", args.uri)
+                .option("log", side_src).option("startingOffsets", "earliest")
+                .option("failOnDataLoss", "false")
+                .option("maxEntriesPerTrigger", max(1, args.max_entries // 10)).load())
+        (side.select("value").writeStream.format("bookkeeper")
+         .option("metadataServiceUri", args.uri).option("log", side_dst)
+         .option("entryFormat", "raw").option("checkpointLocation", side_ckpt)
+         .trigger(processingTime="0 seconds").start())
     print("started", flush=True)
-    q.awaitTermination()
+    if args.side:
+        spark.streams.awaitAnyTermination()
+    else:
+        q.awaitTermination()
     print("done", flush=True)
     spark.stop()
 

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.errors import PySparkException
 
-from bk_spark.datasource.options import ReadOptions, WriteOptions
+from bk_spark.datasource.options import GivenPosition, ReadOptions, WriteOptions
 from bk_spark.errors import InvalidConfigError
 
 URI = "zk://127.0.0.1:2181/ledgers"
@@ -36,6 +36,22 @@ URI = "zk://127.0.0.1:2181/ledgers"
     ({"log": "a", "startingOffsets": "{nope"}, False, "'startingOffsets': expected earliest"),
     ({"log": "a", "startingOffsets": "earliest", "startingTimestamp": "5"}, True,
      "'startingTimestamp': give either startingTimestamp or startingOffsets"),
+    ({"logPattern": "ev(ents", "startingOffsets": "earliest"}, True,
+     "'logPattern': not a regular expression"),
+    ({"log": "a", "logPattern": "a.*"}, False, "'logPattern': give either 'log', 'ledgers'"),
+    ({"logPattern": "ev.*", "startingOffsets": '{"other": "earliest"}'}, True,
+     "'startingOffsets': names logs that do not match logPattern 'ev.*': other"),
+    ({"log": "a", "startingOffsetsByTimestamp": '{"a": "noon"}'}, True,
+     "'startingOffsetsByTimestamp': expected JSON mapping logs to ms"),
+    ({"log": "a", "startingOffsets": "earliest", "startingOffsetsByTimestamp": '{"a": 1}'},
+     True, "'startingOffsetsByTimestamp': give either startingOffsetsByTimestamp or "
+           "startingOffsets"),
+    ({"log": "a", "startingOffsetsByTimestampStrategy": "closest"}, True,
+     "'startingOffsetsByTimestampStrategy': expected error or latest"),
+    ({"log": "a", "endingTimestamp": "5"}, True,
+     "'endingTimestamp': does not apply to a streaming read"),
+    ({"log": "a", "endingOffsetsByTimestamp": '{"b": 5}'}, False,
+     "'endingOffsetsByTimestamp': names logs that are not read: b"),
     ({"log": "a", "maxTriggerDelay": "5s"}, True,
      "'maxTriggerDelay': only applies with minEntriesPerTrigger"),
     ({"log": "a", "minEntriesPerTrigger": "5", "maxTriggerDelay": "soon"}, True,
@@ -75,7 +91,7 @@ def test_option_names_are_case_insensitive_and_values_typed():
                            "FAILONDATALOSS": "False"}, streaming=True)
     assert o.logs == ("a", "b") and o.max_entries_per_trigger == 7
     assert o.max_trigger_delay_s == 0.25 and o.fail_on_data_loss is False
-    assert o.starting == {"a": "latest", "b": (4, 2)}
+    assert o.start_bound("a") == "latest" and o.start_bound("b") == GivenPosition(4, 2)
 
 
 def test_metadata_service_uri_defaults_to_the_environment(monkeypatch):

@@ -122,7 +122,9 @@ def test_open_ledger_is_read_up_to_its_lac_then_continued(bk, uri, log_name):
     start = r.initialOffset()
     end = r.latestOffset(start, ReadAllAvailable())
     assert entries_between(r, start, end) == 10
-    assert r.reportLatestOffset() == end
+    # The progress' latestOffset: the readable end, and the lag behind it (none).
+    assert r.reportLatestOffset() == {
+        name: {**end[name], "lag": {"entries": 0, "bytes": 0}}}
     w.roll()
     for f in [w.append_async(b"x") for _ in range(5)]:
         f.result()
@@ -145,8 +147,11 @@ def test_fail_on_data_loss_fails_or_skips_truncated_unread_ledgers(
     truncate_log(bk, name, before=Position(ledgers[-1].ledger_id, 0, ledgers[-1].index))
 
     with pytest.raises(PySparkException, match="truncated before they were read.*"
-                                               "failOnDataLoss=false"):
+                                               "failOnDataLoss=false") as failed:
         run_available_now(stream(spark, uri, name), tmp_path, "q_loss_first")
+    # The message names real ledgers: where the log starts now, never a placeholder.
+    assert "ledger -1" not in str(failed.value)
+    assert f"now starts at entry 0 of ledger {ledgers[-1].ledger_id}" in str(failed.value)
     rows, _ = run_available_now(stream(spark, uri, name, failOnDataLoss="false"), tmp_path,
                                 "q_loss_skip")
     assert sorted(bytes(r.value) for r in rows) == \
