@@ -237,6 +237,35 @@ def timestamp_offset(view: LogView, timestamp_ms: int, password: bytes) -> LogOf
     return None if off >= log_end(view, password) else off
 
 
+def start_offset(view: LogView, o: ReadOptions) -> LogOffset:
+    """Where a read of a log starts, batch and stream alike: the first entry appended at or
+    after its starting timestamp (``startingOffsetsByTimestamp``, ``startingTimestamp``;
+    past the end, ``startingOffsetsByTimestampStrategy``: ``error`` fails, ``latest``
+    starts at the readable end), else its ``startingOffsets`` position, ``latest`` (streams
+    only) or the earliest position."""
+    ts = o.start_timestamp(view.name)
+    if ts is not None:
+        off = timestamp_offset(view, ts, o.password)
+        if off is not None:
+            return off
+        end = log_end(view, o.password)
+        if o.timestamp_strategy == "error":
+            option = "startingOffsetsByTimestamp" if view.name in o.starting_timestamps \
+                else "startingTimestamp"
+            raise InvalidConfigError(
+                f"bookkeeper data source option '{option}': log {view.name!r} has no "
+                f"entry appended at or after {ts} (ms since the epoch); its readable "
+                f"end is {end.describe()}. Set option "
+                f"startingOffsetsByTimestampStrategy=latest to start at the end")
+        return end
+    bound = o.start_bound(view.name)
+    if isinstance(bound, GivenPosition):
+        return given_offset(view, bound, "startingOffsets", o.fail_on_data_loss)
+    if bound == "latest":
+        return log_end(view, o.password)
+    return view.earliest()
+
+
 def walk(view: LogView, start: LogOffset, end: LogOffset, password: bytes,
          constraints: Constraints | None = None) -> Iterator[tuple[LedgerInfo, Slice]]:
     """The entries of ``[start, end)`` ledger by ledger (``end`` within the readable

@@ -36,11 +36,12 @@ from bk_spark.datasource.planning import (
     log_end,
     logs_read,
     pack,
+    start_offset,
     timestamp_offset,
     walk,
 )
 from bk_spark.datasource.scan import ScanSpec, read_partition
-from bk_spark.errors import InvalidConfigError, LogNotFoundError
+from bk_spark.errors import LogNotFoundError
 
 #: The module of Spark's planning worker that calls ``pushFilters``.
 PUSHDOWN_WORKER = "pyspark.sql.worker.data_source_pushdown_filters"
@@ -78,7 +79,7 @@ class BookKeeperBatchReader(DataSourceReader):
     def _log_slices(self, view: LogView, c: Constraints) -> list[Slice]:
         o = self.options
         end = log_end(view, o.password)
-        start = _start(view, o)
+        start = start_offset(view, o)
         user_end = _end(view, o)
         if user_end is not None:
             end = min(end, user_end)
@@ -100,29 +101,6 @@ class BookKeeperPushdownReader(BookKeeperBatchReader):
                                      logs_never_null=not self.options.ledger_ids)
         self.spec = replace(self.spec, constraints=constraints)
         return rejected
-
-
-def _start(view: LogView, o: ReadOptions) -> LogOffset:
-    """Where a batch read of a log starts: a timestamp (``startingOffsetsByTimestamp``,
-    ``startingTimestamp``; past the end: ``startingOffsetsByTimestampStrategy``), a
-    position (``startingOffsets``) or the earliest position."""
-    ts = o.start_timestamp(view.name)
-    if ts is not None:
-        off = timestamp_offset(view, ts, o.password)
-        if off is not None:
-            return off
-        option = "startingOffsetsByTimestamp" if view.name in o.starting_timestamps \
-            else "startingTimestamp"
-        if o.timestamp_strategy == "error":
-            raise InvalidConfigError(
-                f"bookkeeper data source option '{option}': log {view.name!r} has no entry "
-                f"appended at or after {ts} (ms since the epoch). Set option "
-                f"startingOffsetsByTimestampStrategy=latest to read nothing of it instead")
-        return log_end(view, o.password)
-    bound = o.start_bound(view.name)
-    if isinstance(bound, GivenPosition):
-        return given_offset(view, bound, "startingOffsets", o.fail_on_data_loss)
-    return view.earliest()
 
 
 def _end(view: LogView, o: ReadOptions) -> LogOffset | None:

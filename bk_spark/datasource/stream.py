@@ -44,7 +44,7 @@ from bk_spark.core.client import BookKeeper
 from bk_spark.core.log_format import LedgerInfo
 from bk_spark.datasource import connections
 from bk_spark.datasource.offsets import LogOffset, Offsets, from_json, to_json
-from bk_spark.datasource.options import GivenPosition, ReadOptions
+from bk_spark.datasource.options import ReadOptions
 from bk_spark.datasource.planning import (
     ARROW_PARTITION_ENTRIES,
     RAW_PARTITION_ENTRIES,
@@ -53,12 +53,11 @@ from bk_spark.datasource.planning import (
     Slice,
     after,
     data_lost,
-    given_offset,
     lag_behind,
     log_end,
     logs_read,
     pack,
-    timestamp_offset,
+    start_offset,
     walk,
 )
 from bk_spark.datasource.scan import ScanSpec, read_partition
@@ -99,35 +98,8 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                     continue  # deleted since it was listed
                 raise InvalidConfigError(f"bookkeeper data source option 'log': log "
                                          f"{name!r} does not exist") from None
-            out[name] = view.stamped(self._start_of(bk, view))
+            out[name] = view.stamped(start_offset(view, self.options))
         return to_json(out)
-
-    def _start_of(self, bk: BookKeeper, view: LogView) -> LogOffset:
-        """Where the query starts reading a log: its options (a timestamp, a position,
-        earliest or latest)."""
-        o = self.options
-        ts = o.start_timestamp(view.name)
-        if ts is not None:
-            off = timestamp_offset(view, ts, o.password)
-            if off is not None:
-                return off
-            option = "startingOffsetsByTimestamp" if view.name in o.starting_timestamps \
-                else "startingTimestamp"
-            end = log_end(view, o.password)
-            if o.timestamp_strategy == "error":
-                raise InvalidConfigError(
-                    f"bookkeeper data source option '{option}': log {view.name!r} has no "
-                    f"entry appended at or after {ts} (ms since the epoch); its readable "
-                    f"end is {end.describe()}. Set option "
-                    f"startingOffsetsByTimestampStrategy=latest to start at the end")
-            return end
-        bound = o.start_bound(view.name)
-        if bound == "earliest":
-            return view.earliest()
-        if bound == "latest":
-            return log_end(view, o.password)
-        assert isinstance(bound, GivenPosition)
-        return given_offset(view, bound, "startingOffsets", o.fail_on_data_loss)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         o = self.options
