@@ -81,8 +81,8 @@ def test_read_options_parse_or_name_the_bad_option(options: dict[str, str],
         parsed = ReadOptions.parse(options, streaming)
     except Exception as exc:  # noqa: BLE001 - the property is about what was raised
         check_refusal(options, exc)
-    else:
-        assert parsed.logs or parsed.ledger_ids
+    else:  # something to read: logs, a log name pattern or ledgers
+        assert parsed.logs or parsed.log_pattern or parsed.ledger_ids
 
 
 @FUZZ
