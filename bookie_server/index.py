@@ -44,13 +44,14 @@ import os
 import struct
 import sys
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import crc32c
+import numpy as np
 
-from bookie_server.entrylog import fsync_directory
+from bookie_server.entrylog import fsync_directory, write_all_at
 from bookie_server.tombstones import DeletedLedgers
 
 LOG_SHIFT = 72
@@ -228,6 +229,32 @@ class EntryIndex:
     def __repr__(self) -> str:
         return f"EntryIndex({dict(self.items())!r})"
 
+    def copy(self) -> EntryIndex:
+        """An independent copy (the arrays copied whole, no per-entry work)."""
+        other = EntryIndex()
+        other._first, other._count = self._first, self._count
+        other._high, other._length = array("Q", self._high), array("I", self._length)
+        other._sparse = dict(self._sparse)
+        return other
+
+    def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(entry ids int64, location >> 32 uint64, record lengths uint32)`` of every entry,
+        in the order of :meth:`items`, built without a Python object per entry (a full
+        checkpoint of millions of entries)."""
+        lengths = np.frombuffer(self._length, dtype=np.uint32)
+        slots = np.flatnonzero(lengths)
+        ids = slots + self._first
+        highs = np.frombuffer(self._high, dtype=np.uint64)[slots]
+        lens = lengths[slots]
+        if self._sparse:
+            extra = list(self._sparse.items())
+            ids = np.concatenate([ids, np.array([e for e, _ in extra], dtype=np.int64)])
+            highs = np.concatenate([highs, np.array([loc >> OFFSET_SHIFT for _, loc in extra],
+                                                    dtype=np.uint64)])
+            lens = np.concatenate([lens, np.array([loc & LENGTH_MASK for _, loc in extra],
+                                                  dtype=np.uint32)])
+        return ids.astype(np.int64, copy=False), highs, lens
+
     def nbytes(self) -> int:
         """Bytes held by the arrays (the dict's share not counted)."""
         return self._high.itemsize * len(self._high) + self._length.itemsize * len(self._length)
@@ -285,6 +312,20 @@ class LedgerSnapshot:
     last_entry: int
     entry_ids: list[int] = field(default_factory=list)
     locations: list[int] = field(default_factory=list)
+    #: Every entry at once (a full snapshot): a copy of the ledger's index, 12 bytes per
+    #: entry, encoded when written; when set, ``entry_ids`` and ``locations`` are not used.
+    index: EntryIndex | None = None
+
+    @property
+    def count(self) -> int:
+        return len(self.index) if self.index is not None else len(self.entry_ids)
+
+    @classmethod
+    def whole(cls, state: LedgerState) -> LedgerSnapshot:
+        """The ledger's state and every location it holds (for a full snapshot): the
+        arrays are copied (a memcpy, under the caller's lock), encoded later."""
+        return cls(state.ledger_id, state.master_key, state.fenced, state.lac,
+                   state.last_entry, index=state.index.copy())
 
     @classmethod
     def of(cls, state: LedgerState, entry_ids: list[int], locations: list[int]) -> LedgerSnapshot:
@@ -313,6 +354,46 @@ def _read_array(typecode: str, data: memoryview, offset: int, count: int) -> arr
     return values
 
 
+def batch_body_parts(
+    position: tuple[int, int],
+    deleted: Iterable[int],
+    ledgers: Iterable[LedgerSnapshot],
+    *,
+    full: bool = False,
+    tombstone_floor: int = -1,
+) -> Iterator[bytes]:
+    """The body of one checkpoint batch, piece by piece (a full snapshot of millions of
+    entries is written as it is encoded, one ledger at a time, never held whole)."""
+    deleted = list(deleted)
+    ledgers = list(ledgers)
+    flags = (FLAG_FULL if full else 0) | (FLAG_TOMBSTONE_FLOOR if tombstone_floor >= 0 else 0)
+    yield BATCH_START.pack(flags, position[0], position[1], len(deleted))
+    yield _little_endian(array("q", deleted))
+    if tombstone_floor >= 0:
+        yield TOMBSTONE_FLOOR.pack(tombstone_floor)
+    yield COUNT.pack(len(ledgers))
+    for snap in ledgers:
+        yield LEDGER_RECORD.pack(
+            snap.ledger_id,
+            FLAG_FENCED if snap.fenced else 0,
+            snap.lac,
+            snap.last_entry,
+            len(snap.master_key),
+            snap.count,
+        )
+        yield snap.master_key
+        if snap.index is not None:
+            ids, highs, lens = snap.index.columns()
+            yield ids.astype("<i8", copy=False).tobytes()
+            yield highs.astype("<u8", copy=False).tobytes()
+            yield lens.astype("<u4", copy=False).tobytes()
+        elif snap.locations:
+            locs = snap.locations
+            yield _little_endian(array("q", snap.entry_ids))
+            yield _little_endian(array("Q", [loc >> OFFSET_SHIFT for loc in locs]))
+            yield _little_endian(array("I", [loc & LENGTH_MASK for loc in locs]))
+
+
 def encode_batch(
     position: tuple[int, int],
     deleted: Iterable[int],
@@ -322,35 +403,23 @@ def encode_batch(
     tombstone_floor: int = -1,
 ) -> bytes:
     """One checkpoint batch, header included (see the module docstring)."""
-    deleted = list(deleted)
-    ledgers = list(ledgers)
-    flags = (FLAG_FULL if full else 0) | (FLAG_TOMBSTONE_FLOOR if tombstone_floor >= 0 else 0)
-    parts: list[bytes] = [
-        BATCH_START.pack(flags, position[0], position[1], len(deleted)),
-        _little_endian(array("q", deleted)),
-    ]
-    if tombstone_floor >= 0:
-        parts.append(TOMBSTONE_FLOOR.pack(tombstone_floor))
-    parts.append(COUNT.pack(len(ledgers)))
-    for snap in ledgers:
-        locs = snap.locations
-        parts.append(
-            LEDGER_RECORD.pack(
-                snap.ledger_id,
-                FLAG_FENCED if snap.fenced else 0,
-                snap.lac,
-                snap.last_entry,
-                len(snap.master_key),
-                len(snap.entry_ids),
-            )
-        )
-        parts.append(snap.master_key)
-        if locs:
-            parts.append(_little_endian(array("q", snap.entry_ids)))
-            parts.append(_little_endian(array("Q", [loc >> OFFSET_SHIFT for loc in locs])))
-            parts.append(_little_endian(array("I", [loc & LENGTH_MASK for loc in locs])))
-    body = b"".join(parts)
+    body = b"".join(batch_body_parts(position, deleted, ledgers, full=full,
+                                     tombstone_floor=tombstone_floor))
     return BATCH_HEADER.pack(BATCH_MAGIC, crc32c.crc32c(body), len(body)) + body
+
+
+def write_batch_at(fd: int, offset: int, parts: Iterable[bytes]) -> int:
+    """Write one checkpoint batch whose body is ``parts`` at ``offset`` of ``fd``, body
+    first and its header (CRC and length) last, holding one part at a time; returns the
+    batch's size. Not synced."""
+    crc, pos = 0, offset + BATCH_HEADER.size
+    for part in parts:
+        crc = crc32c.crc32c(part, value=crc)
+        write_all_at(fd, [part], pos)
+        pos += len(part)
+    body_len = pos - offset - BATCH_HEADER.size
+    os.pwrite(fd, BATCH_HEADER.pack(BATCH_MAGIC, crc, body_len), offset)
+    return pos - offset
 
 
 def apply_batch(body: memoryview, ledgers: dict[int, LedgerState],
@@ -400,7 +469,7 @@ def apply_batch(body: memoryview, ledgers: dict[int, LedgerState],
                     [(h << OFFSET_SHIFT) | ln for h, ln in zip(highs, lengths, strict=True)],
                     strict=True,
                 )
-            )
+            )  # a ledger at a time: transient Python ints for one ledger's entries
     if pos != len(body):
         raise ValueError(f"checkpoint batch has {len(body) - pos} stray bytes")
     return seq, offset
@@ -498,14 +567,14 @@ class IndexStore:
     def rewrite(self, position: tuple[int, int], ledgers: Iterable[LedgerSnapshot],
                 tombstones: Iterable[int] = (), tombstone_floor: int = -1) -> None:
         """Durably replace the file with one full snapshot of every ledger and tombstone."""
-        data = encode_batch(position, tombstones, ledgers, full=True,
-                            tombstone_floor=tombstone_floor)
+        parts = batch_body_parts(position, tombstones, ledgers, full=True,
+                                 tombstone_floor=tombstone_floor)
         generation = self._generation + 1
         path = self._path(generation)
         tmp = path.with_name(path.name + ".tmp")
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         try:
-            os.pwrite(fd, data, 0)
+            size = write_batch_at(fd, 0, parts)
             os.fsync(fd)
             os.rename(tmp, path)
             fsync_directory(self._dir)
@@ -514,7 +583,7 @@ class IndexStore:
             raise
         old_fd, old_generation = self._fd, self._generation
         self._fd, self._generation = fd, generation
-        self._size = self._full_size = len(data)
+        self._size = self._full_size = size
         if old_fd is not None:
             os.close(old_fd)
             os.unlink(self._path(old_generation))

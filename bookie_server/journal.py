@@ -5,8 +5,11 @@ Theory of operation
 Every change a bookie acknowledges (adds, fences, explicit LACs, ledger deletes) is first
 appended to the journal and fdatasync'd; only then is it applied and acknowledged.
 Concurrent requests share one sync: a single writer thread takes everything queued (up to
-``max_group_bytes``, waiting at most ``max_group_wait_s`` for more), writes it with one
-``pwritev`` and one ``fdatasync``, then hands the whole group to ``on_synced``.
+``max_group_bytes``), writes it with one ``pwritev`` and one ``fdatasync``, then hands the
+whole group to ``on_synced``. With ``max_group_wait_s`` > 0 it may wait for more records
+first, but only while the observed arrival rate says the next record comes within what is
+left of that wait (:func:`bk_spark.core.batching.batch_wait`): at a moderate load a lone
+record is synced at once instead of waiting for a group that will not come.
 
 Journal files ``<seq>.jnl`` in ``data_dir/journal`` have a fixed size and are written in
 place: they are preallocated (filled with zeros and synced by a background thread before
@@ -56,6 +59,7 @@ from typing import Any, NamedTuple
 
 import crc32c
 
+from bk_spark.core.batching import ArrivalRate, batch_wait
 from bk_spark.errors import BKError
 from bookie_server.entrylog import ENTRY_HEADER, fsync_directory, write_all_at
 
@@ -348,6 +352,7 @@ class Journal:
         self._cond = threading.Condition()  # guards the queue and the flags below
         self._queue: deque[JournalRecord] = deque()
         self._queued_bytes = 0
+        self._arrivals = ArrivalRate()  # records submitted per second (adaptive wait)
         self._started = False
         self._closing = False
         self._failed: BaseException | None = None
@@ -520,6 +525,8 @@ class Journal:
                 raise BKError("journal is closed")
             self._queue.extend(records)
             self._queued_bytes += nbytes
+            if self._max_wait > 0:
+                self._arrivals.observe(time.monotonic(), len(records))
             self._cond.notify()
 
     def _take_group(self) -> tuple[list[JournalRecord], int] | None:
@@ -530,12 +537,19 @@ class Journal:
                 self._cond.wait()
             limit = self._group_limit
             if self._max_wait > 0:
+                # Wait for more records only while the arrival rate says the next one comes
+                # before the limit: never for a group that will not come.
                 deadline = time.monotonic() + self._max_wait
                 while self._queued_bytes < limit and not self._closing:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
+                    now = time.monotonic()
+                    wait = batch_wait(len(self._queue), len(self._queue) + 1,
+                                      self._arrivals.rate(now), deadline - now)
+                    if wait <= 0:
                         break
-                    self._cond.wait(remaining)
+                    before = len(self._queue)
+                    self._cond.wait(wait)
+                    if len(self._queue) == before:
+                        break  # the record the rate predicted did not come: sync now
             queue = self._queue
             group: list[JournalRecord] = []
             total = 0

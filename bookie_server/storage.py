@@ -823,10 +823,7 @@ class BookieStorage:
             position = self._applied_pos
             deleted, self._deleted = self._deleted, set()
             if full:
-                snaps = [
-                    LedgerSnapshot.of(st, list(st.index), list(st.index.values()))
-                    for st in self._applied.values()
-                ]
+                snaps = [LedgerSnapshot.whole(st) for st in self._applied.values()]
                 for st in self._applied.values():
                     st.dirty = []
             else:

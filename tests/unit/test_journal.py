@@ -283,3 +283,19 @@ def test_copying_a_journal_directory_replays_identically(tmp_path):
     write_records(tmp_path / "a", bodies)
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     assert replay(tmp_path / "a")[0] == replay(tmp_path / "b")[0]
+
+
+def test_group_commit_does_not_wait_for_a_group_that_will_not_come(tmp_path):
+    """A lone record (no arrivals to predict more) is synced at once, even with a group
+    wait of an hour configured: the wait is only for records the arrival rate says come
+    within it (bk_spark.core.batching.batch_wait)."""
+    recorder = Recorder()
+    journal = open_journal(tmp_path, recorder, max_group_wait_s=3600.0)
+    journal.start()
+    try:
+        done = threading.Event()
+        journal.submit([JournalRecord(RecordType.DELETE, body(1), token=done)])
+        assert done.wait(20), "the lone record waited for a group"
+    finally:
+        journal.close()
+    assert len(recorder.synced) == 1
