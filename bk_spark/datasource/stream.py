@@ -13,6 +13,12 @@ fencing. ``latestOffset(start, limit)`` decides ``end``:
   entries are there or ``maxTriggerDelay`` passed since the last batch (ignored under
   ``availableNow``, which must terminate).
 
+When nothing is readable past the query's position, ``latestOffset`` waits for news (at
+most :data:`LATEST_OFFSET_WAIT_S`) before answering, watching instead of polling
+(:func:`wait_for_more`): the open ledger's last-add-confirmed long-polled on the bookies, or
+a ZooKeeper watch of the log's metadata. Spark asks again right after an empty answer, so
+with no trigger interval a micro-batch starts as soon as an entry is readable.
+
 ``reportLatestOffset()`` returns the readable ends, each with the query's lag behind it
 (entries and estimated bytes), so query progress shows the lag. The logs read are those
 named, or those matching ``logPattern`` (listed again at every ``latestOffset``, so new
@@ -26,8 +32,10 @@ vanished) fails the query when ``failOnDataLoss`` is true, else is logged and sk
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -41,6 +49,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from bk_spark.core.client import BookKeeper
+from bk_spark.core.log import LogMetadataStore
 from bk_spark.core.log_format import LedgerInfo
 from bk_spark.datasource import connections
 from bk_spark.datasource.offsets import LogOffset, Offsets, from_json, to_json
@@ -78,6 +87,7 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._reported: set[str] = set()
         self._last_batch_at = time.monotonic()
         self._sizes = EntrySizes()
+        self._idle_ends: Offsets = {}
 
     # ------------------------------------------------------------------ offsets
     def _bk(self) -> BookKeeper:
@@ -145,6 +155,20 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 f"{n}: {e} entries, ~{b} bytes" for n, (e, b) in sorted(lag.items())))
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """The end of the next micro-batch (see the module docstring). When no log has
+        anything past ``start``, wait (at most :data:`LATEST_OFFSET_WAIT_S`) until one
+        does, watching rather than polling (:func:`wait_for_more`), and answer again:
+        with no trigger interval a micro-batch starts as soon as an entry is readable."""
+        end, views, idle = self._latest_offset(start, limit)
+        if idle and self._target is None and views:
+            if wait_for_more(self._bk(), views, self._idle_ends, self.options.password,
+                             LATEST_OFFSET_WAIT_S):
+                end, _views, _idle = self._latest_offset(start, limit)
+        return end
+
+    def _latest_offset(self, start: dict, limit: ReadLimit
+                       ) -> tuple[dict, dict[str, LogView], bool]:
+        """``(end, the logs' views, nothing readable past start in any log)``."""
         o = self.options
         bk = self._bk()
         starts = from_json(start)
@@ -167,18 +191,20 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                 e = min(e, self._target.get(name, e))
             begin[name], ends[name] = s, view.stamped(max(s, e))
         self._latest = dict(ends)
+        idle = all(not ends[n] > begin[n] for n in ends)
+        self._idle_ends = dict(ends)
         if not isinstance(limit, ReadAllAvailable):
             limited = self._limited(views, begin, ends)
             if limited is None:
                 self._report_lag(views, begin, self._latest)
-                return start
+                return start, views, idle
             ends = {n: views[n].stamped(e) for n, e in limited.items()}
         self._report_lag(views, ends, self._latest)
         if len(ends) == len(starts) and all(_same(ends[n], starts.get(n)) for n in ends):
-            return start
+            return start, views, idle
         if any(ends[n] > begin[n] for n in ends):
             self._last_batch_at = time.monotonic()
-        return to_json({**starts, **ends})
+        return to_json({**starts, **ends}), views, idle
 
     # ------------------------------------------------------------------ limits
     def _limited(self, views: dict[str, LogView], begin: Offsets, ends: Offsets
@@ -319,6 +345,60 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     def commit(self, end: dict) -> None:
         """Nothing to do: the position is Spark's checkpoint; truncating is the log
         owner's decision."""
+
+
+#: Longest ``latestOffset`` waits for a log to grow when nothing is readable past the
+#: query's position (Spark asks again at once after an empty answer).
+LATEST_OFFSET_WAIT_S = 1.0
+
+
+def wait_for_more(bk: BookKeeper, views: dict[str, LogView], ends: Offsets,
+                  password: bytes, timeout: float) -> bool:
+    """Wait until some log may have more to read past ``ends``, at most ``timeout``
+    seconds; True if one does (or may: its ledger closed or its metadata changed).
+
+    Nothing polls: a log whose end is in its open ledger long-polls that ledger's
+    last-add-confirmed on the bookies (:meth:`ReadHandle.wait_for_entry`, the
+    bookie's LAC wait), a log whose end is past its last ledger waits on a
+    ZooKeeper watch of its metadata (a new ledger, a close). Several logs wait
+    together and the first news ends the wait."""
+    waits: list[Callable[[], bool]] = []
+    store = LogMetadataStore(bk.zk, bk.msu.root)
+    for name, view in views.items():
+        end = ends.get(name)
+        if end is None:
+            continue
+        info = view.at(end.index)
+        if info is not None and not info.is_described:
+            rh = bk.open_ledger(info.ledger_id, password, recovery=False)
+            if rh.is_closed or rh.last_add_confirmed >= end.entry:
+                return True  # it grew or closed since it was planned
+            waits.append(lambda rh=rh, e=end.entry: rh.wait_for_entry(e, timeout))
+        else:
+            changed = threading.Event()
+            before = view.md
+            if store.read(name, watch=lambda _ev, c=changed: c.set()).value != before:
+                return True
+            waits.append(lambda c=changed: c.wait(timeout))
+    if not waits:
+        return False
+    if len(waits) == 1:
+        return bool(waits[0]())
+    pool = ThreadPoolExecutor(len(waits), thread_name_prefix="bk-stream-wait")
+    try:
+        futures = [pool.submit(w) for w in waits]
+        pending = set(futures)
+        deadline = time.monotonic() + timeout
+        while pending:
+            done, pending = wait(pending, max(0.0, deadline - time.monotonic()),
+                                 return_when=FIRST_COMPLETED)
+            if not done:
+                return False
+            if any(not f.exception() and f.result() for f in done):
+                return True
+        return False
+    finally:
+        pool.shutdown(wait=False)
 
 
 def _same(a: LogOffset, b: LogOffset | None) -> bool:
