@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -27,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bk_spark.core.batching import ArrivalRate, batch_wait
 from bk_spark.core.entry import EntryCodec
 from bk_spark.core.futures import SharedConditionFuture, complete_adds, shared_condition
 from bk_spark.core.metadata import LedgerMetadata, LedgerState
@@ -52,9 +50,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: While earlier adds are in flight, the sender lingers (at most ``add_linger_s``, and only
-#: when the arrival rate brings them that soon) for a round of at least this many entries
-#: rather than ship a few at once.
+#: While earlier adds are in flight, the sender lingers (``add_linger_s``) for a round of at
+#: least this many entries rather than ship a few at once.
 LINGER_MIN_ENTRIES = 64
 
 # Completion of an add: (entry id, None) once acknowledged, (entry id, error) if it failed.
@@ -197,40 +194,28 @@ class LedgerHandle:
         grow with the load (many entries per RPC, as the bookie wants), up to
         ``add_round_max_entries``: a burst of thousands of adds becomes a few rounds in flight
         at once, a pipeline, rather than one. A few adds queued while others are in flight
-        wait for more (the rest of a burst usually follows at once), so they do not cost
-        every bookie an RPC and a sync of their own; but only as long as the observed
-        arrival rate says the round of ``LINGER_MIN_ENTRIES`` takes to come, at most
-        ``add_linger_s`` (:func:`~bk_spark.core.batching.batch_wait`): at a moderate load
-        the sender ships at once instead of adding its linger to every add. Each entry carries
+        wait up to ``add_linger_s`` for more (the rest of a burst usually follows at once),
+        so they do not cost every bookie an RPC and a sync of their own. Each entry carries
         the last-add-confirmed at the time its round is encoded.
         """
         E, Qw = self._E, self._Qw
         sets = [write_set(r, E, Qw) for r in range(E)]
         length = self._acked_length  # the ledger's length before the next round
         round_max, linger = self._bk.config.add_round_max_entries, self._bk.config.add_linger_s
-        arrivals = ArrivalRate()
-        seen = self._next_entry
         while True:
             with self._lock:
                 while not self._outbox and not self._closed and self._error is None:
                     self._sender_idle = True
                     self._outbox_ready.wait()
                 self._sender_idle = False
-                now = time.monotonic()
-                arrivals.observe(now, self._next_entry - seen)
-                seen = self._next_entry
                 if (linger > 0 and len(self._outbox) < LINGER_MIN_ENTRIES
                         and len(self._targets) > len(self._outbox)
                         and not self._closed and self._error is None):
-                    # Earlier adds are in flight, so these few are not alone: wait for
-                    # the rest of the burst (one round of many, not one RPC each), but
-                    # only as long as the arrival rate says it takes to come.
-                    wait = batch_wait(len(self._outbox), LINGER_MIN_ENTRIES,
-                                      arrivals.rate(now), linger)
-                    if wait > 0:
-                        self._sender_lingering = True
-                        self._outbox_ready.wait(wait)
-                        self._sender_lingering = False
+                    # Earlier adds are in flight, so these few are not alone: wait a moment
+                    # for the rest of the burst (one round of many, not one RPC each).
+                    self._sender_lingering = True
+                    self._outbox_ready.wait(linger)
+                    self._sender_lingering = False
                 if not self._outbox or self._error is not None:
                     return  # closed and drained, or failed: _fail decided every add
                 first = self._next_entry - len(self._outbox)
