@@ -452,8 +452,8 @@ def main() -> None:
 
                 try:
                     stream_lat = spark_bench(sb.metadata_service_uri, tmpd / "spark", res,
-                                rows=500_000 if quick else 2_000_000,
-                                raw_rows=50_000 if quick else 200_000)
+                                             rows=500_000 if quick else 2_000_000,
+                                             raw_rows=50_000 if quick else 200_000)
                 finally:  # stop Spark's workers (and their clients) before the sandbox
                     from pyspark.sql import SparkSession
 
