@@ -348,8 +348,9 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
 
 #: Longest ``latestOffset`` waits for a log to grow when nothing is readable past the
-#: query's position (Spark asks again at once after an empty answer).
-LATEST_OFFSET_WAIT_S = 1.0
+#: query's position (Spark asks again 10 ms after an empty answer): news ends the wait at
+#: once, so this only bounds how long a stop or ``processAllAvailable`` may wait for it.
+LATEST_OFFSET_WAIT_S = 0.25
 
 
 def wait_for_more(bk: BookKeeper, views: dict[str, LogView], ends: Offsets,
