@@ -583,15 +583,15 @@ class BookieStorage:
         ledger_id = state.ledger_id
         self._applied[ledger_id] = state
         base = location_base(log_id, offset)
-        locations = [base + span for span in batch.spans]
         entry_ids = batch.entry_ids
         index = state.index
         live = self._live
         if batch.min_entry > state.last_entry:  # all new: the common case, no per-entry work
             before = len(index)
-            index.update(zip(entry_ids, locations, strict=True))
+            index.put_batch(entry_ids, base >> OFFSET_SHIFT, batch.spans)
             live.add(log_id, ledger_id, batch.nbytes)
             if len(index) - before != len(entry_ids):  # an entry twice in one batch
+                locations = [base + span for span in batch.spans]
                 dead = sum(
                     loc & LENGTH_MASK
                     for eid, loc in zip(entry_ids, locations, strict=True)
@@ -599,6 +599,7 @@ class BookieStorage:
                 )
                 live.sub(log_id, ledger_id, dead)
         else:  # overwrites (recovery writes entries back): the old copies die
+            locations = [base + span for span in batch.spans]
             get = index.get
             for entry_id, loc in zip(entry_ids, locations, strict=True):
                 old = get(entry_id)

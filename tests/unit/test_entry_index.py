@@ -76,3 +76,24 @@ def test_a_full_snapshot_of_entry_index_columns_reloads_the_same_locations(tmp_p
     ledgers, position = IndexStore(tmp_path).load()
     assert position == (3, 40)
     assert ledgers[7].index == model and ledgers[7].lac == 4998
+
+
+def test_put_batch_sets_the_same_locations_as_single_sets():
+    """A journaled batch's locations (its base plus each entry's span), in numpy for
+    ascending ids, one by one for the rest (an id twice, ids before the dense part)."""
+    base_high = (5 << 40) | 4096
+    batches = [
+        [e for e in range(0, 300) if e % 3],  # a bookie's share: holes
+        [301, 302, 304],
+        [400, 399],  # descending: one by one
+        [500, 500],  # twice in one batch: the later wins, as in a dict
+        [DENSE_MAX_GAP * 4],  # far past the end: sparse
+        [7, 8],  # overwrites
+    ]
+    index, model = EntryIndex(), {}
+    for b, ids in enumerate(batches):
+        spans = [((k * 1100) << 32) | (1000 + b) for k in range(len(ids))]
+        index.put_batch(ids, base_high + b, spans)
+        for eid, span in zip(ids, spans, strict=True):
+            model[eid] = ((base_high + b + (span >> 32)) << 32) | (span & 0xFFFFFFFF)
+    assert index == model and len(index) == len(model)
