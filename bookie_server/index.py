@@ -2,12 +2,9 @@
 
 In memory every ledger the bookie knows has a :class:`LedgerState`: its master key,
 fenced flag, last-add-confirmed (``lac``), highest stored entry and ``index``, a dict from
-entry id to a *location*. A location is one int packing where the entry record lives::
-
-    location = (log id << 72) | (offset << 32) | record length
-
-(log ids below 2**24, offsets below 2**40, record lengths below 2**32), so an entry costs one
-dict slot and reads never scan the journal.
+entry id to a *location*, one int packing where the entry record lives (log id, offset,
+record length: :mod:`bookie_server.location`, the one home of that packing), so reads
+never scan the journal.
 
 On disk (``data_dir/ledgers/index-<generation>.idx``) the index is an append-only file of
 *checkpoint batches*. Each batch carries what changed since the previous checkpoint
@@ -19,7 +16,9 @@ journal position up to which it accounts for every change, under one CRC32C::
            | u32 n deleted | i64 ledger id * n | [i64 tombstone floor, if flags & 2]
            | u32 n ledgers | per ledger: i64 id | u8 flags (1 = fenced) | i64 lac
              | i64 last entry | u16 key length | u32 n entries | key
-             | i64 entry ids * n | u64 (location >> 32) * n | u32 record lengths * n
+             | i64 entry ids * n | u64 high * n | u32 record lengths * n
+
+(``high`` and record length: the two columns of a location, :mod:`bookie_server.location`.)
 
 The deleted ids are also the bookie's *tombstones* (:mod:`bookie_server.tombstones`): an
 incremental batch lists the ledgers deleted since the previous one, a full snapshot lists
@@ -52,13 +51,20 @@ import crc32c
 import numpy as np
 
 from bookie_server.entrylog import fsync_directory, write_all_at
+from bookie_server.location import (
+    HIGH_DTYPE,
+    HIGH_LE,
+    HIGH_TYPECODE,
+    LENGTH_DTYPE,
+    LENGTH_LE,
+    LENGTH_MASK,
+    LENGTH_TYPECODE,
+    OFFSET_SHIFT,
+    high_of,
+    join_location,
+    length_of,
+)
 from bookie_server.tombstones import DeletedLedgers
-
-LOG_SHIFT = 72
-OFFSET_SHIFT = 32
-OFFSET_MASK = (1 << 40) - 1
-LENGTH_MASK = (1 << 32) - 1
-MAX_LOG_ID = (1 << 24) - 1
 
 BATCH_HEADER = struct.Struct("<4sIQ")  # magic, crc32c of body, body length
 BATCH_MAGIC = b"BKIX"
@@ -73,25 +79,6 @@ INDEX_PREFIX = "index-"
 INDEX_SUFFIX = ".idx"
 
 
-def pack_location(log_id: int, offset: int, length: int) -> int:
-    """One int for where an entry record lives (see the module docstring)."""
-    return (((log_id << 40) | offset) << OFFSET_SHIFT) | length
-
-
-def location_base(log_id: int, offset: int) -> int:
-    """Location of a batch's start; add ``(relative offset << 32) | length`` per entry."""
-    return ((log_id << 40) | offset) << OFFSET_SHIFT
-
-
-def unpack_location(location: int) -> tuple[int, int, int]:
-    """``(log id, offset, record length)`` of a location."""
-    return (
-        location >> LOG_SHIFT,
-        (location >> OFFSET_SHIFT) & OFFSET_MASK,
-        location & LENGTH_MASK,
-    )
-
-
 #: A write beyond the dense part of an :class:`EntryIndex` by more than this many ids goes
 #: to its sparse dict instead of growing the arrays over the gap.
 DENSE_MAX_GAP = 1 << 16
@@ -101,9 +88,10 @@ class EntryIndex:
     """One ledger's ``entry id -> location`` map in 12 bytes per entry.
 
     A ledger's entry ids are dense (0, 1, 2, ... as its writer hands them out), so the
-    locations live in two arrays indexed by ``entry id - first``: ``location >> 32`` (log id
-    and offset, 64 bits) and the record length (32 bits; 0 marks a hole, since a record is
-    never empty). Ids before ``first`` or more than :data:`DENSE_MAX_GAP` past the dense end
+    locations live in two arrays indexed by ``entry id - first``: a location's two columns
+    (:mod:`bookie_server.location`), its high part (log id and offset, 64 bits) and the
+    record length (32 bits; 0 marks a hole, since a record is never empty). Ids before
+    ``first`` or more than :data:`DENSE_MAX_GAP` past the dense end
     (a recovery write-back far ahead, a hand-made request) go to a small dict. A Python
     dict would cost about 100 bytes per entry (two int objects and a slot): with this
     layout 10 GB of 1 KiB entries index in ~120 MB, not ~1 GB.
@@ -117,8 +105,8 @@ class EntryIndex:
 
     def __init__(self) -> None:
         self._first = -1
-        self._high = array("Q")
-        self._length = array("I")
+        self._high = array(HIGH_TYPECODE)
+        self._length = array(LENGTH_TYPECODE)
         self._count = 0
         self._sparse: dict[int, int] = {}
 
@@ -201,7 +189,7 @@ class EntryIndex:
 
     def put_batch(self, entry_ids: list[int], base_high: int, spans: list[int]) -> None:
         """Set the locations of one journaled batch: entry ``entry_ids[i]`` at
-        ``((base_high + (spans[i] >> 32)) << 32) | (spans[i] & LENGTH_MASK)`` (the batch's
+        ``join_location(base_high + high_of(spans[i]), length_of(spans[i]))`` (the batch's
         location plus the entry's span, :class:`bookie_server.journal.AddBatch`). Strictly
         ascending ids within the dense part's reach (every batch a writer sends) are set in
         numpy, ~20x faster than one by one; anything else goes one by one."""
@@ -215,21 +203,20 @@ class EntryIndex:
         if (first < 0 or int(ids[0]) < first or int(ids[-1]) - first > size + DENSE_MAX_GAP
                 or (n > 1 and not bool(np.all(ids[1:] > ids[:-1])))):
             for entry_id, span in zip(entry_ids, spans, strict=True):
-                self[entry_id] = ((base_high + (span >> OFFSET_SHIFT)) << OFFSET_SHIFT) | (
-                    span & LENGTH_MASK)
+                self[entry_id] = join_location(base_high + high_of(span), length_of(span))
             return
         top = int(ids[-1]) - first + 1
         if top > size:
             self._grow(top - size)
-        sp = np.asarray(spans, dtype=np.uint64)
-        lengths = (sp & np.uint64(LENGTH_MASK)).astype(np.uint32)
+        sp = np.asarray(spans, dtype=HIGH_DTYPE)
+        lengths = (sp & HIGH_DTYPE(LENGTH_MASK)).astype(LENGTH_DTYPE)
         if not bool(np.all(lengths)):
             raise ValueError("a location's record length is never 0")
         slots = ids - first
-        length_view = np.frombuffer(self._length, dtype=np.uint32)
-        high_view = np.frombuffer(self._high, dtype=np.uint64)
+        length_view = np.frombuffer(self._length, dtype=LENGTH_DTYPE)
+        high_view = np.frombuffer(self._high, dtype=HIGH_DTYPE)
         self._count += int(np.count_nonzero(length_view[slots] == 0))
-        high_view[slots] = np.uint64(base_high) + (sp >> np.uint64(OFFSET_SHIFT))
+        high_view[slots] = HIGH_DTYPE(base_high) + (sp >> HIGH_DTYPE(OFFSET_SHIFT))
         length_view[slots] = lengths
         del length_view, high_view  # release the buffers: the arrays may grow again
         if self._sparse:
@@ -270,26 +257,27 @@ class EntryIndex:
         """An independent copy (the arrays copied whole, no per-entry work)."""
         other = EntryIndex()
         other._first, other._count = self._first, self._count
-        other._high, other._length = array("Q", self._high), array("I", self._length)
+        other._high = array(HIGH_TYPECODE, self._high)
+        other._length = array(LENGTH_TYPECODE, self._length)
         other._sparse = dict(self._sparse)
         return other
 
     def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(entry ids int64, location >> 32 uint64, record lengths uint32)`` of every entry,
-        in the order of :meth:`items`, built without a Python object per entry (a full
-        checkpoint of millions of entries)."""
-        lengths = np.frombuffer(self._length, dtype=np.uint32)
+        """``(entry ids int64, high column, record lengths)`` of every entry (the columns of
+        :mod:`bookie_server.location`), in the order of :meth:`items`, built without a
+        Python object per entry (a full checkpoint of millions of entries)."""
+        lengths = np.frombuffer(self._length, dtype=LENGTH_DTYPE)
         slots = np.flatnonzero(lengths)
         ids = slots + self._first
-        highs = np.frombuffer(self._high, dtype=np.uint64)[slots]
+        highs = np.frombuffer(self._high, dtype=HIGH_DTYPE)[slots]
         lens = lengths[slots]
         if self._sparse:
             extra = list(self._sparse.items())
             ids = np.concatenate([ids, np.array([e for e, _ in extra], dtype=np.int64)])
-            highs = np.concatenate([highs, np.array([loc >> OFFSET_SHIFT for _, loc in extra],
-                                                    dtype=np.uint64)])
-            lens = np.concatenate([lens, np.array([loc & LENGTH_MASK for _, loc in extra],
-                                                  dtype=np.uint32)])
+            highs = np.concatenate([highs, np.array([high_of(loc) for _, loc in extra],
+                                                    dtype=HIGH_DTYPE)])
+            lens = np.concatenate([lens, np.array([length_of(loc) for _, loc in extra],
+                                                  dtype=LENGTH_DTYPE)])
         return ids.astype(np.int64, copy=False), highs, lens
 
     def nbytes(self) -> int:
@@ -422,13 +410,13 @@ def batch_body_parts(
         if snap.index is not None:
             ids, highs, lens = snap.index.columns()
             yield ids.astype("<i8", copy=False).tobytes()
-            yield highs.astype("<u8", copy=False).tobytes()
-            yield lens.astype("<u4", copy=False).tobytes()
+            yield highs.astype(HIGH_LE, copy=False).tobytes()
+            yield lens.astype(LENGTH_LE, copy=False).tobytes()
         elif snap.locations:
             locs = snap.locations
             yield _little_endian(array("q", snap.entry_ids))
-            yield _little_endian(array("Q", [loc >> OFFSET_SHIFT for loc in locs]))
-            yield _little_endian(array("I", [loc & LENGTH_MASK for loc in locs]))
+            yield _little_endian(array(HIGH_TYPECODE, [high_of(loc) for loc in locs]))
+            yield _little_endian(array(LENGTH_TYPECODE, [length_of(loc) for loc in locs]))
 
 
 def encode_batch(
@@ -496,9 +484,9 @@ def apply_batch(body: memoryview, ledgers: dict[int, LedgerState],
         if n:
             entry_ids = _read_array("q", body, pos, n)
             pos += 8 * n
-            highs = _read_array("Q", body, pos, n)
+            highs = _read_array(HIGH_TYPECODE, body, pos, n)
             pos += 8 * n
-            lengths = _read_array("I", body, pos, n)
+            lengths = _read_array(LENGTH_TYPECODE, body, pos, n)
             pos += 4 * n
             state.index.update(
                 zip(

@@ -62,6 +62,7 @@ import crc32c
 from bk_spark.core.batching import ArrivalRate, batch_wait
 from bk_spark.errors import BKError
 from bookie_server.entrylog import ENTRY_HEADER, fsync_directory, write_all_at
+from bookie_server.location import pack_span
 
 log = logging.getLogger(__name__)
 
@@ -144,8 +145,9 @@ def parse_record(data: memoryview, pos: int, seq: int) -> tuple[int, memoryview,
 class AddBatch:
     """Entries of one ledger in one ADD record.
 
-    ``spans[i]`` is ``(offset of entry i's record relative to entries_start << 32) | record
-    length``, so that an entry's location is the batch's location plus its span.
+    ``spans[i]`` is entry i's :func:`~bookie_server.location.pack_span` (its record's offset
+    relative to ``entries_start`` and its length), so that an entry's location is the
+    batch's location plus its span.
     """
 
     ledger_id: int
@@ -216,7 +218,7 @@ def encode_adds(
         parts.append(digest)
         parts.append(payload)
         entry_ids.append(entry_id)
-        spans.append((offset << 32) | n)
+        spans.append(pack_span(offset, n))
         if lac > max_lac:
             max_lac = lac
         offset += n
@@ -240,7 +242,7 @@ def decode_add(body: memoryview) -> AddBatch:
         if entry_ledger != ledger_id or n < ENTRY_HEADER.size + digest_len:
             raise ValueError("malformed ADD record")
         entry_ids.append(entry_id)
-        spans.append((offset << 32) | n)
+        spans.append(pack_span(offset, n))
         max_lac = max(max_lac, lac)
         offset += n
     if not entry_ids or start + offset != len(body):

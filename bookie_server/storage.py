@@ -84,17 +84,7 @@ from bookie_server.entrylog import (
     plan_gc,
     read_exact,
 )
-from bookie_server.index import (
-    LENGTH_MASK,
-    LOG_SHIFT,
-    OFFSET_MASK,
-    OFFSET_SHIFT,
-    IndexStore,
-    LedgerSnapshot,
-    LedgerState,
-    location_base,
-    pack_location,
-)
+from bookie_server.index import IndexStore, LedgerSnapshot, LedgerState
 from bookie_server.journal import (
     AddBatch,
     Journal,
@@ -109,6 +99,15 @@ from bookie_server.journal import (
     encode_delete,
     encode_fence,
     encode_lac,
+)
+from bookie_server.location import (
+    high_of,
+    length_of,
+    location_base,
+    log_of,
+    offset_of,
+    pack_location,
+    unpack_location,
 )
 from bookie_server.tombstones import DeletedLedgers
 
@@ -291,8 +290,8 @@ class BookieStorage:
         for state in applied.values():
             per_log: dict[int, int] = {}
             for loc in state.index.values():
-                log_id = loc >> LOG_SHIFT
-                per_log[log_id] = per_log.get(log_id, 0) + (loc & LENGTH_MASK)
+                log_id = log_of(loc)
+                per_log[log_id] = per_log.get(log_id, 0) + length_of(loc)
             for log_id, nbytes in per_log.items():
                 self._live.add(log_id, state.ledger_id, nbytes)
         self._logs.open()
@@ -588,12 +587,12 @@ class BookieStorage:
         live = self._live
         if batch.min_entry > state.last_entry:  # all new: the common case, no per-entry work
             before = len(index)
-            index.put_batch(entry_ids, base >> OFFSET_SHIFT, batch.spans)
+            index.put_batch(entry_ids, high_of(base), batch.spans)
             live.add(log_id, ledger_id, batch.nbytes)
             if len(index) - before != len(entry_ids):  # an entry twice in one batch
                 locations = [base + span for span in batch.spans]
                 dead = sum(
-                    loc & LENGTH_MASK
+                    length_of(loc)
                     for eid, loc in zip(entry_ids, locations, strict=True)
                     if index[eid] != loc
                 )
@@ -604,7 +603,7 @@ class BookieStorage:
             for entry_id, loc in zip(entry_ids, locations, strict=True):
                 old = get(entry_id)
                 if old is not None:
-                    live.sub(old >> LOG_SHIFT, ledger_id, old & LENGTH_MASK)
+                    live.sub(log_of(old), ledger_id, length_of(old))
                 index[entry_id] = loc
             live.add(log_id, ledger_id, batch.nbytes)
         if batch.max_entry > state.last_entry:
@@ -719,13 +718,13 @@ class BookieStorage:
                 if loc is None:
                     missing.append(entry_id)
                 else:
-                    length = loc & LENGTH_MASK
+                    length = length_of(loc)
                     if found and nbytes + length > max_bytes:
                         break
                     nbytes += length
                     found.append((entry_id, loc))
                 budget -= 1
-            pinned = self._logs.acquire({loc >> LOG_SHIFT for _, loc in found})
+            pinned = self._logs.acquire({log_of(loc) for _, loc in found})
         try:
             entries = self._read_found(ledger_id, found, pinned)
         finally:
@@ -740,22 +739,20 @@ class BookieStorage:
         entries: list[StoredEntry] = []
         i, n = 0, len(found)
         while i < n:
-            loc = found[i][1]
-            log_id = loc >> LOG_SHIFT
-            start = (loc >> OFFSET_SHIFT) & OFFSET_MASK
-            end = start + (loc & LENGTH_MASK)
+            log_id, start, length = unpack_location(found[i][1])
+            end = start + length
             j = i + 1
             while j < n:
-                nxt = found[j][1]
-                if nxt >> LOG_SHIFT != log_id or (nxt >> OFFSET_SHIFT) & OFFSET_MASK != end:
+                nxt_log, nxt_offset, nxt_length = unpack_location(found[j][1])
+                if nxt_log != log_id or nxt_offset != end:
                     break
-                end += nxt & LENGTH_MASK
+                end += nxt_length
                 j += 1
             data = read_exact(pinned[log_id].fd, end - start, start)
             pos = 0
             for entry_id, loc in found[i:j]:
                 length, lid, eid, lac, digest_len = unpack(data, pos)
-                if length != loc & LENGTH_MASK or lid != ledger_id or eid != entry_id:
+                if length != length_of(loc) or lid != ledger_id or eid != entry_id:
                     raise BKError(
                         f"entry log {log_id:x} is corrupt at {start + pos}: "
                         f"expected entry {ledger_id}/{entry_id}, found {lid}/{eid}"
@@ -891,7 +888,7 @@ class BookieStorage:
             ]
         for ledger_id, items in copies:
             candidates.extend(
-                (loc, ledger_id, eid) for eid, loc in items if loc >> LOG_SHIFT == log_id
+                (loc, ledger_id, eid) for eid, loc in items if log_of(loc) == log_id
             )
         candidates.sort()
         i = 0
@@ -900,11 +897,11 @@ class BookieStorage:
             size = 0
             while i < len(candidates) and (not chunk or size < COMPACTION_CHUNK_BYTES):
                 chunk.append(candidates[i])
-                size += candidates[i][0] & LENGTH_MASK
+                size += length_of(candidates[i][0])
                 i += 1
-            first = (chunk[0][0] >> OFFSET_SHIFT) & OFFSET_MASK
+            first = offset_of(chunk[0][0])
             last = chunk[-1][0]
-            span = ((last >> OFFSET_SHIFT) & OFFSET_MASK) + (last & LENGTH_MASK) - first
+            span = offset_of(last) + length_of(last) - first
             data = memoryview(self._logs.read(log_id, first, span))
             with self._state_lock:
                 moved: list[tuple[LedgerState, int, int]] = []
@@ -913,12 +910,12 @@ class BookieStorage:
                     state = self._applied.get(ledger_id)
                     if state is None or state.index.get(eid) != loc:
                         continue  # deleted or overwritten meanwhile
-                    offset = ((loc >> OFFSET_SHIFT) & OFFSET_MASK) - first
-                    buffers.append(data[offset : offset + (loc & LENGTH_MASK)])
+                    offset = offset_of(loc) - first
+                    buffers.append(data[offset : offset + length_of(loc)])
                     moved.append((state, eid, loc))
                 places = self._logs.append(buffers) if buffers else []
                 for (state, eid, old), (new_log, new_offset) in zip(moved, places, strict=True):
-                    length = old & LENGTH_MASK
+                    length = length_of(old)
                     state.index[eid] = pack_location(new_log, new_offset, length)
                     state.dirty.append(eid)
                     self._dirty[state.ledger_id] = state

@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from bookie_server.index import DENSE_MAX_GAP, EntryIndex, pack_location
+from bookie_server.index import DENSE_MAX_GAP, EntryIndex
+from bookie_server.location import pack_location
 
 
 def loc(entry_id: int, log_id: int = 3) -> int:

@@ -4,22 +4,8 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
-from bookie_server.index import (
-    IndexStore,
-    LedgerSnapshot,
-    pack_location,
-    unpack_location,
-)
-
-
-@pytest.mark.parametrize(
-    "log_id, offset, length",
-    [(0, 0, 0), (1, 16, 1054), ((1 << 24) - 1, (1 << 40) - 1, (1 << 32) - 1), (7, 3 << 30, 5)],
-)
-def test_location_packs_and_unpacks(log_id, offset, length):
-    assert unpack_location(pack_location(log_id, offset, length)) == (log_id, offset, length)
+from bookie_server.index import IndexStore, LedgerSnapshot
+from bookie_server.location import pack_location
 
 
 def snap(ledger_id, entries, *, key=b"key", fenced=False, lac=-1, last=None):
