@@ -1,5 +1,5 @@
-"""Entry log files: the bookie's append-only data files, and the liveness accounting
-that entry-log garbage collection decides on.
+"""Entry log files: the bookie's append-only data files (their garbage collection, and the
+liveness accounting it decides on, are in :mod:`bookie_server.gc`).
 
 An entry log is a file ``<log id>.log`` in ``data_dir/ledgers/logs``: a 16-byte header
 (magic, log id) and then entry records back to back. Entries of all ledgers share the
@@ -295,69 +295,3 @@ class EntryLogs:
             if log.refs == 0 and log.fd is not None:
                 os.close(log.fd)
                 log.fd = None
-
-
-class LiveBytes:
-    """Live bytes per entry log and ledger: the only input of entry-log GC.
-
-    Invariant kept by the storage: ``live(log)`` is the total length of the entry records in
-    ``log`` that the index points to. A non-current log's live bytes only ever go down
-    (adds go to the current log), so once zero the log can go.
-    """
-
-    def __init__(self) -> None:
-        self._by_log: dict[int, dict[int, int]] = {}
-
-    def add(self, log_id: int, ledger_id: int, nbytes: int) -> None:
-        per_ledger = self._by_log.get(log_id)
-        if per_ledger is None:
-            per_ledger = self._by_log[log_id] = {}
-        per_ledger[ledger_id] = per_ledger.get(ledger_id, 0) + nbytes
-
-    def sub(self, log_id: int, ledger_id: int, nbytes: int) -> None:
-        per_ledger = self._by_log.get(log_id)
-        if per_ledger is None:
-            return
-        left = per_ledger.get(ledger_id, 0) - nbytes
-        if left > 0:
-            per_ledger[ledger_id] = left
-        else:
-            per_ledger.pop(ledger_id, None)
-
-    def drop_ledger(self, ledger_id: int) -> None:
-        """A deleted ledger's entries are dead in every log."""
-        for per_ledger in self._by_log.values():
-            per_ledger.pop(ledger_id, None)
-
-    def forget_log(self, log_id: int) -> None:
-        self._by_log.pop(log_id, None)
-
-    def live(self, log_id: int) -> int:
-        per_ledger = self._by_log.get(log_id)
-        return sum(per_ledger.values()) if per_ledger else 0
-
-    def log_ids(self) -> list[int]:
-        """Logs holding at least one live byte."""
-        return [log_id for log_id, per_ledger in self._by_log.items() if per_ledger]
-
-    def ledgers(self, log_id: int) -> list[int]:
-        return list(self._by_log.get(log_id, ()))
-
-
-def plan_gc(
-    sizes: dict[int, int], live: LiveBytes, current: int, threshold: float
-) -> tuple[list[int], list[int]]:
-    """Which logs GC acts on: ``(empty, sparse)``. Empty logs hold no live entry and are
-    deleted; sparse ones have a live fraction below ``threshold`` and are compacted (their
-    live entries copied to the current log) first. The current log is never chosen."""
-    empty: list[int] = []
-    sparse: list[int] = []
-    for log_id, size in sorted(sizes.items()):
-        if log_id == current:
-            continue
-        alive = live.live(log_id)
-        if alive == 0:
-            empty.append(log_id)
-        elif size > 0 and alive < size * threshold:
-            sparse.append(log_id)
-    return empty, sparse

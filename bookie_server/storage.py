@@ -26,11 +26,13 @@ position. A restart loads the index and replays the journal from that position; 
 journal change is idempotent in order (add overwrites, fence sets, LAC takes the max,
 delete removes), so replaying records a checkpoint already covered is harmless.
 
-**GC** (every ``gc_interval_s`` or :meth:`~BookieStorage.gc`): rotates the current entry
-log when most of it is dead, compacts logs whose live fraction is below
-``gc_compaction_threshold`` (copies their live entries to the current log), checkpoints
-so the persisted index no longer points into them, then deletes every non-current log
-with no live entry.
+**GC** (:mod:`bookie_server.gc`, every ``gc_interval_s`` or :meth:`~BookieStorage.gc`):
+rotates the current entry log when most of it is dead, compacts logs whose live fraction
+is below ``gc_compaction_threshold`` (copies their live entries to the current log),
+checkpoints so the persisted index no longer points into them, then deletes every
+non-current log with no live entry. It sees the storage through the state lock, the entry
+logs, the live bytes and :class:`~bookie_server.gc.GcStorage` (applied states, moved
+entries, the checkpoint).
 
 **Deleted ledgers stay deleted** (:mod:`bookie_server.tombstones`): a delete leaves a
 tombstone, journaled with the delete and kept in the index, so that no add (plain or
@@ -44,21 +46,23 @@ read and delete must present the same key (:func:`_key_matches`, the one compari
 refused with ``UnauthorizedError``. The gRPC service may pass ``None`` for a peer whose
 certificate already authorizes it (admin, bookie identities).
 
-**Readonly mode**: a disk check every ``disk_check_interval_s`` turns the bookie readonly
-when the file system is fuller than ``disk_usage_threshold`` or the data directory holds
-more than ``max_disk_bytes``, and writable again below ``threshold - 0.05`` / 90% of
-``max_disk_bytes``. Readonly refuses adds; fences, reads and deletes go on.
+**Readonly mode** (:mod:`bookie_server.disk`): a disk check every
+``disk_check_interval_s`` turns the bookie readonly when the file system is fuller than
+``disk_usage_threshold`` or the data directory holds more than ``max_disk_bytes``, and
+writable again below ``threshold - 0.05`` / 90% of ``max_disk_bytes``. Readonly refuses
+adds; fences, reads and deletes go on.
 
 Locks, in the only order they nest: submit lock -> journal queue lock; state lock ->
-entry-log lock. Data layout: ``data_dir/journal/`` (journal files) and ``data_dir/ledgers/``
-(``index-*.idx`` and ``logs/*.log``).
+entry-log lock; GC's lock -> checkpoint lock -> state lock or submit lock (a checkpoint
+takes them one after the other, never both); GC's lock -> state lock. The disk check's
+mode lock nests with none of them. Data layout: ``data_dir/journal/`` (journal files) and
+``data_dir/ledgers/`` (``index-*.idx`` and ``logs/*.log``).
 """
 
 from __future__ import annotations
 
 import hmac
 import logging
-import os
 import queue
 import struct
 import threading
@@ -77,13 +81,9 @@ from bk_spark.errors import (
     UnauthorizedError,
 )
 from bookie_server.config import BookieConfig
-from bookie_server.entrylog import (
-    ENTRY_HEADER,
-    EntryLogs,
-    LiveBytes,
-    plan_gc,
-    read_exact,
-)
+from bookie_server.disk import DiskMonitor
+from bookie_server.entrylog import ENTRY_HEADER, EntryLogs, read_exact
+from bookie_server.gc import EntryLogGC, LiveBytes
 from bookie_server.index import IndexStore, LedgerSnapshot, LedgerState
 from bookie_server.journal import (
     AddBatch,
@@ -105,8 +105,6 @@ from bookie_server.location import (
     length_of,
     location_base,
     log_of,
-    offset_of,
-    pack_location,
     unpack_location,
 )
 from bookie_server.tombstones import DeletedLedgers
@@ -117,7 +115,6 @@ MiB = 1024 * 1024
 MAX_MASTER_KEY_SIZE = 1024
 MAX_DIGEST_SIZE = 1024
 MAX_ID = (1 << 63) - 1
-COMPACTION_CHUNK_BYTES = 4 * MiB
 
 ADD = int(RecordType.ADD)
 FENCE = int(RecordType.FENCE)
@@ -221,7 +218,6 @@ class BookieStorage:
 
     def __init__(self, config: BookieConfig, metrics: StorageMetrics | None = None) -> None:
         self.config = config
-        self.on_mode_change: Callable[[bool], None] | None = None
         self._metrics = metrics if metrics is not None else StorageMetrics()
         data_dir = Path(config.data_dir)
         self._data_dir = data_dir
@@ -235,8 +231,6 @@ class BookieStorage:
         self._lac_cond = threading.Condition(self._state_lock)
         self._lac_waiters = 0
         self._checkpoint_lock = threading.Lock()
-        self._gc_lock = threading.Lock()
-        self._mode_lock = threading.RLock()
 
         # Accepted view (submit lock): what validation and reads see.
         self._ledgers: dict[int, LedgerState] = {}
@@ -252,6 +246,7 @@ class BookieStorage:
 
         self._logs = EntryLogs(self._ledgers_dir / "logs", config.entry_log_size)
         self._index = IndexStore(self._ledgers_dir)
+        self._gc = EntryLogGC(self, config, self._state_lock, self._logs, self._live)
         self._journal = Journal(
             data_dir / "journal",
             file_size=config.journal_file_size,
@@ -269,10 +264,7 @@ class BookieStorage:
         self._started = False
         self._closed = False
         self._failure: BaseException | None = None
-
-        self._disk_full = False
-        self._forced_read_only = False
-        self._read_only = False
+        self._disk = DiskMonitor(config, data_dir)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -419,7 +411,7 @@ class BookieStorage:
             raise InvalidRequestError(f"malformed entry: {exc}") from exc
         if not entries and lac < 0:
             return
-        if self._read_only:
+        if self._disk.read_only:
             raise ReadOnlyError("bookie is readonly (disk full): write to other bookies")
         waiter = _Waiter()
         try:
@@ -844,147 +836,51 @@ class BookieStorage:
             self._index.append(position, deleted, snaps, floor)
         self._journal.release_before(position)
 
-    # -- garbage collection ------------------------------------------------------------------
+    # -- garbage collection (bookie_server.gc) --------------------------------------------
 
     def gc(self) -> None:
-        """Reclaim the space of deleted and overwritten entries now (see module docstring)."""
-        with self._gc_lock:
-            if self._failure is not None or not self._started or self._closed:
-                return
-            threshold = self.config.gc_compaction_threshold
-            with self._state_lock:
-                current = self._logs.current_id
-                sizes = self._logs.data_sizes()
-                if sizes.get(current, 0) > 0 and self._live.live(current) < (
-                    sizes[current] * threshold
-                ):
-                    self._logs.rotate()
-                    current = self._logs.current_id
-                    sizes = self._logs.data_sizes()
-                empty, sparse = plan_gc(sizes, self._live, current, threshold)
-            for log_id in sparse:
-                self._compact(log_id)
-            if not empty and not sparse:
-                return
-            self.checkpoint()
-            removed = 0
-            with self._state_lock:
-                for log_id in empty + sparse:
-                    if log_id != self._logs.current_id and self._live.live(log_id) == 0:
-                        self._logs.delete(log_id)
-                        self._live.forget_log(log_id)
-                        removed += 1
-            if removed:
-                log.info("entry-log GC deleted %d logs (%d compacted)", removed, len(sparse))
+        """Reclaim the space of deleted and overwritten entries now (:mod:`bookie_server.gc`)."""
+        self._gc.run()
 
-    def _compact(self, log_id: int) -> None:
-        """Copy the live entries of ``log_id`` to the current log and repoint the index."""
-        with self._state_lock:
-            candidates: list[tuple[int, int, int]] = []
-            copies = [
-                (ledger_id, list(self._applied[ledger_id].index.items()))
-                for ledger_id in self._live.ledgers(log_id)
-                if ledger_id in self._applied
-            ]
-        for ledger_id, items in copies:
-            candidates.extend(
-                (loc, ledger_id, eid) for eid, loc in items if log_of(loc) == log_id
-            )
-        candidates.sort()
-        i = 0
-        while i < len(candidates):
-            chunk: list[tuple[int, int, int]] = []
-            size = 0
-            while i < len(candidates) and (not chunk or size < COMPACTION_CHUNK_BYTES):
-                chunk.append(candidates[i])
-                size += length_of(candidates[i][0])
-                i += 1
-            first = offset_of(chunk[0][0])
-            last = chunk[-1][0]
-            span = offset_of(last) + length_of(last) - first
-            data = memoryview(self._logs.read(log_id, first, span))
-            with self._state_lock:
-                moved: list[tuple[LedgerState, int, int]] = []
-                buffers = []
-                for loc, ledger_id, eid in chunk:
-                    state = self._applied.get(ledger_id)
-                    if state is None or state.index.get(eid) != loc:
-                        continue  # deleted or overwritten meanwhile
-                    offset = offset_of(loc) - first
-                    buffers.append(data[offset : offset + length_of(loc)])
-                    moved.append((state, eid, loc))
-                places = self._logs.append(buffers) if buffers else []
-                for (state, eid, old), (new_log, new_offset) in zip(moved, places, strict=True):
-                    length = length_of(old)
-                    state.index[eid] = pack_location(new_log, new_offset, length)
-                    state.dirty.append(eid)
-                    self._dirty[state.ledger_id] = state
-                    self._live.sub(log_id, state.ledger_id, length)
-                    self._live.add(new_log, state.ledger_id, length)
+    def is_running(self) -> bool:
+        """Started, not closed, not failed (GC runs only then)."""
+        return self._failure is None and self._started and not self._closed
 
-    # -- disk usage and readonly mode ----------------------------------------------------------
+    def applied_state(self, ledger_id: int) -> LedgerState | None:
+        """A ledger's applied state, None when deleted or unknown (caller holds the state
+        lock)."""
+        return self._applied.get(ledger_id)
+
+    def entry_moved(self, state: LedgerState, entry_id: int) -> None:
+        """An entry's location changed (compaction): the next checkpoint persists it
+        (caller holds the state lock)."""
+        state.dirty.append(entry_id)
+        self._dirty[state.ledger_id] = state
+
+    # -- disk usage and readonly mode (bookie_server.disk) ------------------------------------
 
     @property
     def read_only(self) -> bool:
-        return self._read_only
+        """Whether adds are refused now (disk full or forced readonly)."""
+        return self._disk.read_only
+
+    @property
+    def on_mode_change(self) -> Callable[[bool], None] | None:
+        """Called with the new readonly flag on every change of mode."""
+        return self._disk.on_mode_change
+
+    @on_mode_change.setter
+    def on_mode_change(self, callback: Callable[[bool], None] | None) -> None:
+        self._disk.on_mode_change = callback
 
     def disk_usage(self) -> tuple[int, int]:
         """``(bytes in files under data_dir, bytes free for us on its file system)``."""
-        used = 0
-        stack = [str(self._data_dir)]
-        while stack:
-            try:
-                with os.scandir(stack.pop()) as it:
-                    for entry in it:
-                        try:
-                            if entry.is_dir(follow_symlinks=False):
-                                stack.append(entry.path)
-                            else:
-                                used += entry.stat(follow_symlinks=False).st_size
-                        except FileNotFoundError:
-                            continue
-            except FileNotFoundError:
-                continue
-        vfs = os.statvfs(self._data_dir)
-        return used, vfs.f_bavail * vfs.f_frsize
+        return self._disk.disk_usage()
 
     def check_disk(self) -> bool:
         """Run the disk check now; returns the resulting readonly flag."""
-        used, free = self.disk_usage()
-        vfs = os.statvfs(self._data_dir)
-        fs_used = (vfs.f_blocks - vfs.f_bfree) * vfs.f_frsize
-        fraction = fs_used / (fs_used + free) if fs_used + free > 0 else 0.0
-        cfg = self.config
-        if fraction > cfg.disk_usage_warn_threshold:
-            log.warning("file system of %s is %.1f%% full", self._data_dir, 100 * fraction)
-        with self._mode_lock:
-            limit = cfg.max_disk_bytes
-            if self._disk_full:  # hysteresis: leave readonly only well below the limits
-                full = fraction > cfg.disk_usage_threshold - 0.05 or (
-                    limit is not None and used > 0.9 * limit
-                )
-            else:
-                full = fraction > cfg.disk_usage_threshold or (limit is not None and used > limit)
-            self._disk_full = full
-            self._update_mode()
-            return self._read_only
+        return self._disk.check_disk()
 
     def set_forced_read_only(self, forced: bool) -> None:
         """Force readonly mode on (or lift the force), e.g. for maintenance."""
-        with self._mode_lock:
-            self._forced_read_only = forced
-            self._update_mode()
-
-    def _update_mode(self) -> None:
-        with self._mode_lock:
-            read_only = self._forced_read_only or self._disk_full
-            if read_only == self._read_only:
-                return
-            self._read_only = read_only
-            log.warning("bookie storage is now %s", "readonly" if read_only else "writable")
-            callback = self.on_mode_change
-            if callback is not None:
-                try:
-                    callback(read_only)
-                except Exception:  # noqa: BLE001 - the mode changed anyway
-                    log.exception("on_mode_change callback failed")
+        self._disk.set_forced_read_only(forced)
