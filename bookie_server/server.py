@@ -3,7 +3,9 @@
 Requests are decoded here, not by gRPC, so that garbage bytes on the wire get a
 typed ``INVALID_REQUEST`` answer instead of an opaque transport error. Every
 handler maps :class:`BKError` to its wire status code; the bookie keeps serving
-other clients whatever one client sends.
+other clients whatever one client sends. Ids, sizes, keys and readonly mode are
+checked once, by the storage operation a handler calls
+(:mod:`bookie_server.validation`); a handler checks only the wire's own fields.
 """
 
 from __future__ import annotations
@@ -20,30 +22,25 @@ import grpc
 from google.protobuf.message import DecodeError, Message
 
 from bk_spark.allocator import tune_allocator
-from bk_spark.errors import BKError, InvalidRequestError, ReadOnlyError, UnauthorizedError
+from bk_spark.errors import BKError, InvalidRequestError, UnauthorizedError
 from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.registration import BookieRegistration
 from bookie_server.access import AccessPolicy, peer_identities
 from bookie_server.config import BookieConfig, MiB
 from bookie_server.metrics import BookieMetrics
 from bookie_server.storage import BookieStorage
+from bookie_server.validation import check_read_range, check_same_ledger
 
 log = logging.getLogger(__name__)
 
 SERVICE = "bkspark.v1.Bookie"
 MAX_LONG_POLL_MS = 30_000
 VERSION = "0.1.0"
-INT64_MAX = 2**63 - 1
 
 
 def grpc_message_limit(config: BookieConfig) -> int:
     """Largest gRPC message either side may send: a batch of max-size entries."""
     return max(64 * MiB, 4 * config.max_entry_size + MiB)
-
-
-def _check_id(name: str, value: int) -> None:
-    if value < 0:
-        raise InvalidRequestError(f"{name} must be >= 0, got {value}")
 
 
 class BookieService:
@@ -59,35 +56,21 @@ class BookieService:
 
     # -- handlers: each takes a decoded request and returns a response message --------
     def add_entries(self, req: pb.AddRequest, _key_required: bool = True) -> pb.AddResponse:
-        _check_id("ledger_id", req.ledger_id)
-        if self.storage.read_only and (len(req.entries) > 0 or not req.recovery):
-            raise ReadOnlyError(f"bookie {self.config.bookie_id} is readonly (disk full)")
         lid = req.ledger_id
-        entries = [(e.entry_id, e.lac, e.payload, e.digest, e.ledger_id) for e in req.entries]
-        if entries:
-            if min(e[0] for e in entries) < 0:
-                raise InvalidRequestError("entry ids must be >= 0")
-            if any(e[4] != lid for e in entries):
-                raise InvalidRequestError(f"an entry of another ledger in a request for "
-                                          f"ledger {lid}")
-        self.storage.add_entries(lid, req.master_key, [e[:4] for e in entries],
-                                 recovery=req.recovery, lac=req.lac)
+        check_same_ledger(lid, (e.ledger_id for e in req.entries))
+        entries = [(e.entry_id, e.lac, e.payload, e.digest) for e in req.entries]
+        self.storage.add_entries(lid, req.master_key, entries, recovery=req.recovery,
+                                 lac=req.lac)
         # The status covers every entry of the request: no per-entry results needed.
         return pb.AddResponse(status=pb.OK)
 
     def read_entries(self, req: pb.ReadRequest, key_required: bool = True) -> pb.ReadResponse:
-        _check_id("ledger_id", req.ledger_id)
         if req.fence:
             self.storage.fence(req.ledger_id, req.master_key)
         if req.entry_ids:
             ids: Any = list(req.entry_ids)
-            for i in ids:
-                _check_id("entry_id", i)
         else:
-            _check_id("first_entry", req.first_entry)
-            if req.last_entry < req.first_entry:
-                raise InvalidRequestError(
-                    f"last_entry {req.last_entry} < first_entry {req.first_entry}")
+            check_read_range(req.first_entry, req.last_entry)
             ids = range(req.first_entry, req.last_entry + 1)
         max_entries = req.max_entries if req.max_entries > 0 else 10_000
         max_bytes = req.max_bytes if req.max_bytes > 0 else 16 * MiB
@@ -103,7 +86,6 @@ class BookieService:
 
     def read_lac(self, req: pb.ReadLacRequest, _key_required: bool = True
                  ) -> pb.ReadLacResponse:
-        _check_id("ledger_id", req.ledger_id)
         if req.wait_ms > 0:
             wait_s = min(req.wait_ms, MAX_LONG_POLL_MS) / 1000.0
             lac, last, fenced = self.storage.wait_for_lac(req.ledger_id, req.previous_lac, wait_s)
@@ -112,13 +94,11 @@ class BookieService:
         return pb.ReadLacResponse(status=pb.OK, lac=lac, last_entry=last, fenced=fenced)
 
     def fence(self, req: pb.FenceRequest, _key_required: bool = True) -> pb.FenceResponse:
-        _check_id("ledger_id", req.ledger_id)
         lac, last = self.storage.fence(req.ledger_id, req.master_key)
         return pb.FenceResponse(status=pb.OK, lac=lac, last_entry=last)
 
     def delete_ledger(self, req: pb.DeleteLedgerRequest, key_required: bool = True
                       ) -> pb.DeleteLedgerResponse:
-        _check_id("ledger_id", req.ledger_id)
         self.storage.delete_ledger(req.ledger_id, req.master_key if key_required else None)
         return pb.DeleteLedgerResponse(status=pb.OK)
 

@@ -5,7 +5,8 @@ Theory of operation
 A write request goes through three steps, each in one place:
 
 1. **Accept** (caller thread, :meth:`BookieStorage.add_entries` and friends): validate
-   everything (ids, sizes, master key, fenced flag, readonly mode) and raise a typed
+   everything (ids, sizes and keys with :mod:`bookie_server.validation`, once per
+   operation; master key, fenced flag, readonly mode) and raise a typed
    :class:`~bk_spark.errors.BKError` before anything is written. Under the submit lock the
    request's journal records are queued, so the journal order *is* the order in which
    requests were accepted: an add accepted before a fence is synced no later than the fence
@@ -77,7 +78,6 @@ from bk_spark.errors import (
     LedgerFencedError,
     NoSuchLedgerError,
     ReadOnlyError,
-    TooLargeError,
     UnauthorizedError,
 )
 from bookie_server.config import BookieConfig
@@ -108,13 +108,17 @@ from bookie_server.location import (
     unpack_location,
 )
 from bookie_server.tombstones import DeletedLedgers
+from bookie_server.validation import (
+    check_entries,
+    check_entry_ids,
+    check_id,
+    check_key,
+    check_lac,
+)
 
 log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
-MAX_MASTER_KEY_SIZE = 1024
-MAX_DIGEST_SIZE = 1024
-MAX_ID = (1 << 63) - 1
 
 ADD = int(RecordType.ADD)
 FENCE = int(RecordType.FENCE)
@@ -185,19 +189,6 @@ class _Op:
         self.batch = batch
         self.lac = lac
         self.waiter = waiter
-
-
-def _check_id(name: str, value: int) -> None:
-    if not isinstance(value, int) or not 0 <= value <= MAX_ID:
-        raise InvalidRequestError(f"{name} must be a non-negative integer, got {value!r}")
-
-
-def _check_key(master_key: bytes) -> bytes:
-    if not isinstance(master_key, bytes | bytearray | memoryview):
-        raise InvalidRequestError("master key must be bytes")
-    if len(master_key) > MAX_MASTER_KEY_SIZE:
-        raise InvalidRequestError(f"master key longer than {MAX_MASTER_KEY_SIZE} bytes")
-    return bytes(master_key)
 
 
 def _key_matches(state: LedgerState, master_key: bytes | None) -> bool:
@@ -384,35 +375,16 @@ class BookieStorage:
         on a fenced ledger. ``lac >= 0`` also advances the ledger's LAC (explicit LAC; with no
         entries that is the whole request).
         """
-        _check_id("ledger id", ledger_id)
-        master_key = _check_key(master_key)
-        if not isinstance(lac, int) or not -1 <= lac <= MAX_ID:
-            raise InvalidRequestError(f"lac must be >= -1, got {lac!r}")
-        if not isinstance(entries, list | tuple):
-            entries = list(entries)
-        max_size = self.config.max_entry_size
-        nbytes = 0
-        try:
-            for entry_id, entry_lac, payload, digest in entries:
-                if entry_id < 0:
-                    raise InvalidRequestError(f"entry id must be >= 0, got {entry_id}")
-                if entry_lac < -1:
-                    raise InvalidRequestError(f"entry lac must be >= -1, got {entry_lac}")
-                size = len(payload)
-                if size > max_size:
-                    raise TooLargeError(
-                        f"entry {entry_id} has {size} bytes, more than this bookie's "
-                        f"max entry size {max_size}: split it"
-                    )
-                if len(digest) > MAX_DIGEST_SIZE:
-                    raise InvalidRequestError(f"digest longer than {MAX_DIGEST_SIZE} bytes")
-                nbytes += size
-        except (TypeError, ValueError) as exc:
-            raise InvalidRequestError(f"malformed entry: {exc}") from exc
+        check_id("ledger id", ledger_id)
+        master_key = check_key(master_key)
+        check_lac(lac)
+        entries, nbytes = check_entries(entries, self.config.max_entry_size)
         if not entries and lac < 0:
             return
         if self._disk.read_only:
-            raise ReadOnlyError("bookie is readonly (disk full): write to other bookies")
+            raise ReadOnlyError(
+                f"bookie {self.config.bookie_id} is readonly (disk full): write to other bookies"
+            )
         waiter = _Waiter()
         try:
             batches = encode_adds(ledger_id, master_key, entries, self._record_cap)
@@ -451,8 +423,8 @@ class BookieStorage:
         from an old writer is refused. Returns ``(lac, last entry id or -1)``, which include
         every add accepted before the fence.
         """
-        _check_id("ledger id", ledger_id)
-        master_key = _check_key(master_key)
+        check_id("ledger id", ledger_id)
+        master_key = check_key(master_key)
         waiter = _Waiter()
         with self._submit_lock:
             self._check_writable()
@@ -483,8 +455,8 @@ class BookieStorage:
         the same (an old writer's first add may still be on its way); deleting a ledger a
         second time raises NoSuchLedgerError.
         """
-        _check_id("ledger id", ledger_id)
-        key = None if master_key is None else _check_key(master_key)
+        check_id("ledger id", ledger_id)
+        key = None if master_key is None else check_key(master_key)
         waiter = _Waiter()
         with self._submit_lock:
             self._check_writable()
@@ -686,17 +658,15 @@ class BookieStorage:
         the first id present is. Raises NoSuchLedgerError for an unknown ledger and
         UnauthorizedError when ``master_key`` is not the ledger's (``None``: not checked).
         """
-        _check_id("ledger id", ledger_id)
+        check_id("ledger id", ledger_id)
         state = self._state(ledger_id)
-        if not _key_matches(state, None if master_key is None else _check_key(master_key)):
+        if not _key_matches(state, None if master_key is None else check_key(master_key)):
             raise _unauthorized(ledger_id)
         if isinstance(entry_ids, range) and entry_ids.step > 0:
             ids: Sequence[int] = entry_ids
         else:
             ids = sorted(set(entry_ids))
-        # not len(ids): a range of 2**63 ids (0..INT64_MAX) has no C-sized length
-        if ids and ids[0] < 0:
-            raise InvalidRequestError(f"entry ids must be >= 0, got {ids[0]}")
+        check_entry_ids(ids)
         found: list[tuple[int, int]] = []
         missing: list[int] = []
         budget = max(1, max_entries)
@@ -765,6 +735,7 @@ class BookieStorage:
 
     def ledger_state(self, ledger_id: int) -> tuple[int, int, bool]:
         """``(lac, last entry id or -1, fenced)`` of a ledger this bookie has."""
+        check_id("ledger id", ledger_id)
         state = self._state(ledger_id)
         return state.lac, state.last_entry, state.fenced
 
@@ -773,6 +744,7 @@ class BookieStorage:
     ) -> tuple[int, int, bool]:
         """Long poll: return ``ledger_state`` as soon as the LAC exceeds ``previous_lac``, or
         when ``timeout_s`` has passed."""
+        check_id("ledger id", ledger_id)
         state = self._state(ledger_id)
         deadline = time.monotonic() + max(0.0, timeout_s)
         with self._lac_cond:

@@ -208,6 +208,14 @@ def test_negative_ids_are_invalid_for_reads_fences_and_deletes(storage):
         storage.delete_ledger(-1)
 
 
+def test_negative_ledger_ids_are_invalid_for_ledger_state_and_lac_waits(storage):
+    # the storage checks every operation's ids itself (the gRPC service no longer does)
+    with pytest.raises(InvalidRequestError):
+        storage.ledger_state(-1)
+    with pytest.raises(InvalidRequestError):
+        storage.wait_for_lac(-1, -1, 0.0)
+
+
 def test_wrong_master_key_is_unauthorized(storage):
     add(storage, 1, 0, 1)
     with pytest.raises(UnauthorizedError):
