@@ -7,11 +7,11 @@ traceback (set ``BK_DEBUG=1`` to see one).
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -20,10 +20,12 @@ from rich.console import Console
 from rich.table import Table
 
 from bk_spark.errors import BKError
+from bookie_server.main import AutoRecoveryOptions, make_bookie_app
 
 if TYPE_CHECKING:
     from bk_spark.security import ClientSecurity
     from bookie_server.config import BookieConfig
+    from bookie_server.server import BookieServer
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="bk-spark: a replicated, durable log in the design of Apache BookKeeper.")
@@ -73,123 +75,28 @@ def _print_json(obj: object) -> None:
 
 
 # --------------------------------------------------------------------------- bookie
-bookie_app = typer.Typer(invoke_without_command=True,
-                         help="Run one bookie (no subcommand), or decommission one.")
+def _start_autorecovery(server: BookieServer, options: AutoRecoveryOptions) -> Callable[[], None]:
+    """``bk bookie``'s hook (:mod:`bookie_server.main`): an Auditor contender and a
+    Replication Worker in the bookie's process, on its metrics registry; returns their stop."""
+    from bk_spark.autorecovery.service import AutoRecoveryConfig, AutoRecoveryService
+
+    cfg = server.config
+    recovery = AutoRecoveryService(cfg.metadata_service_uri, AutoRecoveryConfig(
+        lost_bookie_recovery_delay_s=options.lost_bookie_recovery_delay_s,
+        audit_interval_s=options.audit_interval_s,
+        open_ledger_grace_s=options.open_ledger_grace_s),
+        identity=cfg.bookie_id,
+        registry=server.metrics.registry,
+        # under mutual TLS the bookie's worker presents the bookie's own certificate
+        security=_bookie_client_security(cfg))
+    recovery.start_in_background()
+    return recovery.stop
+
+
+# The bookie's options, config and start live in bookie_server.main (below the CLI);
+# `bk bookie` is that command with the in-process AutoRecovery hook.
+bookie_app = make_bookie_app(start_autorecovery=_start_autorecovery)
 app.add_typer(bookie_app, name="bookie")
-
-
-@bookie_app.callback()
-def bookie(
-    ctx: typer.Context,
-    data_dir: Annotated[Path | None, typer.Option(
-        "--data-dir", help="journal and entry logs (required to run a bookie)")] = None,
-    port: Annotated[int, typer.Option("--port", help="gRPC port")] = 3181,
-    metadata_service_uri: UriOpt = None,
-    host: Annotated[str, typer.Option(
-        help="address to listen on (0.0.0.0: every interface)")] = "127.0.0.1",
-    advertised_address: Annotated[str | None, typer.Option(
-        "--advertised-address",
-        help="address to register, that clients on other hosts reach (default: --host)")] = None,
-    metrics_port: Annotated[int | None, typer.Option(
-        "--metrics-port", help="Prometheus /metrics HTTP port (0: any free port)")] = None,
-    max_entry_size: Annotated[int, typer.Option(help="bytes")] = 5 * 1024 * 1024,
-    journal_max_group_wait_ms: Annotated[float, typer.Option(help="group-commit wait")] = 0.0,
-    journal_file_size_mb: Annotated[int, typer.Option(help="journal file size (MiB)")] = 64,
-    entry_log_size_mb: Annotated[int, typer.Option(help="entry log rotation size (MiB)")] = 256,
-    gc_interval: Annotated[float, typer.Option(help="entry-log GC period, seconds")] = 30.0,
-    checkpoint_interval: Annotated[float, typer.Option(help="checkpoint period, seconds")] = 10.0,
-    disk_usage_threshold: Annotated[float, typer.Option(
-        help="readonly above this fraction of the file system")] = 0.95,
-    max_disk_bytes: Annotated[int | None, typer.Option(
-        help="readonly when the data dir holds more than this many bytes")] = None,
-    disk_check_interval: Annotated[float, typer.Option(
-        help="seconds between disk usage checks")] = 5.0,
-    tls_cert: Annotated[Path | None, typer.Option("--tls-cert", help="PEM certificate")] = None,
-    tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key")] = None,
-    tls_ca: Annotated[Path | None, typer.Option(
-        "--tls-ca", help="PEM CA that signs client certificates (mutual TLS)")] = None,
-    tls_client_auth: Annotated[str, typer.Option(
-        "--tls-client-auth", help="none | require: refuse clients without a certificate "
-                                  "signed by --tls-ca")] = "none",
-    allow_client: Annotated[list[str] | None, typer.Option(
-        "--allow-client", help="certificate CN/SAN allowed to add and read (repeat)")] = None,
-    allow_bookie: Annotated[list[str] | None, typer.Option(
-        "--allow-bookie", help="identity of a bookie/autorecovery: may also read any "
-                               "ledger without its password (re-replication)")] = None,
-    allow_admin: Annotated[list[str] | None, typer.Option(
-        "--allow-admin", help="identity that may also delete any ledger")] = None,
-    zk_auth_file: Annotated[Path | None, typer.Option(
-        "--zk-auth-file", envvar="BK_ZK_AUTH_FILE",
-        help="file holding ZooKeeper credentials user:password")] = None,
-    no_register: Annotated[bool, typer.Option(help="do not register in ZooKeeper")] = False,
-    rack: Annotated[str, typer.Option(
-        "--rack", help="/region/rack of this bookie, for rack-aware placement")
-    ] = "/default-region/default-rack",
-    autorecovery: Annotated[bool, typer.Option(
-        "--autorecovery/--no-autorecovery",
-        help="run an Auditor contender and a Replication Worker in this process")] = True,
-    lost_bookie_recovery_delay: Annotated[float, typer.Option(
-        help="seconds a bookie may be gone before its ledgers are re-replicated")] = 60.0,
-    audit_interval: Annotated[float, typer.Option(
-        help="seconds between the Auditor's full checks of what bookies hold")] = 3600.0,
-    open_ledger_grace: Annotated[float, typer.Option(
-        help="seconds without adds before re-replication recovers an open ledger")] = 30.0,
-    debug_expose_session: Annotated[bool, typer.Option(
-        "--debug-expose-session", hidden=True,
-        help="fault injection: write the ZooKeeper session to <data-dir>/zk-session")] = False,
-) -> None:
-    """Run one bookie in the foreground until SIGTERM or Ctrl-C."""
-    if ctx.invoked_subcommand is not None:
-        return
-    if data_dir is None:
-        _fail("--data-dir is required to run a bookie")
-        return
-    from bk_spark.metadata_uri import parse_metadata_service_uri
-    from bk_spark.sandbox import port_is_free
-    from bookie_server.config import BookieConfig, MiB
-    from bookie_server.server import BookieServer
-
-    logging.basicConfig(level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if zk_auth_file is not None:  # read by connect_zk (bk_spark.security.ZkSecurity.from_env)
-        os.environ["BK_ZK_AUTH_FILE"] = str(zk_auth_file)
-    uri = None if no_register else parse_metadata_service_uri(metadata_service_uri).uri
-    cfg = BookieConfig(
-        data_dir=data_dir, host=host, port=port, metadata_service_uri=uri,
-        advertised_address=advertised_address,
-        metrics_port=metrics_port, max_entry_size=max_entry_size,
-        journal_max_group_wait_ms=journal_max_group_wait_ms,
-        journal_file_size=journal_file_size_mb * MiB, entry_log_size=entry_log_size_mb * MiB,
-        gc_interval_s=gc_interval, checkpoint_interval_s=checkpoint_interval,
-        disk_usage_threshold=disk_usage_threshold, max_disk_bytes=max_disk_bytes,
-        disk_check_interval_s=disk_check_interval,
-        tls_cert=tls_cert, tls_key=tls_key, tls_ca=tls_ca, tls_client_auth=tls_client_auth,
-        allow_clients=tuple(allow_client or ()), allow_bookies=tuple(allow_bookie or ()),
-        allow_admins=tuple(allow_admin or ()), rack=rack)
-    if port and not port_is_free(port, host):
-        _fail(f"port {port} on {host} is taken: is another bookie running? choose another --port")
-    if debug_expose_session:
-        from bk_spark.registration import SESSION_FILE_ENV
-
-        os.environ[SESSION_FILE_ENV] = str(data_dir / "zk-session")
-    server = BookieServer(cfg)
-    recovery = None
-    if autorecovery and uri:
-        from bk_spark.autorecovery.service import AutoRecoveryConfig, AutoRecoveryService
-
-        recovery = AutoRecoveryService(uri, AutoRecoveryConfig(
-            lost_bookie_recovery_delay_s=lost_bookie_recovery_delay,
-            audit_interval_s=audit_interval, open_ledger_grace_s=open_ledger_grace),
-            identity=cfg.bookie_id,
-            registry=server.metrics.registry,
-            # under mutual TLS the bookie's worker presents the bookie's own certificate
-            security=_bookie_client_security(cfg))
-        recovery.start_in_background()
-    try:
-        server.serve_forever()
-    finally:
-        if recovery is not None:
-            recovery.stop()
 
 
 def _bookie_client_security(cfg: BookieConfig) -> ClientSecurity | None:

@@ -19,6 +19,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from bk_spark.errors import BKError
+from bookie_server.main import port_is_free
+
+#: How the sandbox and the test bed start a bookie: ``bk bookie``, the bookie with its
+#: in-process AutoRecovery (``python -m bookie_server`` is the bare bookie).
+BOOKIE_COMMAND = [sys.executable, "-m", "bk_spark.cli", "bookie"]
 
 ZK_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
 STATE_FILE = "sandbox.json"
@@ -59,16 +64,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
-
-
-def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-        return True
 
 
 def wait_for_port(port: int, timeout: float, proc: subprocess.Popen | None = None,
@@ -207,7 +202,7 @@ class ZooKeeperServer:
 
 
 class BookieProcess:
-    """One bookie server process (``python -m bookie_server``)."""
+    """One bookie server process (``bk bookie``: :data:`BOOKIE_COMMAND`)."""
 
     def __init__(self, metadata_service_uri: str, data_dir: Path, port: int,
                  metrics_port: int | None = None, extra_args: list[str] | None = None) -> None:
@@ -230,7 +225,7 @@ class BookieProcess:
         if not port_is_free(self.port):
             raise SandboxError(f"port {self.port} on 127.0.0.1 is taken; choose another --port")
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "bookie_server",
+        cmd = [*BOOKIE_COMMAND,
                "--metadata-service-uri", self.metadata_service_uri,
                "--port", str(self.port), "--data-dir", str(self.data_dir)]
         if self.metrics_port is not None:

@@ -1,8 +1,9 @@
-"""``python -m bookie_server ...`` is ``bk bookie ...``."""
+"""``python -m bookie_server ...``: the bare bookie (:mod:`bookie_server.main`); ``bk bookie``
+is the same command with the in-process AutoRecovery."""
 
 import sys
 
-from bk_spark.cli import main
+from bookie_server.main import main
 
 if __name__ == "__main__":
-    sys.exit(main(["bookie", *sys.argv[1:]]))
+    sys.exit(main(sys.argv[1:]))

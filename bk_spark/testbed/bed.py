@@ -32,7 +32,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bk_spark.sandbox import java_executable, pid_alive, zookeeper_classpath
+from bk_spark.sandbox import BOOKIE_COMMAND, java_executable, pid_alive, zookeeper_classpath
 from bk_spark.testbed.network import Host, Network, TestBedError
 
 log = logging.getLogger(__name__)
@@ -240,7 +240,7 @@ class TestBed:
 
     # -- bookies --------------------------------------------------------------------------
     def _bookie_supports_rack(self) -> bool:
-        res = subprocess.run([sys.executable, "-m", "bookie_server", "--help"],
+        res = subprocess.run([*BOOKIE_COMMAND, "--help"],
                              capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
         return "--rack" in res.stdout
 
@@ -250,7 +250,7 @@ class TestBed:
             addr = ["--host", "0.0.0.0", "--advertised-address", host.address]
         else:  # loopback hosts share one network: listen on the host's address only
             addr = ["--host", host.address]
-        argv = [sys.executable, "-m", "bookie_server", *addr, "--port", str(BOOKIE_PORT),
+        argv = [*BOOKIE_COMMAND, *addr, "--port", str(BOOKIE_PORT),
                 "--metadata-service-uri", self.metadata_service_uri,
                 "--data-dir", str(self.base / f"bk{i}"), "--journal-file-size-mb", "8"]
         if self.rack_flag:

@@ -1,0 +1,222 @@
+"""The bookie's own entry point: the ``bk bookie`` command, and ``python -m bookie_server``.
+
+:func:`make_bookie_app` builds the command: its options become a
+:class:`~bookie_server.config.BookieConfig`, a :class:`~bookie_server.server.BookieServer`
+starts, and it serves in the foreground until SIGTERM or Ctrl-C.
+
+AutoRecovery (an Auditor contender and a Replication Worker in the bookie's process) is a
+client of the cluster, a layer above this package, so this package never imports it (nor
+the ``bk`` CLI): whoever builds the command passes a :data:`StartAutoRecovery` hook. The
+``bk`` CLI (:mod:`bk_spark.cli`) mounts :func:`make_bookie_app` as ``bk bookie`` with the hook
+that starts it; ``python -m bookie_server`` runs the bare bookie, with no hook, so there
+``--autorecovery`` is off by default and refused when asked for.
+
+Errors a user can act on (a missing ``--data-dir``, a taken port, a bad option value) are
+raised as :class:`~bk_spark.errors.BKError` and printed as one line by the caller's
+``main`` (:func:`main` here).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from bk_spark.errors import BKError, InvalidConfigError
+from bookie_server.config import BookieConfig, MiB
+
+if TYPE_CHECKING:
+    from bookie_server.server import BookieServer
+
+
+@dataclass(frozen=True)
+class AutoRecoveryOptions:
+    """The ``bk bookie`` options of the in-process AutoRecovery, passed to the hook."""
+
+    lost_bookie_recovery_delay_s: float
+    audit_interval_s: float
+    open_ledger_grace_s: float
+
+
+#: Starts AutoRecovery beside a built (not yet started) bookie server and returns the
+#: function that stops it; called only when the bookie registers in ZooKeeper.
+StartAutoRecovery = Callable[["BookieServer", AutoRecoveryOptions], Callable[[], None]]
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a server could listen on ``host:port`` right now."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def run_bookie(config: BookieConfig, *, autorecovery: AutoRecoveryOptions | None = None,
+               start_autorecovery: StartAutoRecovery | None = None) -> None:
+    """Serve one bookie in the foreground until SIGTERM or SIGINT; with ``autorecovery``
+    and a hook, AutoRecovery runs beside it and stops after it."""
+    from bookie_server.server import BookieServer
+
+    server = BookieServer(config)
+    stop_recovery = None
+    if autorecovery is not None and start_autorecovery is not None:
+        stop_recovery = start_autorecovery(server, autorecovery)
+    try:
+        server.serve_forever()
+    finally:
+        if stop_recovery is not None:
+            stop_recovery()
+
+
+def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None) -> typer.Typer:
+    """The ``bookie`` command (a Typer app: no subcommand runs a bookie; the CLI adds
+    ``decommission``). With ``start_autorecovery`` (``bk bookie``) AutoRecovery runs in
+    the bookie's process by default; without (``python -m bookie_server``) it cannot."""
+    app = typer.Typer(invoke_without_command=True,
+                      help="Run one bookie (no subcommand), or decommission one.")
+    autorecovery_default = start_autorecovery is not None
+
+    @app.callback()
+    def bookie(
+        ctx: typer.Context,
+        data_dir: Annotated[Path | None, typer.Option(
+            "--data-dir", help="journal and entry logs (required to run a bookie)")] = None,
+        port: Annotated[int, typer.Option("--port", help="gRPC port")] = 3181,
+        metadata_service_uri: Annotated[str | None, typer.Option(
+            "--metadata-service-uri", "-m", envvar="BK_METADATA_SERVICE_URI",
+            help="zk://host:port/root (default: the sandbox's zk://127.0.0.1:2181/ledgers)",
+        )] = None,
+        host: Annotated[str, typer.Option(
+            help="address to listen on (0.0.0.0: every interface)")] = "127.0.0.1",
+        advertised_address: Annotated[str | None, typer.Option(
+            "--advertised-address",
+            help="address to register, that clients on other hosts reach (default: --host)",
+        )] = None,
+        metrics_port: Annotated[int | None, typer.Option(
+            "--metrics-port", help="Prometheus /metrics HTTP port (0: any free port)")] = None,
+        max_entry_size: Annotated[int, typer.Option(help="bytes")] = 5 * 1024 * 1024,
+        journal_max_group_wait_ms: Annotated[float, typer.Option(help="group-commit wait")] = 0.0,
+        journal_file_size_mb: Annotated[int, typer.Option(help="journal file size (MiB)")] = 64,
+        entry_log_size_mb: Annotated[int, typer.Option(
+            help="entry log rotation size (MiB)")] = 256,
+        gc_interval: Annotated[float, typer.Option(help="entry-log GC period, seconds")] = 30.0,
+        checkpoint_interval: Annotated[float, typer.Option(
+            help="checkpoint period, seconds")] = 10.0,
+        disk_usage_threshold: Annotated[float, typer.Option(
+            help="readonly above this fraction of the file system")] = 0.95,
+        max_disk_bytes: Annotated[int | None, typer.Option(
+            help="readonly when the data dir holds more than this many bytes")] = None,
+        disk_check_interval: Annotated[float, typer.Option(
+            help="seconds between disk usage checks")] = 5.0,
+        tls_cert: Annotated[Path | None, typer.Option(
+            "--tls-cert", help="PEM certificate")] = None,
+        tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key")] = None,
+        tls_ca: Annotated[Path | None, typer.Option(
+            "--tls-ca", help="PEM CA that signs client certificates (mutual TLS)")] = None,
+        tls_client_auth: Annotated[str, typer.Option(
+            "--tls-client-auth", help="none | require: refuse clients without a certificate "
+                                      "signed by --tls-ca")] = "none",
+        allow_client: Annotated[list[str] | None, typer.Option(
+            "--allow-client", help="certificate CN/SAN allowed to add and read (repeat)")] = None,
+        allow_bookie: Annotated[list[str] | None, typer.Option(
+            "--allow-bookie", help="identity of a bookie/autorecovery: may also read any "
+                                   "ledger without its password (re-replication)")] = None,
+        allow_admin: Annotated[list[str] | None, typer.Option(
+            "--allow-admin", help="identity that may also delete any ledger")] = None,
+        zk_auth_file: Annotated[Path | None, typer.Option(
+            "--zk-auth-file", envvar="BK_ZK_AUTH_FILE",
+            help="file holding ZooKeeper credentials user:password")] = None,
+        no_register: Annotated[bool, typer.Option(help="do not register in ZooKeeper")] = False,
+        rack: Annotated[str, typer.Option(
+            "--rack", help="/region/rack of this bookie, for rack-aware placement")
+        ] = "/default-region/default-rack",
+        autorecovery: Annotated[bool, typer.Option(
+            "--autorecovery/--no-autorecovery",
+            help="run an Auditor contender and a Replication Worker in this process")
+        ] = autorecovery_default,
+        lost_bookie_recovery_delay: Annotated[float, typer.Option(
+            help="seconds a bookie may be gone before its ledgers are re-replicated")] = 60.0,
+        audit_interval: Annotated[float, typer.Option(
+            help="seconds between the Auditor's full checks of what bookies hold")] = 3600.0,
+        open_ledger_grace: Annotated[float, typer.Option(
+            help="seconds without adds before re-replication recovers an open ledger")] = 30.0,
+        debug_expose_session: Annotated[bool, typer.Option(
+            "--debug-expose-session", hidden=True,
+            help="fault injection: write the ZooKeeper session to <data-dir>/zk-session")
+        ] = False,
+    ) -> None:
+        """Run one bookie in the foreground until SIGTERM or Ctrl-C."""
+        if ctx.invoked_subcommand is not None:
+            return
+        if data_dir is None:
+            raise InvalidConfigError("--data-dir is required to run a bookie")
+        from bk_spark.metadata_uri import parse_metadata_service_uri
+
+        logging.basicConfig(level=logging.INFO,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        if zk_auth_file is not None:  # read by connect_zk (bk_spark.security.ZkSecurity)
+            os.environ["BK_ZK_AUTH_FILE"] = str(zk_auth_file)
+        uri = None if no_register else parse_metadata_service_uri(metadata_service_uri).uri
+        cfg = BookieConfig(
+            data_dir=data_dir, host=host, port=port, metadata_service_uri=uri,
+            advertised_address=advertised_address,
+            metrics_port=metrics_port, max_entry_size=max_entry_size,
+            journal_max_group_wait_ms=journal_max_group_wait_ms,
+            journal_file_size=journal_file_size_mb * MiB, entry_log_size=entry_log_size_mb * MiB,
+            gc_interval_s=gc_interval, checkpoint_interval_s=checkpoint_interval,
+            disk_usage_threshold=disk_usage_threshold, max_disk_bytes=max_disk_bytes,
+            disk_check_interval_s=disk_check_interval,
+            tls_cert=tls_cert, tls_key=tls_key, tls_ca=tls_ca, tls_client_auth=tls_client_auth,
+            allow_clients=tuple(allow_client or ()), allow_bookies=tuple(allow_bookie or ()),
+            allow_admins=tuple(allow_admin or ()), rack=rack)
+        if autorecovery and start_autorecovery is None:
+            raise InvalidConfigError(
+                "--autorecovery: python -m bookie_server runs the bare bookie; run the bookie "
+                "with `bk bookie` for an in-process AutoRecovery (or `bk autorecovery` beside it)")
+        if port and not port_is_free(port, host):
+            raise BKError(
+                f"port {port} on {host} is taken: is another bookie running? choose another --port")
+        if debug_expose_session:
+            from bk_spark.registration import SESSION_FILE_ENV
+
+            os.environ[SESSION_FILE_ENV] = str(data_dir / "zk-session")
+        recovery = None
+        if autorecovery and uri:
+            recovery = AutoRecoveryOptions(
+                lost_bookie_recovery_delay_s=lost_bookie_recovery_delay,
+                audit_interval_s=audit_interval, open_ledger_grace_s=open_ledger_grace)
+        run_bookie(cfg, autorecovery=recovery, start_autorecovery=start_autorecovery)
+
+    return app
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bookie_server``: the bare bookie (no AutoRecovery); a typed error is one
+    ``error:`` line on stderr and exit code 1 (``BK_DEBUG=1`` shows the traceback)."""
+    try:
+        app = make_bookie_app()
+        rv = app(args=argv, prog_name="python -m bookie_server", standalone_mode=False)
+        return rv if isinstance(rv, int) else 0
+    except typer.Exit as exc:
+        return int(exc.exit_code or 0)
+    except (typer.Abort, KeyboardInterrupt):
+        return 130
+    except Exception as exc:
+        if hasattr(exc, "show") and hasattr(exc, "exit_code"):  # click usage errors
+            exc.show()
+            return int(exc.exit_code)
+        if os.environ.get("BK_DEBUG"):
+            raise
+        shown = str(exc) if isinstance(exc, BKError) else f"{type(exc).__name__}: {exc}"
+        print(f"error: {shown}", file=sys.stderr)
+        return 1
