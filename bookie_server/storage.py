@@ -774,6 +774,36 @@ class BookieStorage:
             i = j
         return entries
 
+    def held_ranges(self, ledger_id: int, first: int, last: int) -> list[tuple[int, int]]:
+        """Which entries of ``first..last`` this bookie holds, as ascending disjoint
+        ``(first, last)`` ranges (the Auditor's periodic check asks it per fragment).
+
+        Answered from the index; an entry whose entry log is gone from the disk (a lost
+        file: the index still points into it, see :meth:`start`) is not held. Raises
+        NoSuchLedgerError for a ledger this bookie knows nothing of.
+        """
+        _check_id("ledger id", ledger_id)
+        if first < 0 or last < first:
+            raise InvalidRequestError(f"entry range {first}..{last} is empty or negative")
+        state = self._state(ledger_id)
+        present = set(self._logs.log_ids())
+        ranges: list[tuple[int, int]] = []
+        with self._state_lock:
+            get = state.index.get
+            top = min(last, state.last_entry)
+            start = -1
+            for entry_id in range(first, top + 1):
+                loc = get(entry_id)
+                held = loc is not None and (loc >> LOG_SHIFT) in present
+                if held and start < 0:
+                    start = entry_id
+                elif not held and start >= 0:
+                    ranges.append((start, entry_id - 1))
+                    start = -1
+            if start >= 0:
+                ranges.append((start, top))
+        return ranges
+
     def ledger_state(self, ledger_id: int) -> tuple[int, int, bool]:
         """``(lac, last entry id or -1, fenced)`` of a ledger this bookie has."""
         state = self._state(ledger_id)
