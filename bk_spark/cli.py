@@ -344,13 +344,17 @@ def bookies(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False) -> No
     from bk_spark.registration import list_bookies
 
     found = list_bookies(metadata_service_uri or "")
+
+    def mode(b) -> str:  # type: ignore[no-untyped-def]
+        return ("readonly" if b.read_only else "rw") + (
+            ", decommissioning" if b.decommissioning else "")
+
     if as_json:
-        _print_json([{"bookie": b.bookie_id, "mode": "readonly" if b.read_only else "rw"}
-                     for b in found])
+        _print_json([{"bookie": b.bookie_id, "mode": mode(b)} for b in found])
         return
     t = Table("bookie", "mode")
     for b in found:
-        t.add_row(b.bookie_id, "readonly" if b.read_only else "rw")
+        t.add_row(b.bookie_id, mode(b))
     console.print(t)
     console.print(f"{len(found)} bookies")
 

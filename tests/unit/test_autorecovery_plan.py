@@ -7,13 +7,13 @@ import pytest
 from bk_spark.autorecovery.plan import (
     FRAGMENT_ACTIONS,
     FragmentAction,
+    FragmentDuty,
     UnderReplicated,
     affected_fragments,
     entries_on_index,
-    FragmentDuty,
     first_missing,
-    fragment_duties,
     fragment_action,
+    fragment_duties,
     fragment_spans,
 )
 from bk_spark.core.metadata import LedgerMetadata, LedgerState
