@@ -216,11 +216,19 @@ SecureOpt = Annotated[bool, typer.Option(
 
 
 def _make_sandbox(data_dir: Path, bookies: int, zk_port: int, bookie_port: int,
-                  secure: bool = False):
+                  secure: bool = False, lost_bookie_recovery_delay: float | None = None):
     from bk_spark.sandbox import Sandbox
 
+    args = ([] if lost_bookie_recovery_delay is None else
+            ["--lost-bookie-recovery-delay", str(lost_bookie_recovery_delay)])
     return Sandbox(data_dir, n_bookies=bookies, zk_port=zk_port, first_bookie_port=bookie_port,
-                   secure=secure)
+                   secure=secure, bookie_args=args)
+
+
+SandboxDelayOpt = Annotated[float | None, typer.Option(
+    "--lost-bookie-recovery-delay",
+    help="seconds a bookie may be gone before AutoRecovery re-replicates its ledgers "
+         "(the bookies' default: 60; 0 to watch it at once)")]
 
 
 def _print_secure_usage(sb) -> None:  # sb: Sandbox
@@ -252,11 +260,13 @@ def sandbox(
     zk_port: Annotated[int, typer.Option("--zk-port")] = 2181,
     bookie_port: Annotated[int, typer.Option("--bookie-port", help="first bookie port")] = 3181,
     secure: SecureOpt = False,
+    lost_bookie_recovery_delay: SandboxDelayOpt = None,
 ) -> None:
     """Run ZooKeeper and bookies in the foreground; Ctrl-C stops everything."""
     if ctx.invoked_subcommand is not None:
         return
-    sb = _make_sandbox(data_dir, bookies, zk_port, bookie_port, secure)
+    sb = _make_sandbox(data_dir, bookies, zk_port, bookie_port, secure,
+                       lost_bookie_recovery_delay)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     sb.start()
@@ -282,6 +292,7 @@ def sandbox_start(
     zk_port: Annotated[int, typer.Option("--zk-port")] = 2181,
     bookie_port: Annotated[int, typer.Option("--bookie-port", help="first bookie port")] = 3181,
     secure: SecureOpt = False,
+    lost_bookie_recovery_delay: SandboxDelayOpt = None,
 ) -> None:
     """Start the sandbox detached (for scripts); its PIDs go to <data-dir>/sandbox.json."""
     from bk_spark.sandbox import pid_alive, read_state, write_state
@@ -292,7 +303,8 @@ def sandbox_start(
     if existing is not None and pid_alive(existing.zk_pid):
         _fail(f"a sandbox already runs from {o['data_dir']} "
               f"({existing.metadata_service_uri}); `bk sandbox stop` first")
-    sb = _make_sandbox(o["data_dir"], o["bookies"], o["zk_port"], o["bookie_port"], secure)
+    sb = _make_sandbox(o["data_dir"], o["bookies"], o["zk_port"], o["bookie_port"], secure,
+                       lost_bookie_recovery_delay)
     state = sb.start(detached=True)
     write_state(o["data_dir"], state)
     console.print(state.metadata_service_uri)
