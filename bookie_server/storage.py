@@ -790,18 +790,18 @@ class BookieStorage:
         ranges: list[tuple[int, int]] = []
         with self._state_lock:
             get = state.index.get
-            top = min(last, state.last_entry)
-            start = -1
-            for entry_id in range(first, top + 1):
+            start = prev = -2
+            for entry_id in state.index.ids_between(first, last):
                 loc = get(entry_id)
-                held = loc is not None and (loc >> LOG_SHIFT) in present
-                if held and start < 0:
+                if loc is None or (loc >> LOG_SHIFT) not in present:
+                    continue
+                if entry_id != prev + 1:
+                    if start >= 0:
+                        ranges.append((start, prev))
                     start = entry_id
-                elif not held and start >= 0:
-                    ranges.append((start, entry_id - 1))
-                    start = -1
+                prev = entry_id
             if start >= 0:
-                ranges.append((start, top))
+                ranges.append((start, prev))
         return ranges
 
     def ledger_state(self, ledger_id: int) -> tuple[int, int, bool]:

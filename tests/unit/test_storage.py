@@ -662,3 +662,12 @@ def test_held_ranges_name_every_gap_including_one_left_by_a_lost_entry_log(confi
         assert s.held_ranges(1, 0, 44) == [(0, gone[0] - 1), (gone[-1] + 1, 29), (40, 44)]
     finally:
         s.close()
+
+
+def test_held_ranges_cost_follows_stored_entries_not_the_width_of_the_range(storage):
+    add(storage, 1, 0, 3)
+    storage.add_entries(1, KEY, [(10**12, 2, b"far", b"")], recovery=True)  # sparse, far out
+    started = time.monotonic()
+    assert storage.held_ranges(1, 0, 2**63 - 1) == [(0, 2), (10**12, 10**12)]
+    assert storage.held_ranges(1, 1, 10**12 - 1) == [(1, 2)]
+    assert time.monotonic() - started < 1.0
