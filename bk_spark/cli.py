@@ -362,7 +362,8 @@ def bookies(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False) -> No
             ", decommissioning" if b.decommissioning else "")
 
     if as_json:
-        _print_json([{"bookie": b.bookie_id, "mode": mode(b)} for b in found])
+        _print_json([{"bookie": b.bookie_id, "mode": "readonly" if b.read_only else "rw",
+                      "decommissioning": b.decommissioning} for b in found])
         return
     t = Table("bookie", "mode")
     for b in found:
