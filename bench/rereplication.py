@@ -14,11 +14,11 @@
    (SIGTERM: it unregisters at once, so the figure is the healing pipeline, not the
    ZooKeeper session timeout a kill -9 adds), and the time until nothing is marked and no
    ledger names it.
-5. The same for 1 GB of data on the stopped bookie (``--gb``): ledgers of 16 KiB entries
-   (E=Qw=3, Qa=2) placed on it and two others (the other two bookies carry a
-   decommissioning marker meanwhile, so placement skips them; it is cleared before the
-   loss, so they are the replacements), then that bookie stopped: the time until zero
-   under-replicated ledgers, with the standalone worker of step 4 and the delay 0.
+5. The same for 1 GB of data on the stopped bookie (``--gb``): two fresh bookies join;
+   ledgers of 16 KiB entries (E=Qw=3, Qa=2) go on the three left from step 4 (the fresh
+   two carry a decommissioning marker meanwhile, so placement skips them; it is cleared
+   before the loss, so they take the copies), then one of the three is stopped: the time
+   until zero under-replicated ledgers, with the standalone worker of step 4, delay 0.
 """
 
 from __future__ import annotations
@@ -67,14 +67,14 @@ def _wait_zero(bk, urm, bookie: str, ledgers: list[int], log_path: Path,
         time.sleep(0.05)
 
 
-def _fill_gb(bk, bookies, victim: str, gb: float, size: int = 16 * KiB) -> list[int]:
-    """Ledgers (E=Qw=3) holding ``gb`` GB on ``victim``: every other bookie but two is
-    marked decommissioning while they are written, so placement puts them on ``victim``
-    and the two others; the marks are cleared at the end."""
+def _fill_gb(bk, victim: str, spares: list[str], gb: float, size: int = 16 * KiB
+             ) -> list[int]:
+    """Ledgers (E=Qw=3) holding ``gb`` GB on ``victim``: the ``spares`` are marked
+    decommissioning while they are written, so placement puts them on ``victim`` and the
+    two other bookies; the marks are cleared at the end (the spares then take the copies)."""
     from bk_spark.registration import clear_decommissioning, mark_decommissioning
 
-    others = [b.bookie_id for b in bookies if b.bookie_id != victim]
-    for b in others[2:]:
+    for b in spares:
         mark_decommissioning(bk.zk, bk.msu, b)
     ledgers, total = [], 0
     per_ledger = 4096  # 64 MiB of 16 KiB entries
@@ -94,7 +94,7 @@ def _fill_gb(bk, bookies, victim: str, gb: float, size: int = 16 * KiB) -> list[
             ledgers.append(lh.id)
             total += per_ledger * size
     finally:
-        for b in others[2:]:
+        for b in spares:
             clear_decommissioning(bk.zk, bk.msu, b)
     return ledgers
 
@@ -162,14 +162,18 @@ def rereplication_bench(n_entries: int = 50_000, size: int = KiB, gb: float = 1.
 
                 # Step 5: 1 GB on the bookie that dies.
                 if gb > 0:
-                    for b in bookies:  # the two stopped ones back: five to place on
-                        if b.proc is None:
-                            b.start()
+                    # two fresh bookies (new ports: no client holds a stale channel to them)
+                    fresh = [BookieProcess(uri, tmpd / f"b{i}", port=free_port(),
+                                           extra_args=["--no-autorecovery"]) for i in (5, 6)]
+                    bookies += fresh
+                    for b in fresh:
+                        b.start()
                     wait_for_registrations(uri, 5)
-                    alive = bookies
+                    alive = [b for b in bookies if b.proc is not None and b not in fresh]
                     victim = alive[0]
                     t_fill = time.perf_counter()
-                    ledgers = _fill_gb(bk, alive, victim.bookie_id, gb)
+                    ledgers = _fill_gb(bk, victim.bookie_id,
+                                       [b.bookie_id for b in fresh], gb)
                     fill_s = time.perf_counter() - t_fill
                     held = len(ledgers) * 4096 * 16 * KiB
                     victim.stop()

@@ -134,6 +134,10 @@ def bookie(
         help="seconds between the Auditor's full checks of what bookies hold")] = 3600.0,
     open_ledger_grace: Annotated[float, typer.Option(
         help="seconds without adds before re-replication recovers an open ledger")] = 30.0,
+    recovery_password: Annotated[list[str] | None, typer.Option(
+        "--recovery-password", envvar="BK_RECOVERY_PASSWORD",
+        help="a ledger password this bookie's re-replication may use (repeatable; the empty "
+             "one always is)")] = None,
     debug_expose_session: Annotated[bool, typer.Option(
         "--debug-expose-session", hidden=True,
         help="fault injection: write the ZooKeeper session to <data-dir>/zk-session")] = False,
@@ -179,7 +183,8 @@ def bookie(
 
         recovery = AutoRecoveryService(uri, AutoRecoveryConfig(
             lost_bookie_recovery_delay_s=lost_bookie_recovery_delay,
-            audit_interval_s=audit_interval, open_ledger_grace_s=open_ledger_grace),
+            audit_interval_s=audit_interval, open_ledger_grace_s=open_ledger_grace,
+            passwords=tuple(p.encode() for p in recovery_password or ())),
             identity=cfg.bookie_id,
             registry=server.metrics.registry,
             # under mutual TLS the bookie's worker presents the bookie's own certificate

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
+from bk_spark.faults.writers import PASSWORD
 from bk_spark.registration import list_bookies
 from bk_spark.sandbox import (
     BookieProcess,
@@ -43,7 +44,8 @@ BOOKIE_ARGS = ("--journal-file-size-mb", "1", "--entry-log-size-mb", "1",
                "--gc-interval", "3", "--disk-check-interval", "0.25",
                "--debug-expose-session",
                "--lost-bookie-recovery-delay", str(LOST_BOOKIE_DELAY_S),
-               "--audit-interval", str(AUDIT_INTERVAL_S), "--open-ledger-grace", "10")
+               "--audit-interval", str(AUDIT_INTERVAL_S), "--open-ledger-grace", "10",
+               "--recovery-password", PASSWORD.decode())
 ENTRY_LOG_HEADER = 16
 
 

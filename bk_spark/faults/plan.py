@@ -92,7 +92,7 @@ DAMAGING_KINDS = frozenset({FaultKind.BOOKIE_KILL_FOREVER, FaultKind.ENTRY_LOG_C
 #: other fault of every seed as it was.
 HEALING_KINDS = frozenset({FaultKind.BOOKIE_LOST, FaultKind.BOOKIE_WIPED})
 #: The short-mode seeds that get a healing fault, and which (make test runs one of each).
-SHORT_MODE_HEALING = {9: FaultKind.BOOKIE_WIPED, 13: FaultKind.BOOKIE_LOST}
+SHORT_MODE_HEALING = {3: FaultKind.BOOKIE_LOST, 9: FaultKind.BOOKIE_WIPED}
 WRITER_KINDS = frozenset({
     FaultKind.ZK_EXPIRE_WRITER, FaultKind.WRITER_KILL, FaultKind.WRITER_KILL_MID_ROLL,
     FaultKind.WRITER_PAUSE_FENCE, FaultKind.FENCE, FaultKind.FENCE_DELETE,
