@@ -469,12 +469,15 @@ def main() -> None:
         print("== re-replication (AutoRecovery), fresh ZooKeeper + 5 bookies")
         from bench.rereplication import rereplication_bench
 
-        rr = rereplication_bench(20_000 if quick else 100_000)
+        rr = rereplication_bench(20_000 if quick else 100_000, gb=0.2 if quick else 1.0)
         res.add("re-replication of a lost bookie's fragments (1 KiB)",
                 f"{rr['rerep_entries_per_s']:,.0f} e/s {rr['rerep_mb_per_s']:,.1f} MB/s",
                 f"{rr['add_entries_per_s']:,.0f} e/s ledger add", f"{rr['ratio']:.2f}x")
         res.add("bookie stopped -> zero under-replicated ledgers (delay 0)",
                 f"{rr['death_to_zero_s']:.1f} s", "-", "-")
+        res.add(f"bookie with {rr['gb_on_bookie']:.2f} GB stopped -> zero under-replicated "
+                f"ledgers (delay 0)", f"{rr['gb_death_to_zero_s']:.1f} s",
+                f"{rr['gb_mb_per_s']:.0f} MB/s", "-")
         if "--no-tls" not in sys.argv:  # after the sandbox above stopped: nothing competes
             print("== mutual TLS (secure sandbox vs plain sandbox, alternating)")
             from bench.tls_bench import tls_bench

@@ -1,6 +1,6 @@
 """Re-replication throughput vs a ledger's own add rate, measured in the same run.
 
-``python -m bench.rereplication [--entries N]`` (also part of ``make bench``):
+``python -m bench.rereplication [--entries N] [--gb G]`` (also part of ``make bench``):
 
 1. ZooKeeper and 5 bookies (``--no-autorecovery``: nothing copies behind our back).
 2. Reference: one ledger (E=3, Qw=2, Qa=2) gets N adds of 1 KiB, 2000 in flight; its
@@ -14,6 +14,11 @@
    (SIGTERM: it unregisters at once, so the figure is the healing pipeline, not the
    ZooKeeper session timeout a kill -9 adds), and the time until nothing is marked and no
    ledger names it.
+5. The same for 1 GB of data on the stopped bookie (``--gb``): two fresh bookies join;
+   ledgers of 16 KiB entries (E=Qw=3, Qa=2) go on the three left from step 4 (the fresh
+   two carry a decommissioning marker meanwhile, so placement skips them; it is cleared
+   before the loss, so they take the copies), then one of the three is stopped: the time
+   until zero under-replicated ledgers, with the standalone worker of step 4, delay 0.
 """
 
 from __future__ import annotations
@@ -47,8 +52,56 @@ def _fill(bk, n: int, size: int) -> tuple[int, float]:
     return lh.id, rate
 
 
-def rereplication_bench(n_entries: int = 50_000, size: int = KiB) -> dict[str, float]:
-    """Run steps 1-4; returns the figures (also printed)."""
+def _wait_zero(bk, urm, bookie: str, ledgers: list[int], log_path: Path,
+               timeout: float) -> float:
+    """Seconds until none of ``ledgers`` names ``bookie`` and nothing is marked."""
+    t0 = time.perf_counter()
+    while True:
+        named = {x for lid in ledgers for _f, ens in bk.ledger_metadata(lid).ensembles
+                 for x in ens}
+        if bookie not in named and urm.count() == 0:
+            return time.perf_counter() - t0
+        if time.perf_counter() - t0 > timeout:
+            raise TimeoutError(f"not healed within {timeout:.0f} s: "
+                               + log_path.read_text()[-2000:])
+        time.sleep(0.05)
+
+
+def _fill_gb(bk, victim: str, spares: list[str], gb: float, size: int = 16 * KiB
+             ) -> list[int]:
+    """Ledgers (E=Qw=3) holding ``gb`` GB on ``victim``: the ``spares`` are marked
+    decommissioning while they are written, so placement puts them on ``victim`` and the
+    two other bookies; the marks are cleared at the end (the spares then take the copies)."""
+    from bk_spark.registration import clear_decommissioning, mark_decommissioning
+
+    for b in spares:
+        mark_decommissioning(bk.zk, bk.msu, b)
+    ledgers, total = [], 0
+    per_ledger = 4096  # 64 MiB of 16 KiB entries
+    data = b"g" * size
+    try:
+        while total < gb * 1e9:
+            lh = bk.create_ledger(ensemble_size=3, write_quorum_size=3, ack_quorum_size=2)
+            assert victim in bk.ledger_metadata(lh.id).ensembles[0][1]
+            window: deque = deque()
+            for _ in range(per_ledger):
+                if len(window) >= 256:
+                    window.popleft().result(300)
+                window.append(lh.add_entry_async(data))
+            for f in window:
+                f.result(300)
+            lh.close()
+            ledgers.append(lh.id)
+            total += per_ledger * size
+    finally:
+        for b in spares:
+            clear_decommissioning(bk.zk, bk.msu, b)
+    return ledgers
+
+
+def rereplication_bench(n_entries: int = 50_000, size: int = KiB, gb: float = 1.0
+                        ) -> dict[str, float]:
+    """Run steps 1-5; returns the figures (also printed)."""
     from bk_spark.autorecovery.replicator import LedgerReplicator
     from bk_spark.autorecovery.underreplication import UnderReplicationManager
     from bk_spark.core.client import BookKeeper
@@ -101,19 +154,38 @@ def rereplication_bench(n_entries: int = 50_000, size: int = KiB) -> dict[str, f
                 second = next(b for b in bk.ledger_metadata(lid2).ensembles[0][1]
                               if b != dead)
                 next(b for b in bookies if b.bookie_id == second).stop()
-                t0 = time.perf_counter()
-                while True:
-                    named = {x for _f, ens in bk.ledger_metadata(lid2).ensembles for x in ens}
-                    if second not in named and urm.count() == 0:
-                        break
-                    if time.perf_counter() - t0 > 120:
-                        raise TimeoutError("not healed within 120 s: "
-                                           + (tmpd / "autorecovery.log").read_text()[-2000:])
-                    time.sleep(0.05)
-                out["death_to_zero_s"] = time.perf_counter() - t0
+                healed_in = _wait_zero(bk, urm, second, [lid2], tmpd / "autorecovery.log", 120)
+                out["death_to_zero_s"] = healed_in
                 print(f"bookie stopped -> zero under-replicated ledgers ({n_entries:,} "
                       f"entries of {size} B on it, standalone worker, delay 0): "
                       f"{out['death_to_zero_s']:.2f}s")
+
+                # Step 5: 1 GB on the bookie that dies.
+                if gb > 0:
+                    # two fresh bookies (new ports: no client holds a stale channel to them)
+                    fresh = [BookieProcess(uri, tmpd / f"b{i}", port=free_port(),
+                                           extra_args=["--no-autorecovery"]) for i in (5, 6)]
+                    bookies += fresh
+                    for b in fresh:
+                        b.start()
+                    wait_for_registrations(uri, 5)
+                    alive = [b for b in bookies if b.proc is not None and b not in fresh]
+                    victim = alive[0]
+                    t_fill = time.perf_counter()
+                    ledgers = _fill_gb(bk, victim.bookie_id,
+                                       [b.bookie_id for b in fresh], gb)
+                    fill_s = time.perf_counter() - t_fill
+                    held = len(ledgers) * 4096 * 16 * KiB
+                    victim.stop()
+                    took = _wait_zero(bk, urm, victim.bookie_id, ledgers,
+                                      tmpd / "autorecovery.log", 1800)
+                    out["gb_on_bookie"] = held / 1e9
+                    out["gb_death_to_zero_s"] = took
+                    out["gb_mb_per_s"] = held / took / 1e6
+                    print(f"bookie with {held / 1e9:.2f} GB ({len(ledgers)} ledgers of 16 KiB "
+                          f"entries, written in {fill_s:.0f}s) stopped -> zero "
+                          f"under-replicated ledgers (standalone worker, delay 0): "
+                          f"{took:.1f}s ({out['gb_mb_per_s']:.0f} MB/s)")
         finally:
             if ar is not None:
                 ar.terminate()
@@ -126,4 +198,5 @@ def rereplication_bench(n_entries: int = 50_000, size: int = KiB) -> dict[str, f
 
 if __name__ == "__main__":
     n = int(sys.argv[sys.argv.index("--entries") + 1]) if "--entries" in sys.argv else 50_000
-    rereplication_bench(n)
+    gigabytes = float(sys.argv[sys.argv.index("--gb") + 1]) if "--gb" in sys.argv else 1.0
+    rereplication_bench(n, gb=gigabytes)

@@ -84,7 +84,8 @@ def _start_autorecovery(server: BookieServer, options: AutoRecoveryOptions) -> C
     recovery = AutoRecoveryService(cfg.metadata_service_uri, AutoRecoveryConfig(
         lost_bookie_recovery_delay_s=options.lost_bookie_recovery_delay_s,
         audit_interval_s=options.audit_interval_s,
-        open_ledger_grace_s=options.open_ledger_grace_s),
+        open_ledger_grace_s=options.open_ledger_grace_s,
+        passwords=options.passwords),
         identity=cfg.bookie_id,
         registry=server.metrics.registry,
         # under mutual TLS the bookie's worker presents the bookie's own certificate
@@ -123,11 +124,19 @@ SecureOpt = Annotated[bool, typer.Option(
 
 
 def _make_sandbox(data_dir: Path, bookies: int, zk_port: int, bookie_port: int,
-                  secure: bool = False):
+                  secure: bool = False, lost_bookie_recovery_delay: float | None = None):
     from bk_spark.sandbox import Sandbox
 
+    args = ([] if lost_bookie_recovery_delay is None else
+            ["--lost-bookie-recovery-delay", str(lost_bookie_recovery_delay)])
     return Sandbox(data_dir, n_bookies=bookies, zk_port=zk_port, first_bookie_port=bookie_port,
-                   secure=secure)
+                   secure=secure, bookie_args=args)
+
+
+SandboxDelayOpt = Annotated[float | None, typer.Option(
+    "--lost-bookie-recovery-delay",
+    help="seconds a bookie may be gone before AutoRecovery re-replicates its ledgers "
+         "(the bookies' default: 60; 0 to watch it at once)")]
 
 
 def _print_secure_usage(sb) -> None:  # sb: Sandbox
@@ -159,11 +168,13 @@ def sandbox(
     zk_port: Annotated[int, typer.Option("--zk-port")] = 2181,
     bookie_port: Annotated[int, typer.Option("--bookie-port", help="first bookie port")] = 3181,
     secure: SecureOpt = False,
+    lost_bookie_recovery_delay: SandboxDelayOpt = None,
 ) -> None:
     """Run ZooKeeper and bookies in the foreground; Ctrl-C stops everything."""
     if ctx.invoked_subcommand is not None:
         return
-    sb = _make_sandbox(data_dir, bookies, zk_port, bookie_port, secure)
+    sb = _make_sandbox(data_dir, bookies, zk_port, bookie_port, secure,
+                       lost_bookie_recovery_delay)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     sb.start()
@@ -189,6 +200,7 @@ def sandbox_start(
     zk_port: Annotated[int, typer.Option("--zk-port")] = 2181,
     bookie_port: Annotated[int, typer.Option("--bookie-port", help="first bookie port")] = 3181,
     secure: SecureOpt = False,
+    lost_bookie_recovery_delay: SandboxDelayOpt = None,
 ) -> None:
     """Start the sandbox detached (for scripts); its PIDs go to <data-dir>/sandbox.json."""
     from bk_spark.sandbox import pid_alive, read_state, write_state
@@ -199,7 +211,8 @@ def sandbox_start(
     if existing is not None and pid_alive(existing.zk_pid):
         _fail(f"a sandbox already runs from {o['data_dir']} "
               f"({existing.metadata_service_uri}); `bk sandbox stop` first")
-    sb = _make_sandbox(o["data_dir"], o["bookies"], o["zk_port"], o["bookie_port"], secure)
+    sb = _make_sandbox(o["data_dir"], o["bookies"], o["zk_port"], o["bookie_port"], secure,
+                       lost_bookie_recovery_delay)
     state = sb.start(detached=True)
     write_state(o["data_dir"], state)
     console.print(state.metadata_service_uri)
@@ -251,13 +264,18 @@ def bookies(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False) -> No
     from bk_spark.registration import list_bookies
 
     found = list_bookies(metadata_service_uri or "")
+
+    def mode(b) -> str:  # type: ignore[no-untyped-def]
+        return ("readonly" if b.read_only else "rw") + (
+            ", decommissioning" if b.decommissioning else "")
+
     if as_json:
-        _print_json([{"bookie": b.bookie_id, "mode": "readonly" if b.read_only else "rw"}
-                     for b in found])
+        _print_json([{"bookie": b.bookie_id, "mode": "readonly" if b.read_only else "rw",
+                      "decommissioning": b.decommissioning} for b in found])
         return
     t = Table("bookie", "mode")
     for b in found:
-        t.add_row(b.bookie_id, "readonly" if b.read_only else "rw")
+        t.add_row(b.bookie_id, mode(b))
     console.print(t)
     console.print(f"{len(found)} bookies")
 

@@ -33,6 +33,12 @@ class MetadataServiceUri:
         """Where readonly bookies register."""
         return f"{self.root}/available/readonly"
 
+    @property
+    def decommissioning_path(self) -> str:
+        """Markers of bookies being decommissioned (``<root>/decommissioning/<host:port>``,
+        :func:`bk_spark.registration.mark_decommissioning`)."""
+        return f"{self.root}/decommissioning"
+
 
 def parse_metadata_service_uri(uri: str | None) -> MetadataServiceUri:
     """Parse ``zk://host:port[,host:port...]/root``; None means env or sandbox default."""

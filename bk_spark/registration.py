@@ -4,6 +4,16 @@ A writable bookie holds the ephemeral znode ``<root>/available/<host:port>``, a
 readonly one ``<root>/available/readonly/<host:port>``. Ephemeral znodes vanish
 with the bookie's ZooKeeper session, so a dead bookie disappears from the list;
 after a session loss the bookie registers again.
+
+Decommissioning (``bk bookie decommission``): the persistent marker
+``<root>/decommissioning/<host:port>`` holds the ``instance`` id the bookie process put in
+its registration (a random id per process start). While the marker names the running
+instance the bookie is listed ``decommissioning``: it keeps serving reads and writes of
+the ledgers it has, but placement (:meth:`bk_spark.core.client.BookKeeper.topology`)
+never picks it for a new ensemble, an ensemble change or re-replication. Once the process
+stops, the marker names no running instance and means nothing: a bookie started again on
+that address is a full member (the stale marker is removed by the next decommission or
+:func:`clear_decommissioning`).
 """
 
 from __future__ import annotations
@@ -13,6 +23,7 @@ import logging
 import os
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient, KazooState
@@ -34,6 +45,12 @@ class RegisteredBookie:
     bookie_id: str
     read_only: bool
     info: dict
+    decommissioning: bool = False
+
+    @property
+    def placeable(self) -> bool:
+        """Whether placement may choose it: writable and not being decommissioned."""
+        return not self.read_only and not self.decommissioning
 
 
 def list_bookies(uri: str | MetadataServiceUri, zk: KazooClient | None = None
@@ -43,6 +60,10 @@ def list_bookies(uri: str | MetadataServiceUri, zk: KazooClient | None = None
     own = zk is None
     client = connect_zk(msu) if zk is None else zk
     try:
+        try:
+            marked = set(client.get_children(msu.decommissioning_path))
+        except NoNodeError:
+            marked = set()
         out: list[RegisteredBookie] = []
         for path, ro in ((msu.available_path, False), (msu.readonly_path, True)):
             try:
@@ -57,12 +78,52 @@ def list_bookies(uri: str | MetadataServiceUri, zk: KazooClient | None = None
                     info = json.loads(data or b"{}")
                 except (NoNodeError, ValueError):
                     continue
-                out.append(RegisteredBookie(child, ro, info))
+                leaving = child in marked and _marker(client, msu, child) == info.get("instance")
+                out.append(RegisteredBookie(child, ro, info, leaving))
         return out
     finally:
         if own:
             client.stop()
             client.close()
+
+
+def _marker(zk: KazooClient, msu: MetadataServiceUri, bookie_id: str) -> str | None:
+    try:
+        data, _ = zk.get(f"{msu.decommissioning_path}/{bookie_id}")
+    except NoNodeError:
+        return None
+    return data.decode() or None
+
+
+def mark_decommissioning(zk: KazooClient, uri: str | MetadataServiceUri, bookie_id: str
+                         ) -> None:
+    """Mark the running bookie ``bookie_id`` as being decommissioned (see the module
+    docstring): from now until its process stops, placement never picks it. Raises
+    :class:`~bk_spark.errors.BookieUnavailableError` when it is not registered."""
+    from bk_spark.errors import BookieUnavailableError
+
+    msu = uri if isinstance(uri, MetadataServiceUri) else parse_metadata_service_uri(uri)
+    found = {b.bookie_id: b for b in list_bookies(msu, zk=zk)}
+    if bookie_id not in found:
+        raise BookieUnavailableError(
+            f"bookie {bookie_id} is not registered: only a running bookie can be "
+            f"decommissioned (for a dead one, `bk recover {bookie_id}`)")
+    instance = str(found[bookie_id].info.get("instance") or "")
+    path = f"{msu.decommissioning_path}/{bookie_id}"
+    try:
+        zk.create(path, instance.encode(), makepath=True)
+    except NodeExistsError:
+        zk.set(path, instance.encode())
+
+
+def clear_decommissioning(zk: KazooClient, uri: str | MetadataServiceUri, bookie_id: str
+                          ) -> None:
+    """Remove ``bookie_id``'s decommissioning marker (placement may pick it again)."""
+    msu = uri if isinstance(uri, MetadataServiceUri) else parse_metadata_service_uri(uri)
+    try:
+        zk.delete(f"{msu.decommissioning_path}/{bookie_id}")
+    except NoNodeError:
+        pass
 
 
 class BookieRegistration:
@@ -72,6 +133,8 @@ class BookieRegistration:
         self.msu = parse_metadata_service_uri(uri)
         self.bookie_id = bookie_id
         self.info = dict(info or {})
+        # one id per process start: a decommissioning marker names it (module docstring)
+        self.info.setdefault("instance", uuid.uuid4().hex)
         self.read_only = False
         self._lock = threading.Lock()
         self._stopped = False

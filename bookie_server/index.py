@@ -39,6 +39,7 @@ Guarantees kept here:
 
 from __future__ import annotations
 
+import heapq
 import os
 import struct
 import sys
@@ -229,6 +230,17 @@ class EntryIndex:
                for k, ln in enumerate(lengths) if ln]
         out.extend(self._sparse.items())
         return out
+
+    def ids_between(self, first: int, last: int) -> list[int]:
+        """The ids present in ``first..last``, ascending; the cost follows the stored ids
+        in that range, not the width of the range (a request for 0..2**63 is cheap)."""
+        dense: list[int] = []
+        if self._first >= 0:
+            lengths, base = self._length, self._first
+            lo, hi = max(first - base, 0), min(last - base, len(lengths) - 1)
+            dense = [base + k for k in range(lo, hi + 1) if lengths[k]]
+        sparse = sorted(e for e in self._sparse if first <= e <= last)
+        return list(heapq.merge(dense, sparse)) if sparse else dense
 
     def keys(self) -> list[int]:
         first = self._first

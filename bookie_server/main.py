@@ -43,6 +43,7 @@ class AutoRecoveryOptions:
     lost_bookie_recovery_delay_s: float
     audit_interval_s: float
     open_ledger_grace_s: float
+    passwords: tuple[bytes, ...] = ()  # ledger passwords its re-replication may use
 
 
 #: Starts AutoRecovery beside a built (not yet started) bookie server and returns the
@@ -150,6 +151,10 @@ def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None) -> type
             help="seconds between the Auditor's full checks of what bookies hold")] = 3600.0,
         open_ledger_grace: Annotated[float, typer.Option(
             help="seconds without adds before re-replication recovers an open ledger")] = 30.0,
+        recovery_password: Annotated[list[str] | None, typer.Option(
+            "--recovery-password", envvar="BK_RECOVERY_PASSWORD",
+            help="a ledger password this bookie's re-replication may use (repeatable; the empty "
+                 "one always is)")] = None,
         debug_expose_session: Annotated[bool, typer.Option(
             "--debug-expose-session", hidden=True,
             help="fault injection: write the ZooKeeper session to <data-dir>/zk-session")
@@ -194,7 +199,8 @@ def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None) -> type
         if autorecovery and uri:
             recovery = AutoRecoveryOptions(
                 lost_bookie_recovery_delay_s=lost_bookie_recovery_delay,
-                audit_interval_s=audit_interval, open_ledger_grace_s=open_ledger_grace)
+                audit_interval_s=audit_interval, open_ledger_grace_s=open_ledger_grace,
+                passwords=tuple(p.encode() for p in recovery_password or ()))
         run_bookie(cfg, autorecovery=recovery, start_autorecovery=start_autorecovery)
 
     return app

@@ -93,6 +93,12 @@ class BookieService:
             lac, last, fenced = self.storage.ledger_state(req.ledger_id)
         return pb.ReadLacResponse(status=pb.OK, lac=lac, last_entry=last, fenced=fenced)
 
+    def held_entries(self, req: pb.HeldEntriesRequest, _key_required: bool = True
+                     ) -> pb.HeldEntriesResponse:
+        ranges = self.storage.held_ranges(req.ledger_id, req.first_entry, req.last_entry)
+        return pb.HeldEntriesResponse(status=pb.OK, range_first=[a for a, _ in ranges],
+                                      range_last=[b for _, b in ranges])
+
     def fence(self, req: pb.FenceRequest, _key_required: bool = True) -> pb.FenceResponse:
         lac, last = self.storage.fence(req.ledger_id, req.master_key)
         return pb.FenceResponse(status=pb.OK, lac=lac, last_entry=last)
@@ -155,6 +161,7 @@ class BookieService:
             "DeleteLedger": (pb.DeleteLedgerRequest, pb.DeleteLedgerResponse,
                              self.delete_ledger),
             "Info": (pb.InfoRequest, pb.InfoResponse, self.info),
+            "HeldEntries": (pb.HeldEntriesRequest, pb.HeldEntriesResponse, self.held_entries),
         }
         handlers = {
             name: grpc.unary_unary_rpc_method_handler(

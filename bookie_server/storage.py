@@ -111,6 +111,7 @@ from bookie_server.tombstones import DeletedLedgers
 from bookie_server.validation import (
     check_entries,
     check_entry_ids,
+    check_entry_range,
     check_id,
     check_key,
     check_lac,
@@ -732,6 +733,35 @@ class BookieStorage:
                 pos += length
             i = j
         return entries
+
+    def held_ranges(self, ledger_id: int, first: int, last: int) -> list[tuple[int, int]]:
+        """Which entries of ``first..last`` this bookie holds, as ascending disjoint
+        ``(first, last)`` ranges (the Auditor's periodic check asks it per fragment).
+
+        Answered from the index; an entry whose entry log is gone from the disk (a lost
+        file: the index still points into it, see :meth:`start`) is not held. Raises
+        NoSuchLedgerError for a ledger this bookie knows nothing of.
+        """
+        check_id("ledger id", ledger_id)
+        check_entry_range(first, last)
+        state = self._state(ledger_id)
+        present = set(self._logs.log_ids())
+        ranges: list[tuple[int, int]] = []
+        with self._state_lock:
+            get = state.index.get
+            start = prev = -2
+            for entry_id in state.index.ids_between(first, last):
+                loc = get(entry_id)
+                if loc is None or log_of(loc) not in present:
+                    continue
+                if entry_id != prev + 1:
+                    if start >= 0:
+                        ranges.append((start, prev))
+                    start = entry_id
+                prev = entry_id
+            if start >= 0:
+                ranges.append((start, prev))
+        return ranges
 
     def ledger_state(self, ledger_id: int) -> tuple[int, int, bool]:
         """``(lac, last entry id or -1, fenced)`` of a ledger this bookie has."""

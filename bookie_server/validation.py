@@ -1,7 +1,8 @@
 """Request validation: every check of a bookie request's ids, sizes and keys, in one place.
 
 Each storage operation (:class:`~bookie_server.storage.BookieStorage`'s ``add_entries``,
-``fence``, ``delete_ledger``, ``read_entries``, ``ledger_state``, ``wait_for_lac``) checks
+``fence``, ``delete_ledger``, ``read_entries``, ``held_ranges``, ``ledger_state``,
+``wait_for_lac``) checks
 its arguments with these functions once, at its start, before anything is written: the
 *accept* step of :mod:`bookie_server.storage`. The gRPC service
 (:mod:`bookie_server.server`) checks only what the storage never sees, the wire's own
@@ -81,6 +82,12 @@ def check_entry_ids(ids: Sequence[int]) -> None:
     # not len(ids): a range of 2**63 ids (0..INT64_MAX) has no C-sized length
     if ids and ids[0] < 0:
         raise InvalidRequestError(f"entry ids must be >= 0, got {ids[0]}")
+
+
+def check_entry_range(first: int, last: int) -> None:
+    """An inclusive range of entry ids to look at: ``0 <= first <= last``."""
+    if first < 0 or last < first:
+        raise InvalidRequestError(f"entry range {first}..{last} is empty or negative")
 
 
 def check_same_ledger(ledger_id: int, entry_ledger_ids: Iterable[int]) -> None:

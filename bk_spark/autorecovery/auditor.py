@@ -10,12 +10,15 @@ While elected, each tick:
    a fragment naming it is marked under-replicated for it (once; again if it comes back
    and goes away again).
 2. The periodic check, every ``audit_interval_s``: for every ledger and every bookie of
-   its closed fragments (:func:`~bk_spark.autorecovery.plan.expected_last_entries`), a
-   registered bookie is asked what it holds of the ledger (``ReadLac``: its highest stored
-   entry); one that knows nothing of the ledger, or holds less than its fragments say (a
-   wiped or truncated bookie), gets the ledger marked for it. Bookies missing for longer
-   than the delay are marked too (a bookie that died while no Auditor ran), and so is a
-   bookie whose move would bring a closed fragment's write quorums onto more racks
+   its closed fragments (:func:`~bk_spark.autorecovery.plan.fragment_duties`), a
+   registered bookie is asked which entries of the fragment it holds (``HeldEntries``:
+   ranges of ids, from its index, one call per fragment); one that knows nothing of the
+   ledger or lacks any entry its write sets give it (a wiped bookie, a truncated one, or
+   one that lost an entry log in the middle of a fragment:
+   :func:`~bk_spark.autorecovery.plan.first_missing`) gets the ledger marked for it.
+   Bookies missing for longer than the delay are marked too (a bookie that died while no
+   Auditor ran), and so is a bookie whose move would bring a closed fragment's write
+   quorums onto more racks
    (:func:`~bk_spark.autorecovery.plan.placement_misfits`).
 3. The status (auditor, last checks, under-replicated count) is written for operators.
 """
@@ -25,15 +28,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from kazoo.client import KazooState
 from kazoo.exceptions import KazooException
 
 from bk_spark.autorecovery.metrics import AutoRecoveryMetrics
-from bk_spark.autorecovery.plan import bookies_of, expected_last_entries, placement_misfits
+from bk_spark.autorecovery.plan import (
+    bookies_of,
+    first_missing,
+    fragment_duties,
+    placement_misfits,
+)
 from bk_spark.autorecovery.underreplication import UnderReplicationManager
 from bk_spark.core.client import BookKeeper
+from bk_spark.core.metadata import LedgerMetadata
 from bk_spark.errors import BKError, NoSuchLedgerError
 from bk_spark.registration import list_bookies
 
@@ -156,23 +165,38 @@ class Auditor:
             except NoSuchLedgerError:
                 continue
             bad = (bookies_of(md) & gone) | placement_misfits(md, topology)
-            for bookie, last in expected_last_entries(md).items():
-                if bookie not in registered:
-                    continue
-                try:
-                    held = self.bk.bookies.get(bookie).read_lac(lid).last_entry
-                except NoSuchLedgerError:
-                    held = -1
-                except BKError:
-                    continue  # unreachable right now: the lost-bookie rule decides
-                if held < last:
-                    bad.add(bookie)
+            bad |= bookies_lacking_entries(self.bk, md, registered - bad)
             if bad:
                 log.info("auditor: ledger %d misses entries on %s", lid, sorted(bad))
                 self.urm.mark(lid, bad)
                 self.metrics.ledgers_marked.inc()
                 n += 1
         return n
+
+
+def bookies_lacking_entries(bk: BookKeeper, md: LedgerMetadata, ask: Collection[str]
+                            ) -> set[str]:
+    """The bookies of ``ask`` that lack an entry their closed fragments of ``md`` give them
+    (asked with ``HeldEntries``, one call per fragment; a bookie that knows nothing of the
+    ledger lacks all). A bookie that cannot be reached now is left out: the lost-bookie
+    rule decides about it."""
+    out: set[str] = set()
+    for duty in fragment_duties(md):
+        if duty.bookie not in ask or duty.bookie in out:
+            continue
+        try:
+            held = bk.bookies.get(duty.bookie).held_entries(md.ledger_id, duty.first,
+                                                            duty.last)
+        except NoSuchLedgerError:
+            held = []
+        except BKError:
+            continue
+        missing = first_missing(duty, md.ensemble_size, md.write_quorum_size, held)
+        if missing is not None:
+            log.info("ledger %d: bookie %s lacks entry %d of its fragment %d..%d",
+                     md.ledger_id, duty.bookie, missing, duty.first, duty.last)
+            out.add(duty.bookie)
+    return out
 
 
 def mark_ledgers_of(bk: BookKeeper, urm: UnderReplicationManager, bookies: Iterable[str]

@@ -19,7 +19,9 @@ from bk_spark.autorecovery.replicator import LedgerReplicator
 from bk_spark.autorecovery.service import AutoRecoveryConfig, AutoRecoveryService
 from bk_spark.autorecovery.underreplication import UnderReplicationManager
 from bk_spark.cli import JsonOpt, UriOpt, _print_json, bookie_app, console, err_console
+from bk_spark.core.client import BookKeeper
 from bk_spark.errors import BKError, InvalidConfigError
+from bk_spark.registration import clear_decommissioning, mark_decommissioning
 from bk_spark.shell import _connect, _progress, ledger_app
 
 autorecovery_app = typer.Typer(
@@ -207,7 +209,10 @@ def decommission(
     timeout: Annotated[float, typer.Option(help="give up after this many seconds")] = 3600.0,
 ) -> None:
     """Move every ledger off a live bookie (AutoRecovery's workers copy them), with progress;
-    once done the bookie may be stopped."""
+    once done the bookie may be stopped. From the start until the bookie process stops,
+    placement never picks it for a new ensemble, an ensemble change or re-replication
+    (a marker in ZooKeeper); an interrupted or failed decommission removes the marker
+    again."""
     bookie = _check_bookie_id(bookie)
     started = time.monotonic()
     with _connect(metadata_service_uri) as bk:
@@ -217,24 +222,38 @@ def decommission(
                               "--autorecovery or `bk autorecovery`")
         if not urm.is_enabled():
             raise BKError("autorecovery is disabled: `bk autorecovery enable` first")
-        total = len(mark_ledgers_of(bk, urm, [bookie]))
-        done = 0
-        with _progress(f"decommissioning {bookie}", total) as advance:
-            while True:
-                left = ledgers_naming(bk, bookie)
-                if not left:
-                    break
-                if time.monotonic() - started > timeout:
-                    raise BKError(f"{len(left)} ledgers still on {bookie} after {timeout:.0f}s "
-                                  f"(`bk ledger underreplicated` shows them)")
-                for lid in left:  # ledgers created on it meanwhile
-                    if urm.get(lid) is None:
-                        urm.mark(lid, [bookie])
-                        total += 1
-                now_done = max(0, total - len(left))
-                if now_done > done:
-                    advance(now_done - done)
-                    done = now_done
-                time.sleep(0.5)
+        mark_decommissioning(bk.zk, bk.msu, bookie)
+        try:
+            total = _wait_decommissioned(bk, urm, bookie, started, timeout)
+        except BaseException:
+            clear_decommissioning(bk.zk, bk.msu, bookie)
+            err_console.print(f"{bookie} is a full member again (placement may pick it)")
+            raise
     console.print(f"{bookie} decommissioned: {total} ledgers moved off it in "
-                  f"{time.monotonic() - started:.1f}s; it may be stopped now")
+                  f"{time.monotonic() - started:.1f}s; placement no longer picks it: stop it "
+                  f"now")
+
+
+def _wait_decommissioned(bk: BookKeeper, urm: UnderReplicationManager, bookie: str,
+                         started: float, timeout: float) -> int:
+    """Mark the bookie's ledgers and wait, with a progress bar, until none names it;
+    returns how many ledgers were moved."""
+    total = len(mark_ledgers_of(bk, urm, [bookie]))
+    done = 0
+    with _progress(f"decommissioning {bookie}", total) as advance:
+        while True:
+            left = ledgers_naming(bk, bookie)
+            if not left:
+                return total
+            if time.monotonic() - started > timeout:
+                raise BKError(f"{len(left)} ledgers still on {bookie} after {timeout:.0f}s "
+                              f"(`bk ledger underreplicated` shows them)")
+            for lid in left:  # ledgers placed on it just before the marker
+                if urm.get(lid) is None:
+                    urm.mark(lid, [bookie])
+                    total += 1
+            now_done = max(0, total - len(left))
+            if now_done > done:
+                advance(now_done - done)
+                done = now_done
+            time.sleep(0.5)

@@ -23,7 +23,7 @@ Theory of operation (BookKeeper's AutoRecovery; the seed's fragments and write s
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
@@ -101,26 +101,56 @@ def bookies_of(md: LedgerMetadata) -> set[str]:
     return {b for _first, ensemble in md.ensembles for b in ensemble}
 
 
-def expected_last_entries(md: LedgerMetadata) -> dict[str, int]:
-    """For each bookie of a *closed* fragment, the highest entry id it must store.
+@dataclass(frozen=True)
+class FragmentDuty:
+    """What one bookie of a *closed* fragment must store: the entries of ``first..last``
+    with its ensemble ``index`` in their write set."""
 
-    The periodic check compares it with the highest entry the bookie reports: a bookie
-    that answers less (or knows nothing of the ledger) lost entries. Open-ended fragments
-    are left out (their entries may still be in flight); a bookie whose fragments hold no
-    entry of its own gets no expectation.
+    bookie: str
+    index: int
+    first: int
+    last: int
+
+
+def fragment_duties(md: LedgerMetadata) -> list[FragmentDuty]:
+    """For each bookie of each *closed* fragment of ``md``, the range it must hold.
+
+    The periodic check asks the bookie which entries of ``first..last`` it holds
+    (``HeldEntries``) and compares with :func:`first_missing`. Open-ended fragments are
+    left out (their entries may still be in flight), and so are fragments with no entry
+    and bookies that store no entry of their fragment.
     """
     E, Qw = md.ensemble_size, md.write_quorum_size
-    out: dict[str, int] = {}
+    out: list[FragmentDuty] = []
     for span in fragment_spans(md):
         if span.last is None or span.last < span.first:
             continue
         for index, bookie in enumerate(span.ensemble):
-            # the highest entry <= last with index in its write set: at most E steps back
-            for e in range(span.last, max(span.first, span.last - E + 1) - 1, -1):
-                if in_write_set(e, index, E, Qw):
-                    out[bookie] = max(out.get(bookie, -1), e)
-                    break
+            if any(in_write_set(e, index, E, Qw)
+                   for e in range(span.first, min(span.last, span.first + E - 1) + 1)):
+                out.append(FragmentDuty(bookie, index, span.first, span.last))
     return out
+
+
+def first_missing(duty: FragmentDuty, ensemble_size: int, write_quorum_size: int,
+                  held: Sequence[tuple[int, int]]) -> int | None:
+    """The first entry ``duty`` asks for that the ascending disjoint ``held`` ranges do
+    not cover, or None when the bookie holds all of them.
+
+    E=3, Qw=2, fragment 0..9 at index 0 must hold 0, 2, 3, 5, 6, 8, 9; held
+    ``[(0, 3), (6, 9)]`` misses entry 5 (a gap in the middle, not only at the end).
+    """
+    E, Qw = ensemble_size, write_quorum_size
+    ranges = iter(held)
+    current = next(ranges, None)
+    for e in range(duty.first, duty.last + 1):
+        if not in_write_set(e, duty.index, E, Qw):
+            continue
+        while current is not None and current[1] < e:
+            current = next(ranges, None)
+        if current is None or current[0] > e:
+            return e
+    return None
 
 
 def placement_misfits(md: LedgerMetadata, topology: Topology) -> set[str]:

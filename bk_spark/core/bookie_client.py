@@ -200,6 +200,7 @@ class BookieClient:
         self._fence = unary("Fence", pb.FenceRequest, pb.FenceResponse)
         self._delete = unary("DeleteLedger", pb.DeleteLedgerRequest, pb.DeleteLedgerResponse)
         self._info = unary("Info", pb.InfoRequest, pb.InfoResponse)
+        self._held = unary("HeldEntries", pb.HeldEntriesRequest, pb.HeldEntriesResponse)
         self._queue: deque[_PendingAdd] = deque()
         self._cv = threading.Condition()
         self._in_flight = 0
@@ -398,6 +399,19 @@ class BookieClient:
             raise unavailable(self.bookie_id, exc) from None
         _raise_for(resp, self.bookie_id)
         return resp
+
+    def held_entries(self, ledger_id: int, first_entry: int, last_entry: int
+                     ) -> list[tuple[int, int]]:
+        """Which entries of ``first_entry..last_entry`` the bookie holds, as ascending
+        ``(first, last)`` ranges (one call per fragment: the Auditor's periodic check)."""
+        req = pb.HeldEntriesRequest(ledger_id=ledger_id, first_entry=first_entry,
+                                    last_entry=last_entry)
+        try:
+            resp = self._held(req, timeout=self.config.read_timeout_s)
+        except grpc.RpcError as exc:
+            raise unavailable(self.bookie_id, exc) from None
+        _raise_for(resp, self.bookie_id)
+        return list(zip(resp.range_first, resp.range_last, strict=True))
 
     def read_lac_future(self, ledger_id: int, previous_lac: int = -1, wait_ms: int = 0, *,
                         wait_for_ready: bool = False) -> grpc.Future:

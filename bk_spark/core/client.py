@@ -103,12 +103,14 @@ class BookKeeper:
 
     # ---------------------------------------------------------------- bookies
     def writable_bookies(self) -> list[str]:
-        """Registered writable bookies (``<root>/available``)."""
-        return [b.bookie_id for b in list_bookies(self.msu, zk=self.zk) if not b.read_only]
+        """Registered writable bookies (``<root>/available``) that placement may pick (not
+        being decommissioned)."""
+        return [b.bookie_id for b in list_bookies(self.msu, zk=self.zk) if b.placeable]
 
     def topology(self) -> Topology:
-        """The writable bookies with the racks they registered: what placement decides on."""
-        found = [b for b in list_bookies(self.msu, zk=self.zk) if not b.read_only]
+        """The writable bookies with the racks they registered: what placement decides on.
+        A bookie being decommissioned is left out (:mod:`bk_spark.registration`)."""
+        found = [b for b in list_bookies(self.msu, zk=self.zk) if b.placeable]
         return Topology(tuple(b.bookie_id for b in found),
                         {b.bookie_id: str(b.info.get("rack") or DEFAULT_RACK) for b in found},
                         self.config.min_racks_per_write_quorum)

@@ -6,7 +6,11 @@ schedules: :meth:`FaultCluster.heal` restarts only what a fault killed, resumes 
 paused and lifts what it limited.
 
 Bookies run with small files so that faults meet rotations and collections often: 1 MiB
-journal files, 1 MiB entry logs, a checkpoint every second and a GC every 3 seconds.
+journal files, 1 MiB entry logs, a checkpoint every second and a GC every 3 seconds. Each
+runs AutoRecovery (the default) with a lost-bookie delay of :data:`LOST_BOOKIE_DELAY_S`
+(longer than the bookie kills the schedules undo, so that those are not re-replicated
+every time) and a full check every :data:`AUDIT_INTERVAL_S`: a bookie lost forever or
+wiped is healed within the runner's bound.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
+from bk_spark.faults.writers import PASSWORD
 from bk_spark.registration import list_bookies
 from bk_spark.sandbox import (
     BookieProcess,
@@ -32,10 +37,15 @@ from bk_spark.sandbox import (
 )
 from bookie_server.journal import JOURNAL_SUFFIX, SPARE_PREFIX, RecordType, iter_file_records
 
+LOST_BOOKIE_DELAY_S = 6.0
+AUDIT_INTERVAL_S = 2.0
 BOOKIE_ARGS = ("--journal-file-size-mb", "1", "--entry-log-size-mb", "1",
                "--max-entry-size", "262144", "--checkpoint-interval", "1",
                "--gc-interval", "3", "--disk-check-interval", "0.25",
-               "--debug-expose-session")
+               "--debug-expose-session",
+               "--lost-bookie-recovery-delay", str(LOST_BOOKIE_DELAY_S),
+               "--audit-interval", str(AUDIT_INTERVAL_S), "--open-ledger-grace", "10",
+               "--recovery-password", PASSWORD.decode())
 ENTRY_LOG_HEADER = 16
 
 
@@ -52,6 +62,7 @@ class BookieSlot:
     state: str = "up"  # up | killed | paused
     limited: bool = False  # running with --max-disk-bytes
     forever: bool = False  # killed until the end of the schedule
+    lost: bool = False  # lost forever: its data dir is gone (healed: an empty bookie)
     restarts: int = 0
     notes: list[str] = field(default_factory=list)
 
@@ -136,6 +147,22 @@ class FaultCluster:
         s.state = "killed"
         s.forever = s.forever or forever
 
+    def lose(self, i: int) -> None:
+        """Bookie lost forever: ``kill -9`` and remove its data directory (journal and
+        entry logs; its own log file stays for the post-mortem). Never restarted within
+        the schedule; :meth:`heal` brings an empty bookie back at its address."""
+        self.kill(i, forever=True)
+        s = self.slots[i]
+        s.process.drop_data()
+        s.lost = True
+
+    def wipe(self, i: int) -> None:
+        """Bookie wiped: ``kill -9``, empty its data directory, start it again at the same
+        address (only AutoRecovery's periodic check can tell it lost everything)."""
+        self.kill(i)
+        self.slots[i].process.drop_data()
+        self.restart(i)
+
     def restart(self, i: int, max_disk_bytes: int | None = None) -> None:
         """Start a killed bookie again (optionally with a data directory size limit)."""
         s = self._slot(i, "killed")
@@ -156,7 +183,7 @@ class FaultCluster:
                 time.sleep(0.5)
         else:
             raise FaultInjectionError(f"bookie-{i} did not restart: {last}")
-        s.state, s.forever = "up", False
+        s.state, s.forever, s.lost = "up", False, False
         s.restarts += 1
 
     def pause(self, i: int) -> None:
@@ -319,6 +346,10 @@ class FaultCluster:
             time.sleep(0.2)
         raise FaultInjectionError(f"bookies not writable after {timeout:.0f}s: "
                                   f"{sorted(want - seen)}")
+
+    def lost_bookies(self) -> list[str]:
+        """Ids of the bookies lost forever (down, data gone) right now."""
+        return [self.bookie_id(s.index) for s in self.slots if s.lost]
 
     def running_bookies(self) -> list[int]:
         return [s.index for s in self.slots if s.state == "up"]

@@ -19,6 +19,12 @@ promise anything there:
   readonly): writers need spare bookies to change their ensembles; more only stalls them.
 * one fault at a time per bookie, per writer and for ZooKeeper, so every fault can be undone
   by the one action that pairs with it.
+* a wiped bookie answers "no such entry" for what it lost, and recovery ends a ledger
+  where (Qw - Qa) + 1 bookies of a write quorum answer so: with Qw > Qa one wiped bookie
+  can never end a ledger early, with Qw = Qa it could (BookKeeper refuses to start a
+  bookie whose disk was wiped: its cookie check). So only schedules whose writers all
+  have Qw > Qa get a wiped bookie; a bookie lost forever (its data dir gone, never back)
+  answers nothing and fits every quorum.
 * a truncated journal tail is a torn *unacknowledged* record (what a crash in the middle of a
   group commit leaves): cutting into a record the bookie acknowledged would be data loss,
   which the journal's fdatasync-before-acknowledging rules out.
@@ -61,6 +67,9 @@ class FaultKind(StrEnum):
     SPARK_DRIVER_KILL = "spark-driver-kill"  # kill -9 of the Spark driver, restart
     SPARK_LOG_TRUNCATE = "spark-log-truncate"  # truncate the log a query reads, while it runs
     SPARK_LOG_RECREATE = "spark-log-recreate"  # delete that log and create it again
+    # AutoRecovery (the healing kinds, drawn apart: see HEALING_KINDS)
+    BOOKIE_LOST = "bookie-lost-forever"  # kill -9, its data dir removed, never back
+    BOOKIE_WIPED = "bookie-wiped"  # kill -9, data dir emptied, restarted at the same address
 
 
 BOOKIE_KINDS = frozenset({
@@ -71,10 +80,19 @@ BOOKIE_KINDS = frozenset({
 #: Bookie faults that make the bookie refuse writes while they last.
 UNAVAILABLE_KINDS = frozenset({
     FaultKind.BOOKIE_KILL, FaultKind.BOOKIE_KILL_FOREVER, FaultKind.BOOKIE_PAUSE,
-    FaultKind.BOOKIE_DISK_FULL, FaultKind.JOURNAL_TAIL_TRUNCATION,
+    FaultKind.BOOKIE_DISK_FULL, FaultKind.JOURNAL_TAIL_TRUNCATION, FaultKind.BOOKIE_LOST,
+    FaultKind.BOOKIE_WIPED,
 })
 #: Faults that destroy or corrupt a bookie's copies: only the damaged bookie gets them.
-DAMAGING_KINDS = frozenset({FaultKind.BOOKIE_KILL_FOREVER, FaultKind.ENTRY_LOG_CORRUPTION})
+DAMAGING_KINDS = frozenset({FaultKind.BOOKIE_KILL_FOREVER, FaultKind.ENTRY_LOG_CORRUPTION,
+                            FaultKind.BOOKIE_LOST, FaultKind.BOOKIE_WIPED})
+#: Faults after which AutoRecovery must bring every ledger back to full replication
+#: within the bound (the runner checks it: ``not_healed`` = 0). Drawn after every other
+#: fault of a schedule, from a generator of their own, so that adding them left every
+#: other fault of every seed as it was.
+HEALING_KINDS = frozenset({FaultKind.BOOKIE_LOST, FaultKind.BOOKIE_WIPED})
+#: The short-mode seeds that get a healing fault, and which (make test runs one of each).
+SHORT_MODE_HEALING = {3: FaultKind.BOOKIE_LOST, 9: FaultKind.BOOKIE_WIPED}
 WRITER_KINDS = frozenset({
     FaultKind.ZK_EXPIRE_WRITER, FaultKind.WRITER_KILL, FaultKind.WRITER_KILL_MID_ROLL,
     FaultKind.WRITER_PAUSE_FENCE, FaultKind.FENCE, FaultKind.FENCE_DELETE,
@@ -85,7 +103,8 @@ LEDGER_WRITER_KINDS = frozenset({FaultKind.FENCE_DELETE})
 SPARK_KINDS = frozenset({FaultKind.SPARK_DRIVER_KILL, FaultKind.SPARK_LOG_TRUNCATE,
                          FaultKind.SPARK_LOG_RECREATE})
 #: The kinds :func:`generate` draws (the Spark faults only with a Spark workload).
-GENERAL_KINDS: tuple[FaultKind, ...] = tuple(k for k in FaultKind if k not in SPARK_KINDS)
+GENERAL_KINDS: tuple[FaultKind, ...] = tuple(k for k in FaultKind
+                                             if k not in SPARK_KINDS | HEALING_KINDS)
 #: Target of the faults on the log the Spark side query reads (failOnDataLoss=false).
 SPARK_SIDE = "spark-side"
 
@@ -241,8 +260,11 @@ def _workload(rng: random.Random, seed: int, mode: Mode, spark: bool
 
 def _duration_for(kind: FaultKind, rng: random.Random, mode: Mode) -> float:
     scale = 1.0 if mode == "short" else 2.0
-    if kind in (FaultKind.BOOKIE_KILL_FOREVER, FaultKind.BOOKIE_DISK_FULL):
+    if kind in (FaultKind.BOOKIE_KILL_FOREVER, FaultKind.BOOKIE_DISK_FULL,
+                FaultKind.BOOKIE_LOST):
         return math.inf
+    if kind == FaultKind.BOOKIE_WIPED:
+        return 0.0
     if kind in (FaultKind.ENTRY_LOG_CORRUPTION, FaultKind.ZK_EXPIRE_BOOKIE,
                 FaultKind.ZK_EXPIRE_WRITER, FaultKind.FENCE, FaultKind.SPARK_LOG_TRUNCATE,
                 FaultKind.SPARK_LOG_RECREATE):
@@ -332,10 +354,42 @@ def generate(seed: int, mode: Mode = "short", n_bookies: int = 5, spark: bool = 
         faults.append(Fault(FaultKind.SPARK_LOG_RECREATE,
                             round(rng.uniform(duration * 0.5, duration * 0.85), 2), 0.0,
                             SPARK_SIDE))
+    healing = _healing_fault(seed, mode, duration, damaged, occ,
+                             (*ledgers, *logs))
+    if healing is not None:
+        faults.append(healing)
     faults.sort(key=lambda f: (f.at, f.kind.value, f.target))
     return Schedule(seed=seed, mode=mode, n_bookies=n_bookies, duration=duration,
                     ledger_writers=ledgers, log_writers=logs, faults=tuple(faults),
                     damaged_bookie=damaged, spark=spark)
+
+
+def _healing_fault(seed: int, mode: Mode, duration: float, damaged: int, occ: _Occupancy,
+                   writers: tuple[LedgerWriterSpec | LogWriterSpec, ...]) -> Fault | None:
+    """The schedule's healing fault (:data:`HEALING_KINDS`), if it gets one: in short mode
+    the seeds of :data:`SHORT_MODE_HEALING`, in long mode one schedule in four. Its own
+    generator: the other faults of the seed are what they were before it existed. A wiped
+    bookie only when every writer has Qw > Qa (module docstring); the victim is the
+    damaged bookie, free from then on."""
+    rng = random.Random(seed * 1_000_003 + 14)
+    if mode == "short":
+        kind = SHORT_MODE_HEALING.get(seed % 20)
+    else:
+        kind = rng.choice(sorted(HEALING_KINDS)) if rng.random() < 0.25 else None
+    if kind is None:
+        return None
+    if kind == FaultKind.BOOKIE_WIPED and any(w.write_quorum <= w.ack_quorum
+                                              for w in writers):
+        kind = FaultKind.BOOKIE_LOST
+    target = f"bookie-{damaged}"
+    dur = _duration_for(kind, rng, mode)
+    for _attempt in range(30):
+        at = round(rng.uniform(0.3, duration * 0.7), 2)
+        end = at + (dur if dur > 0 else 0.05)
+        if occ.free(target, at, end) and occ.unavailable_ok(at, end):
+            occ.take(target, at, end, True)
+            return Fault(kind, at, dur, target)
+    return None
 
 
 def bookie_index(target: str) -> int:

@@ -10,8 +10,12 @@ One schedule, in order:
 3. heal the cluster (bookies killed "forever" stay down), stop the writers with SIGTERM (they
    finish, close and exit) and the observer;
 4. check (checker.py) with two fresh clients: A recovers every ledger and log, B reads them
-   without fencing; then restart the bookie killed forever and delete the schedule's
-   ledgers and logs, so the next schedule starts from a healthy cluster.
+   without fencing;
+5. after a bookie lost forever or wiped (:data:`~bk_spark.faults.plan.HEALING_KINDS`):
+   wait up to :data:`HEAL_BOUND_S` for AutoRecovery (running in the bookies) to bring every
+   ledger back to full replication, and count those it did not (``not_healed``);
+6. restart the bookies killed forever (an empty one for a bookie lost) and delete the
+   schedule's ledgers and logs, so the next schedule starts from a healthy cluster.
 """
 
 from __future__ import annotations
@@ -30,16 +34,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bk_spark.autorecovery.auditor import bookies_lacking_entries
+from bk_spark.autorecovery.plan import fragment_duties
+from bk_spark.autorecovery.underreplication import UnderReplicationManager
 from bk_spark.core.bookie_client import ClientConfig
 from bk_spark.core.client import BookKeeper, BookKeeperConfig
 from bk_spark.core.digest import master_key
 from bk_spark.core.log import delete_log, open_log_reader, open_log_writer
 from bk_spark.core.reader import ReadHandle
-from bk_spark.errors import BKError, UnauthorizedError
+from bk_spark.errors import BKError, NoSuchLedgerError, UnauthorizedError
 from bk_spark.faults import checker
 from bk_spark.faults.checker import FencedLedger, Findings, LogRecordRead
 from bk_spark.faults.cluster import FaultCluster, FaultInjectionError, signal_pid
 from bk_spark.faults.plan import (
+    HEALING_KINDS,
     Fault,
     FaultKind,
     LedgerWriterSpec,
@@ -53,6 +61,10 @@ from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.registration import list_bookies
 
 WRONG_PASSWORD = b"not-the-password"
+#: Seconds, from the end of the check, within which every ledger is back to full
+#: replication after a healing fault (the cluster's lost-bookie delay is 6 s, its full
+#: check every 2 s; copying a short schedule's ledgers takes seconds).
+HEAL_BOUND_S = 60.0
 WRITER_STOP_TIMEOUT = 40.0  # a writer drains adds (<= 18 s each when stuck) and closes
 ROLL_WAIT = 3.0
 
@@ -345,6 +357,11 @@ class Summary:
             f"{c['harness_errors']}",
             f"wrong-password operations refused: {self.wrong_password_refusals}, "
             f"accepted: {c['wrong_password']}",
+            f"every ledger back to full replication within {HEAL_BOUND_S:.0f}s after a "
+            f"bookie lost forever or wiped: {c['heal_ledgers']} ledgers in "
+            f"{c['heal_schedules']} schedules, not healed in time: {c['not_healed']}"
+            + (f" (mean {c['heal_ms'] / c['heal_schedules'] / 1000:.1f}s to heal)"
+               if c["heal_schedules"] else ""),
         ]
         if c["spark_runs"]:
             lines.append(f"spark sink runs: {c['spark_runs']}, driver kills: "
@@ -459,6 +476,8 @@ class _ScheduleRun:
         for t in self.threads:  # a driver kill waits for a committed batch: minutes
             t.join(600)
         self._check()
+        if any(self.injected[k.value] for k in HEALING_KINDS):
+            self._check_healed()
 
     def _sleep_until(self, at: float) -> None:
         delay = self.t0 + at - time.monotonic()
@@ -506,6 +525,12 @@ class _ScheduleRun:
             c.kill(bookie_index(f.target), forever=k == FaultKind.BOOKIE_KILL_FOREVER)
         elif k == FaultKind.BOOKIE_PAUSE:
             c.pause(bookie_index(f.target))
+        elif k == FaultKind.BOOKIE_LOST:
+            c.lose(bookie_index(f.target))
+            return "(data dir removed)"
+        elif k == FaultKind.BOOKIE_WIPED:
+            c.wipe(bookie_index(f.target))
+            return "(data dir emptied, restarted)"
         elif k == FaultKind.BOOKIE_DISK_FULL:
             limit = c.fill_disk(bookie_index(f.target), int(f.param("headroom_kib", 0)))
             return f"--max-disk-bytes {limit}"
@@ -789,6 +814,45 @@ class _ScheduleRun:
         n_writers = sum(len(s.procs) for s in self.slots.values())
         self.event(f"checked {n_writers} writer processes: {self.findings.acknowledged} "
                    f"acknowledged, counts {dict(self.findings.counts)}")
+
+    def _check_healed(self) -> None:
+        """Invariant: within :data:`HEAL_BOUND_S` every ledger is back to full replication:
+        no closed fragment names a bookie lost forever, every bookie of a closed fragment
+        holds every entry its write sets give it (asked as the Auditor asks), and no
+        ledger is marked under-replicated. Open fragments are their writers' (every
+        ledger of the workload was closed or recovered by the check)."""
+        bk = client(self.cluster.uri, 5.0)
+        urm = UnderReplicationManager(bk.zk, bk.msu.root)
+        started = time.monotonic()
+        try:
+            while True:
+                lost = set(self.cluster.lost_bookies())
+                registered = {b.bookie_id for b in list_bookies(bk.msu, zk=bk.zk)}
+                ledgers, not_healed = 0, []
+                for lid in bk.list_ledgers():
+                    try:
+                        md = bk.ledger_metadata(lid)
+                    except NoSuchLedgerError:
+                        continue
+                    ledgers += 1
+                    bad = {d.bookie for d in fragment_duties(md) if d.bookie in lost}
+                    bad |= bookies_lacking_entries(bk, md, registered)
+                    marked = urm.get(lid)
+                    if bad or marked is not None:
+                        not_healed.append(f"ledger {lid}: copies missing on {sorted(bad)}, "
+                                          f"marked {sorted(marked.missing) if marked else '-'}")
+                took = time.monotonic() - started
+                if not not_healed or took > HEAL_BOUND_S:
+                    break
+                time.sleep(0.5)
+        finally:
+            bk.close()
+        self.findings.add("not_healed", [f"after {took:.0f}s: {m}" for m in not_healed])
+        self.findings.counts["heal_schedules"] += 1
+        self.findings.counts["heal_ledgers"] += ledgers
+        self.findings.counts["heal_ms"] += int(took * 1000)
+        self.event(f"healing: {ledgers} ledgers, {len(not_healed)} not back to full "
+                   f"replication after {took:.1f}s")
 
     def cleanup(self) -> None:
         """Stop whatever still runs, heal everything and delete the schedule's data."""

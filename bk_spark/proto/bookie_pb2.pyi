@@ -134,6 +134,28 @@ class ReadLacResponse(_message.Message):
     fenced: bool
     def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., message: _Optional[str] = ..., lac: _Optional[int] = ..., last_entry: _Optional[int] = ..., fenced: _Optional[bool] = ...) -> None: ...
 
+class HeldEntriesRequest(_message.Message):
+    __slots__ = ("ledger_id", "first_entry", "last_entry")
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_ENTRY_FIELD_NUMBER: _ClassVar[int]
+    LAST_ENTRY_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    first_entry: int
+    last_entry: int
+    def __init__(self, ledger_id: _Optional[int] = ..., first_entry: _Optional[int] = ..., last_entry: _Optional[int] = ...) -> None: ...
+
+class HeldEntriesResponse(_message.Message):
+    __slots__ = ("status", "message", "range_first", "range_last")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RANGE_FIRST_FIELD_NUMBER: _ClassVar[int]
+    RANGE_LAST_FIELD_NUMBER: _ClassVar[int]
+    status: StatusCode
+    message: str
+    range_first: _containers.RepeatedScalarFieldContainer[int]
+    range_last: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., message: _Optional[str] = ..., range_first: _Optional[_Iterable[int]] = ..., range_last: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class FenceRequest(_message.Message):
     __slots__ = ("ledger_id", "master_key")
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]

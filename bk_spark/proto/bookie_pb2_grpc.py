@@ -64,6 +64,11 @@ class BookieStub:
                 request_serializer=bk__spark_dot_proto_dot_bookie__pb2.InfoRequest.SerializeToString,
                 response_deserializer=bk__spark_dot_proto_dot_bookie__pb2.InfoResponse.FromString,
                 _registered_method=True)
+        self.HeldEntries = channel.unary_unary(
+                '/bkspark.v1.Bookie/HeldEntries',
+                request_serializer=bk__spark_dot_proto_dot_bookie__pb2.HeldEntriesRequest.SerializeToString,
+                response_deserializer=bk__spark_dot_proto_dot_bookie__pb2.HeldEntriesResponse.FromString,
+                _registered_method=True)
 
 
 class BookieServicer:
@@ -105,6 +110,12 @@ class BookieServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def HeldEntries(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BookieServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -137,6 +148,11 @@ def add_BookieServicer_to_server(servicer, server):
                     servicer.Info,
                     request_deserializer=bk__spark_dot_proto_dot_bookie__pb2.InfoRequest.FromString,
                     response_serializer=bk__spark_dot_proto_dot_bookie__pb2.InfoResponse.SerializeToString,
+            ),
+            'HeldEntries': grpc.unary_unary_rpc_method_handler(
+                    servicer.HeldEntries,
+                    request_deserializer=bk__spark_dot_proto_dot_bookie__pb2.HeldEntriesRequest.FromString,
+                    response_serializer=bk__spark_dot_proto_dot_bookie__pb2.HeldEntriesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -301,6 +317,33 @@ class Bookie:
             '/bkspark.v1.Bookie/Info',
             bk__spark_dot_proto_dot_bookie__pb2.InfoRequest.SerializeToString,
             bk__spark_dot_proto_dot_bookie__pb2.InfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HeldEntries(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/bkspark.v1.Bookie/HeldEntries',
+            bk__spark_dot_proto_dot_bookie__pb2.HeldEntriesRequest.SerializeToString,
+            bk__spark_dot_proto_dot_bookie__pb2.HeldEntriesResponse.FromString,
             options,
             channel_credentials,
             insecure,

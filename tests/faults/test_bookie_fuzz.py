@@ -42,6 +42,7 @@ METHODS = {
     "Fence": (pb.FenceRequest, pb.FenceResponse),
     "DeleteLedger": (pb.DeleteLedgerRequest, pb.DeleteLedgerResponse),
     "Info": (pb.InfoRequest, pb.InfoResponse),
+    "HeldEntries": (pb.HeldEntriesRequest, pb.HeldEntriesResponse),
 }
 FUZZ = settings(max_examples=int(os.environ.get("BK_FUZZ_EXAMPLES", "300")), deadline=None,
                 database=None,

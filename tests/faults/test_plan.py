@@ -9,6 +9,7 @@ import pytest
 from bk_spark.faults.plan import (
     DAMAGING_KINDS,
     GENERAL_KINDS,
+    HEALING_KINDS,
     SHORT_MODE_SEEDS,
     UNAVAILABLE_KINDS,
     FaultKind,
@@ -27,7 +28,16 @@ def test_the_same_seed_always_yields_the_same_schedule() -> None:
 
 def test_the_short_mode_seeds_inject_every_kind_of_fault() -> None:
     kinds = {f.kind for seed in SHORT_MODE_SEEDS for f in generate(seed, "short").faults}
-    assert kinds == set(GENERAL_KINDS)
+    assert kinds == set(GENERAL_KINDS) | HEALING_KINDS
+
+
+def test_a_bookie_is_wiped_only_where_every_writer_has_qw_above_qa() -> None:
+    for mode in ("short", "long"):
+        for seed in SEEDS:
+            s = generate(seed, mode)  # type: ignore[arg-type]
+            if any(f.kind == FaultKind.BOOKIE_WIPED for f in s.faults):
+                assert all(w.write_quorum > w.ack_quorum
+                           for w in (*s.ledger_writers, *s.log_writers)), s.describe()
 
 
 @pytest.mark.parametrize("mode", ["short", "long"])
@@ -65,7 +75,8 @@ def test_faults_that_last_forever_are_the_ones_healed_after_the_check() -> None:
     for seed in SEEDS:
         for f in generate(seed, "short").faults:
             assert math.isinf(f.duration) == (f.kind in (FaultKind.BOOKIE_KILL_FOREVER,
-                                                         FaultKind.BOOKIE_DISK_FULL))
+                                                         FaultKind.BOOKIE_DISK_FULL,
+                                                         FaultKind.BOOKIE_LOST))
 
 
 @pytest.mark.parametrize("mode", ["short", "long"])

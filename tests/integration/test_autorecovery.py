@@ -29,7 +29,8 @@ from bk_spark.sandbox import BookieProcess, free_port, wait_for_registrations
 from bk_spark.zk import connect_zk
 
 HEAL_TIMEOUT_S = 60.0
-AR_ARGS = ["--journal-file-size-mb", "8", "--lost-bookie-recovery-delay", "0",
+AR_ARGS = ["--journal-file-size-mb", "8", "--entry-log-size-mb", "1",
+           "--lost-bookie-recovery-delay", "0",
            "--audit-interval", "2", "--open-ledger-grace", "2", "--metrics-port", "0"]
 
 
@@ -193,6 +194,42 @@ def test_a_wiped_bookie_is_found_by_the_periodic_check_and_its_ledgers_re_replic
     _all_entries_where_metadata_says(bk)
 
 
+def test_a_bookie_that_lost_entries_in_the_middle_of_a_fragment_is_found_and_refilled(
+        ar_cluster: ARCluster, bk: BookKeeper):
+    """The periodic check asks which entries each bookie holds (HeldEntries), so a bookie
+    whose highest entry is still there but that lost an entry log in the middle of a
+    closed fragment gets the ledger marked and its copies moved to a full replica."""
+    urm = UnderReplicationManager(bk.zk, bk.msu.root)
+    lh = bk.create_ledger(ensemble_size=3, write_quorum_size=3, ack_quorum_size=2)
+    victim = ar_cluster.by_id(bk.ledger_metadata(lh.id).ensembles[0][1][0])
+    logs = victim.data_dir / "ledgers" / "logs"
+    before = {p.name for p in logs.glob("*.log")}
+    payloads = [bytes([i % 251]) * 32 * 1024 for i in range(120)]  # ~3.8 MB: 1 MiB logs
+    for f in [lh.add_entry_async(p) for p in payloads]:
+        f.result(30)
+    lh.close()
+    new_logs = sorted(p.name for p in logs.glob("*.log") if p.name not in before)
+    assert len(new_logs) >= 2, new_logs
+    # the bookie loses one whole entry log from the middle of the ledger (while it is
+    # down: workers paused so that only the periodic check can find the loss)
+    urm.set_enabled(False)
+    try:
+        victim.stop()
+        (logs / new_logs[0]).unlink()
+        victim.start()
+        wait_for_registrations(ar_cluster.uri, 5)
+        urm.mark_replicated(lh.id, {victim.bookie_id})  # undo the lost-bookie rule's mark
+        held = bk.bookies.get(victim.bookie_id).held_entries(lh.id, 0, len(payloads) - 1)
+        # its highest entry is still there: only asking which entries it holds shows the gap
+        assert held[-1][1] == len(payloads) - 1
+        assert sum(b - a + 1 for a, b in held) < len(payloads)
+    finally:
+        urm.set_enabled(True)
+    _wait_healed(bk, {victim.bookie_id}, ledgers=[lh.id])
+    _read_all(bk, {lh.id: payloads})
+    _all_entries_where_metadata_says(bk)
+
+
 def test_a_worker_that_dies_mid_copy_loses_its_lock_and_its_half_copy_never_counts(
         ar_cluster: ARCluster, bk: BookKeeper):
     expected = _closed_ledgers(bk, 1, 400, "C")
@@ -231,14 +268,49 @@ def test_decommission_empties_a_live_bookie_and_the_operator_commands_report_it(
     assert status.returncode == 0, status.stderr
     st = json.loads(status.stdout)
     assert st["enabled"] and st["auditor"] in holders and len(st["workers"]) == 5
-    r = _bk_cli(ar_cluster.uri, "bookie", "decommission", leaving, "--timeout", "60")
+    env = {**os.environ, "BK_METADATA_SERVICE_URI": ar_cluster.uri}
+    proc = subprocess.Popen([sys.executable, "-m", "bk_spark.cli", "bookie", "decommission",
+                             leaving, "--timeout", "60"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not any(b.bookie_id == leaving and b.decommissioning
+                      for b in list_bookies(bk.msu, zk=bk.zk)):
+            assert time.monotonic() < deadline and proc.poll() is None, "no marker"
+            time.sleep(0.1)
+        # while it runs, placement never picks it (it stays writable for its own ledgers)
+        during = []
+        while proc.poll() is None and len(during) < 20:
+            lh = bk.create_ledger(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2)
+            lh.add_entry(b"x")
+            lh.close()
+            during.append(lh.id)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    r = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
     assert r.returncode == 0, r.stdout + r.stderr
+    assert during and all(leaving not in bookies_of(bk.ledger_metadata(lid)) for lid in during)
+    # after it, until it is stopped: still not picked (4 of 5 bookies may hold E=4)
+    assert leaving not in bk.writable_bookies()
+    for _ in range(5):
+        assert leaving not in bk.topology().choose_ensemble(4, 2)
+    for lid in during:  # the later tests count on healable ensembles only
+        bk.delete_ledger(lid)
     assert "decommissioned" in r.stdout
     assert _naming(bk, leaving) == []
     assert ar_cluster.by_id(leaving).proc is not None  # it stayed up all along
     _read_all(bk, expected)
     listed = _bk_cli(ar_cluster.uri, "ledger", "underreplicated", "--json")
     assert listed.returncode == 0 and json.loads(listed.stdout) == []
+    # stopped and started again, the bookie is a full member: the marker lapsed
+    b = ar_cluster.by_id(leaving)
+    b.stop()
+    b.start()
+    wait_for_registrations(ar_cluster.uri, 5)
+    assert leaving in bk.writable_bookies()
 
 
 def test_a_bookie_lost_for_good_is_replaced_everywhere_and_a_second_loss_loses_nothing(

@@ -7,11 +7,13 @@ import pytest
 from bk_spark.autorecovery.plan import (
     FRAGMENT_ACTIONS,
     FragmentAction,
+    FragmentDuty,
     UnderReplicated,
     affected_fragments,
     entries_on_index,
-    expected_last_entries,
+    first_missing,
     fragment_action,
+    fragment_duties,
     fragment_spans,
 )
 from bk_spark.core.metadata import LedgerMetadata, LedgerState
@@ -54,14 +56,26 @@ def test_every_fragment_naming_a_missing_bookie_is_affected_at_its_index():
     assert affected_fragments(_md(), {E_}) == []
 
 
-def test_the_highest_entry_each_bookie_must_hold_covers_closed_fragments_only():
+def test_the_entries_each_bookie_must_hold_cover_closed_fragments_only():
     # fragment 0..4 on (A, B, C), 5..9 on (A, D, C); E=3 Qw=2: e -> {e%3, e%3+1}
-    assert expected_last_entries(_md()) == {A: 9, B: 4, C: 8, D: 9}
+    assert fragment_duties(_md()) == [
+        FragmentDuty(A, 0, 0, 4), FragmentDuty(B, 1, 0, 4), FragmentDuty(C, 2, 0, 4),
+        FragmentDuty(A, 0, 5, 9), FragmentDuty(D, 1, 5, 9), FragmentDuty(C, 2, 5, 9)]
     # while OPEN the last fragment is open-ended: only 0..4 counts
-    assert expected_last_entries(_md(LedgerState.OPEN, -1)) == {A: 3, B: 4, C: 4}
+    assert [d.first for d in fragment_duties(_md(LedgerState.OPEN, -1))] == [0, 0, 0]
     # a ledger closed empty expects nothing of anyone
-    empty = _md(last=-1, fragments=((0, (A, B, C)),))
-    assert expected_last_entries(empty) == {}
+    assert fragment_duties(_md(last=-1, fragments=((0, (A, B, C)),))) == []
+
+
+def test_a_gap_in_the_middle_of_a_fragment_is_found_not_only_a_short_end():
+    # E=3, Qw=2, fragment 0..9, index 0 holds 0, 2, 3, 5, 6, 8, 9
+    duty = FragmentDuty(A, 0, 0, 9)
+    assert first_missing(duty, 3, 2, [(0, 9)]) is None
+    assert first_missing(duty, 3, 2, [(0, 0), (2, 3), (5, 6), (8, 9)]) is None
+    assert first_missing(duty, 3, 2, [(0, 3), (6, 9)]) == 5     # the highest entry is there
+    assert first_missing(duty, 3, 2, [(0, 8)]) == 9
+    assert first_missing(duty, 3, 2, []) == 0
+    assert first_missing(FragmentDuty(B, 1, 0, 9), 3, 2, [(0, 0), (2, 9)]) == 1
 
 
 def test_only_a_still_open_ledgers_last_fragment_waits_for_its_writer():

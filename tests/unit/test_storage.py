@@ -640,3 +640,42 @@ def test_close_is_idempotent_and_refuses_later_writes(config):
         add(s, 1, 1, 1)
     with pytest.raises(BKError):
         s.fence(1, KEY)
+
+
+# -- which entries a bookie holds (the Auditor's periodic check) -----------------------------
+
+
+def test_held_ranges_name_every_gap_including_one_left_by_a_lost_entry_log(config):
+    from bookie_server.entrylog import LOG_SUFFIX
+    from bookie_server.index import LOG_SHIFT
+
+    s = open_storage(config)
+    add(s, 1, 0, 30, size=30 * 1024)  # ~8 entries per 256 KiB entry log
+    add(s, 1, 40, 5)
+    assert s.held_ranges(1, 0, 100) == [(0, 29), (40, 44)]
+    assert s.held_ranges(1, 10, 42) == [(10, 29), (40, 42)]
+    assert s.held_ranges(1, 31, 38) == []
+    with pytest.raises(NoSuchLedgerError):
+        s.held_ranges(2, 0, 5)
+    with pytest.raises(InvalidRequestError):
+        s.held_ranges(1, 5, 4)
+    log_of = {e: s._state(1).index.get(e) >> LOG_SHIFT for e in range(30)}
+    s.close()
+    lost = sorted(set(log_of.values()))[1]  # a log in the middle of the ledger's entries
+    (Path(config.data_dir) / "ledgers" / "logs" / f"{lost:016x}{LOG_SUFFIX}").unlink()
+    gone = [e for e in range(30) if log_of[e] == lost]
+    assert gone and gone[0] > 0 and gone[-1] < 29
+    s = open_storage(config)
+    try:
+        assert s.held_ranges(1, 0, 44) == [(0, gone[0] - 1), (gone[-1] + 1, 29), (40, 44)]
+    finally:
+        s.close()
+
+
+def test_held_ranges_cost_follows_stored_entries_not_the_width_of_the_range(storage):
+    add(storage, 1, 0, 3)
+    storage.add_entries(1, KEY, [(10**12, 2, b"far", b"")], recovery=True)  # sparse, far out
+    started = time.monotonic()
+    assert storage.held_ranges(1, 0, 2**63 - 1) == [(0, 2), (10**12, 10**12)]
+    assert storage.held_ranges(1, 1, 10**12 - 1) == [(1, 2)]
+    assert time.monotonic() - started < 1.0
