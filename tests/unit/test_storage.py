@@ -647,7 +647,7 @@ def test_close_is_idempotent_and_refuses_later_writes(config):
 
 def test_held_ranges_name_every_gap_including_one_left_by_a_lost_entry_log(config):
     from bookie_server.entrylog import LOG_SUFFIX
-    from bookie_server.index import LOG_SHIFT
+    from bookie_server.location import log_of as log_of_location
 
     s = open_storage(config)
     add(s, 1, 0, 30, size=30 * 1024)  # ~8 entries per 256 KiB entry log
@@ -659,7 +659,7 @@ def test_held_ranges_name_every_gap_including_one_left_by_a_lost_entry_log(confi
         s.held_ranges(2, 0, 5)
     with pytest.raises(InvalidRequestError):
         s.held_ranges(1, 5, 4)
-    log_of = {e: s._state(1).index.get(e) >> LOG_SHIFT for e in range(30)}
+    log_of = {e: log_of_location(s._state(1).index.get(e)) for e in range(30)}
     s.close()
     lost = sorted(set(log_of.values()))[1]  # a log in the middle of the ledger's entries
     (Path(config.data_dir) / "ledgers" / "logs" / f"{lost:016x}{LOG_SUFFIX}").unlink()
