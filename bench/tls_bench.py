@@ -28,7 +28,9 @@ def _spark_options(sb: Any) -> dict[str, str]:
     if f is None:
         return {}
     return {"tlsCaCert": str(f["ca"]), "tlsCert": str(f["client_cert"]),
-            "tlsKey": str(f["client_key"]), "zkAuthSecretFile": str(f["zk_auth"])}
+            "tlsKey": str(f["client_key"]), "zkAuthSecretFile": str(f["zk_auth"]),
+            "zkTlsCaCert": str(f["ca"]), "zkTlsCert": str(f["client_cert"]),
+            "zkTlsKey": str(f["client_key"])}
 
 
 def _security(sb: Any) -> Any:
