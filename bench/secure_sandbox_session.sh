@@ -70,7 +70,7 @@ with BookKeeper('$URI') as bk:
 "
 L=$(cat "$DIR/ledger-id")
 run bk ledger read "$L" -m "$URI" -p wrong-password
-run bk ledger delete "$L" -m "$URI" -p wrong-password
+run bk ledger delete "$L" -m "$URI" -p wrong-password --yes
 run python -c "
 # Raw gRPC with the project's stubs and a valid client certificate, skipping the client's
 # own password check: each bookie checks the master key itself.

@@ -150,12 +150,19 @@ def unavailable(bookie_id: str, exc: grpc.RpcError, tls: TlsOptions | None = Non
     with the client's TLS files and, when it refused them, the error is an
     :class:`UnauthorizedError` saying which certificate or option is missing (``tls``: the
     client's TLS options, None for plaintext). Callers fail at once on it, as on a wrong
-    password, instead of replacing the bookie."""
+    password, instead of replacing the bookie. Calls made ``wait_for_ready`` see a refused
+    handshake as their deadline passing: a TLS client asks then too."""
     code = exc.code() if hasattr(exc, "code") else None
     detail = exc.details() if hasattr(exc, "details") else str(exc)
     detail = detail or ""
     if code == grpc.StatusCode.UNAVAILABLE and any(h in detail for h in _HANDSHAKE_FAILURES):
         refusal = tls_refusal(bookie_id, tls, detail)
+        if refusal is not None:
+            return UnauthorizedError(refusal)
+    elif code == grpc.StatusCode.DEADLINE_EXCEEDED and tls is not None:
+        # A call made ``wait_for_ready`` waits out its deadline on a refused handshake, so
+        # a TLS client asks once (1 s at most: a stalled bookie does not finish handshakes).
+        refusal = tls_refusal(bookie_id, tls, detail, timeout=1.0)
         if refusal is not None:
             return UnauthorizedError(refusal)
     name = code.name if code is not None else "ERROR"

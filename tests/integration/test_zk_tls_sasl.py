@@ -80,11 +80,11 @@ def test_bookies_and_clients_work_through_zookeepers_tls_port_and_plaintext_is_r
     # A client without TLS, or with TLS but no client certificate, gets no session.
     for refused in (ZkSecurity(), ZkSecurity(tls_ca=str(ca.cert))):
         with pytest.raises(MetadataServiceUnavailableError, match="TLS"):
-            connect_zk(msu, timeout=4, security=refused)
+            connect_zk(msu, timeout=2, security=refused)
     plain = KazooClient(hosts=zk.connect_string)
     try:
         with pytest.raises(KazooTimeoutError):
-            plain.start(timeout=3)
+            plain.start(timeout=2)
     finally:
         plain.stop()
         plain.close()
