@@ -44,8 +44,7 @@ spark examples/produce_events.py --log events --rows 20000 --batches 3
 spark examples/stream_aggregate.py --source events --sink user_totals \
   --checkpoint "$PWD/$DIR/checkpoints/stream-aggregate"
 spark examples/export_parquet.py --log events --out "$PWD/$DIR/events.parquet"
-echo "\$ BK_DEMO_SECURE=1 BK_DEMO_ZK_PORT=$ZK_PORT make demo    # the same, as make demo does"
-echo "(run separately; see the end of this file)"
+echo "(the same jobs as make demo runs them: BK_DEMO_SECURE=1 make demo, at the end of the file)"
 echo
 
 echo "# 3. Refused attempts"
