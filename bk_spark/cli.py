@@ -119,8 +119,9 @@ SandboxDir = Annotated[Path, typer.Option("--data-dir", help="where the sandbox 
 
 
 SecureOpt = Annotated[bool, typer.Option(
-    "--secure", help="mutual TLS to bookies and ZooKeeper ACLs: a generated CA, certificates "
-                     "and ZooKeeper credentials in <data-dir>/secure")]
+    "--secure", help="mutual TLS to bookies and to ZooKeeper (TLS only), ZooKeeper ACLs: a "
+                     "generated CA, certificates and ZooKeeper credentials in "
+                     "<data-dir>/secure")]
 
 
 def _make_sandbox(data_dir: Path, bookies: int, zk_port: int, bookie_port: int,
@@ -145,16 +146,22 @@ def _print_secure_usage(sb) -> None:  # sb: Sandbox
     if f is None:
         return
     uri = sb.metadata_service_uri
-    console.print(f"  secure: bookies require a client certificate of {f['ca']}; ZooKeeper "
-                  f"credentials are in {f['zk_auth']}", highlight=False, soft_wrap=True)
+    console.print(f"  secure: bookies and ZooKeeper (TLS only) require a client certificate "
+                  f"of {f['ca']}; ZooKeeper credentials are in {f['zk_auth']}",
+                  highlight=False, soft_wrap=True)
     console.print(f"  shell:  source {f['env']} && bk bookies", highlight=False, soft_wrap=True)
     console.print(f"  python: BookKeeper('{uri}', security=ClientSecurity('{f['ca']}', "
                   f"'{f['client_cert']}', '{f['client_key']}', "
-                  f"ZkSecurity.from_env({{'BK_ZK_AUTH_FILE': '{f['zk_auth']}'}})))",
+                  f"ZkSecurity.from_env({{'BK_ZK_AUTH_FILE': '{f['zk_auth']}', "
+                  f"'BK_ZK_TLS_CA': '{f['ca']}', 'BK_ZK_TLS_CERT': '{f['client_cert']}', "
+                  f"'BK_ZK_TLS_KEY': '{f['client_key']}'}})))",
                   highlight=False, soft_wrap=True)
     console.print(f"  spark:  .option('tlsCaCert', '{f['ca']}').option('tlsCert', "
                   f"'{f['client_cert']}').option('tlsKey', '{f['client_key']}')"
-                  f".option('zkAuthSecretFile', '{f['zk_auth']}')", highlight=False,
+                  f".option('zkAuthSecretFile', '{f['zk_auth']}')"
+                  f".option('zkTlsCaCert', '{f['ca']}').option('zkTlsCert', "
+                  f"'{f['client_cert']}').option('zkTlsKey', '{f['client_key']}')"
+                  f"  (or, with the shell's environment, no option)", highlight=False,
                   soft_wrap=True)
     console.print(f"  admin (may delete any ledger): the same with {f['admin_cert']} and "
                   f"{f['admin_key']}", highlight=False, soft_wrap=True)

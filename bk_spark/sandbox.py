@@ -145,47 +145,107 @@ def wait_for_bookie(bookie_id: str, timeout: float, proc: subprocess.Popen | Non
                     raise SandboxError(f"bookie {bookie_id} does not answer: {exc}") from None
 
 
-class ZooKeeperServer:
-    """One standalone ZooKeeper server process on 127.0.0.1."""
+@dataclass(frozen=True)
+class ZkServerTls:
+    """ZooKeeper's TLS port (``secureClientPort``, served by Netty) and its PEM files.
 
-    def __init__(self, data_dir: Path, port: int = 2181, heap_mb: int = 256) -> None:
+    ``cert``/``key``: the server's certificate and key (ZooKeeper reads both from one PEM
+    "key store", written beside its config); ``ca``: the CA whose client certificates it
+    accepts (``client_auth="need"``: ZooKeeper's default, a client without one is refused in
+    the handshake)."""
+
+    port: int
+    cert: Path
+    key: Path
+    ca: Path
+    client_auth: str = "need"
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write a file only its owner may read (it holds a key or a password)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
+class ZooKeeperServer:
+    """One standalone ZooKeeper server process on 127.0.0.1.
+
+    ``port``: its plaintext client port (None: none, e.g. a TLS-only server); ``tls``: also
+    (or only) its TLS port; ``sasl_users``: ``{user: password}`` it accepts with SASL
+    DIGEST-MD5 (a JAAS ``Server`` section and ZooKeeper's ``SASLAuthenticationProvider``,
+    so ``sasl:<user>`` ACLs work)."""
+
+    def __init__(self, data_dir: Path, port: int | None = 2181, heap_mb: int = 256,
+                 tls: ZkServerTls | None = None,
+                 sasl_users: dict[str, str] | None = None) -> None:
+        if port is None and tls is None:
+            raise SandboxError("ZooKeeper needs a client port, a TLS port or both")
         self.data_dir = Path(data_dir)
         self.port = port
         self.heap_mb = heap_mb
+        self.tls = tls
+        self.sasl_users = dict(sasl_users or {})
         self.proc: subprocess.Popen | None = None
 
     @property
     def connect_string(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        """Where clients connect: the plaintext port, else the TLS port."""
+        return f"127.0.0.1:{self.port if self.port is not None else self.tls.port}"
+
+    @property
+    def tls_connect_string(self) -> str | None:
+        return None if self.tls is None else f"127.0.0.1:{self.tls.port}"
+
+    def _config(self) -> tuple[str, list[str]]:
+        """zoo.cfg's text and the JVM's extra flags."""
+        lines = ["tickTime=500", f"dataDir={self.data_dir / 'data'}",
+                 "admin.enableServer=false", "maxClientCnxns=0", "minSessionTimeout=1000",
+                 "maxSessionTimeout=60000", "4lw.commands.whitelist=ruok,stat,srvr"]
+        if self.port is not None:
+            lines += [f"clientPort={self.port}", "clientPortAddress=127.0.0.1"]
+        jvm: list[str] = []
+        if self.tls is not None:
+            t = self.tls
+            store = self.data_dir / "zk-keystore.pem"
+            _write_private(store, Path(t.key).read_text() + Path(t.cert).read_text())
+            lines += [f"secureClientPort={t.port}", "secureClientPortAddress=127.0.0.1",
+                      "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+                      f"ssl.keyStore.location={store}", "ssl.keyStore.type=PEM",
+                      f"ssl.trustStore.location={t.ca}", "ssl.trustStore.type=PEM",
+                      f"ssl.clientAuth={t.client_auth}"]
+        if self.sasl_users:
+            jaas = self.data_dir / "jaas.conf"
+            users = "".join(f'    user_{u}="{p}"\n' for u, p in self.sasl_users.items())
+            _write_private(jaas, "Server {\n    org.apache.zookeeper.server.auth."
+                                 f"DigestLoginModule required\n{users}    ;\n}};\n")
+            lines.append("authProvider.1=org.apache.zookeeper.server.auth."
+                         "SASLAuthenticationProvider")
+            jvm.append(f"-Djava.security.auth.login.config={jaas}")
+        return "\n".join(lines) + "\n", jvm
 
     def start(self, timeout: float = 30.0, detached: bool = False) -> int:
         java = java_executable()
-        if not port_is_free(self.port):
-            raise SandboxError(
-                f"port {self.port} on 127.0.0.1 is taken: is another ZooKeeper or sandbox "
-                f"running? Stop it or choose another port (--zk-port)."
-            )
+        for port in (self.port, self.tls.port if self.tls else None):
+            if port is not None and not port_is_free(port):
+                raise SandboxError(
+                    f"port {port} on 127.0.0.1 is taken: is another ZooKeeper or sandbox "
+                    f"running? Stop it or choose another port (--zk-port)."
+                )
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cfg = self.data_dir / "zoo.cfg"
-        cfg.write_text(
-            "tickTime=500\n"
-            f"dataDir={self.data_dir / 'data'}\n"
-            f"clientPort={self.port}\n"
-            "clientPortAddress=127.0.0.1\n"
-            "admin.enableServer=false\n"
-            "maxClientCnxns=0\n"
-            "minSessionTimeout=1000\n"
-            "maxSessionTimeout=60000\n"
-            "4lw.commands.whitelist=ruok,stat,srvr\n"
-        )
+        text, jvm = self._config()
+        cfg.write_text(text)
         log = open(self.data_dir / "zookeeper.log", "ab")
         cmd = [java, f"-Xmx{self.heap_mb}m", "-XX:+UseSerialGC",
-               f"-Dzookeeper.log.dir={self.data_dir}",
+               f"-Dzookeeper.log.dir={self.data_dir}", *jvm,
                "-cp", zookeeper_classpath(), ZK_MAIN, str(cfg)]
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=detached)
         log.close()
-        wait_for_port(self.port, timeout, self.proc)
+        for port in (self.port, self.tls.port if self.tls else None):
+            if port is not None:
+                wait_for_port(port, timeout, self.proc)
         return self.proc.pid
 
     def stop(self) -> None:
@@ -205,12 +265,15 @@ class BookieProcess:
     """One bookie server process (``bk bookie``: :data:`BOOKIE_COMMAND`)."""
 
     def __init__(self, metadata_service_uri: str, data_dir: Path, port: int,
-                 metrics_port: int | None = None, extra_args: list[str] | None = None) -> None:
+                 metrics_port: int | None = None, extra_args: list[str] | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        """``env``: variables set for this bookie on top of ours (e.g. ``BK_ZK_TLS_*``)."""
         self.metadata_service_uri = metadata_service_uri
         self.data_dir = Path(data_dir)
         self.port = port
         self.metrics_port = metrics_port
         self.extra_args = list(extra_args or [])
+        self.env = dict(env or {})
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -233,7 +296,8 @@ class BookieProcess:
         cmd += self.extra_args
         log = open(self.data_dir / "bookie.log", "ab")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=detached)
+                                     stdin=subprocess.DEVNULL, start_new_session=detached,
+                                     env={**os.environ, **self.env} if self.env else None)
         log.close()
         deadline = time.monotonic() + timeout
         wait_for_port(self.port, timeout, self.proc)
@@ -287,13 +351,15 @@ SANDBOX_JOURNAL_FILE_MB = 16
 
 SECURE_DIR = "secure"
 CLIENT_ENV = "client.env"
+SECURE_IDENTITIES = ("zookeeper", "bookie", "client", "admin")
 
 
 def make_secure_files(directory: Path) -> dict[str, Path]:
     """What a secure sandbox needs, written to ``directory`` (once; kept on restarts): a CA,
-    certificates for the bookies (CN ``bookie``), a client (``client``) and an admin
-    (``admin``), ZooKeeper credentials with a random password (``zk-auth``, mode 0600) and
-    ``client.env``, the environment a client sources to use them."""
+    certificates for ZooKeeper's TLS port (CN ``zookeeper``), the bookies (``bookie``), a
+    client (``client``) and an admin (``admin``), ZooKeeper credentials with a random
+    password (``zk-auth``, mode 0600) and ``client.env``, the environment a client sources to
+    use them (TLS to bookies and to ZooKeeper with the client certificate, the credentials)."""
     import secrets
 
     from bk_spark.certs import issue_cert, make_ca
@@ -301,20 +367,22 @@ def make_secure_files(directory: Path) -> dict[str, Path]:
     directory.mkdir(parents=True, exist_ok=True)
     files = {"ca": directory / "bk-ca.crt", "zk_auth": directory / "zk-auth",
              "env": directory / CLIENT_ENV}
-    for name in ("bookie", "client", "admin"):
+    for name in SECURE_IDENTITIES:
         files[f"{name}_cert"] = directory / f"{name}.crt"
         files[f"{name}_key"] = directory / f"{name}.key"
     if all(p.exists() for p in files.values()):
         return files
     ca = make_ca(directory)
-    for name in ("bookie", "client", "admin"):
+    for name in SECURE_IDENTITIES:
         issue_cert(ca, directory, name)
     fd = os.open(files["zk_auth"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(f"bk-sandbox:{secrets.token_urlsafe(24)}\n")
     files["env"].write_text(
         f"export BK_TLS_CA={files['ca']}\nexport BK_TLS_CERT={files['client_cert']}\n"
-        f"export BK_TLS_KEY={files['client_key']}\nexport BK_ZK_AUTH_FILE={files['zk_auth']}\n")
+        f"export BK_TLS_KEY={files['client_key']}\nexport BK_ZK_AUTH_FILE={files['zk_auth']}\n"
+        f"export BK_ZK_TLS_CA={files['ca']}\nexport BK_ZK_TLS_CERT={files['client_cert']}\n"
+        f"export BK_ZK_TLS_KEY={files['client_key']}\n")
     return files
 
 
@@ -322,8 +390,10 @@ class Sandbox:
     """ZooKeeper plus ``n_bookies`` bookie processes under one data directory.
 
     ``secure``: bookies require client certificates of the sandbox's CA (allow-lists:
-    ``client``, ``admin``, ``bookie``) and protect the root with ZooKeeper credentials; the
-    files are in ``<data_dir>/secure`` (:func:`make_secure_files`)."""
+    ``client``, ``admin``, ``bookie``) and protect the root with ZooKeeper credentials, and
+    ZooKeeper serves only TLS (its ``secureClientPort``, on ``zk_port``) to clients with a
+    certificate of that CA; the files are in ``<data_dir>/secure``
+    (:func:`make_secure_files`)."""
 
     def __init__(self, data_dir: Path, n_bookies: int = 3, zk_port: int = 2181,
                  first_bookie_port: int = 3181, root: str = "/ledgers",
@@ -331,12 +401,19 @@ class Sandbox:
         if n_bookies < 0:
             raise SandboxError("--bookies must be >= 0")
         self.data_dir = Path(data_dir).resolve()
-        self.zk = ZooKeeperServer(self.data_dir / "zookeeper", port=zk_port)
+        self.zk_port = zk_port
         self.root = root
         args = list(bookie_args or [])
         self.secure_files: dict[str, Path] | None = None
-        if secure:
+        env: dict[str, str] = {}
+        if not secure:
+            self.zk = ZooKeeperServer(self.data_dir / "zookeeper", port=zk_port)
+        else:
             f = self.secure_files = make_secure_files(self.data_dir / SECURE_DIR)
+            self.zk = ZooKeeperServer(self.data_dir / "zookeeper", port=None, tls=ZkServerTls(
+                zk_port, f["zookeeper_cert"], f["zookeeper_key"], f["ca"]))
+            env = {"BK_ZK_TLS_CA": str(f["ca"]), "BK_ZK_TLS_CERT": str(f["bookie_cert"]),
+                   "BK_ZK_TLS_KEY": str(f["bookie_key"])}
             args += ["--tls-cert", str(f["bookie_cert"]), "--tls-key", str(f["bookie_key"]),
                      "--tls-ca", str(f["ca"]), "--tls-client-auth", "require",
                      "--allow-client", "client", "--allow-admin", "admin",
@@ -346,23 +423,26 @@ class Sandbox:
         self.bookies = [
             BookieProcess(self.metadata_service_uri, self.data_dir / f"bookie-{i}",
                           port=first_bookie_port + i if first_bookie_port else free_port(),
-                          extra_args=args)
+                          extra_args=args, env=env)
             for i in range(n_bookies)
         ]
 
     @property
     def metadata_service_uri(self) -> str:
-        return f"zk://127.0.0.1:{self.zk.port}{self.root}"
+        return f"zk://{self.zk.connect_string}{self.root}"
 
     @property
     def zk_security(self):  # -> ZkSecurity | None
-        """The sandbox's own ZooKeeper credentials (None: an open sandbox)."""
-        if self.secure_files is None:
+        """The sandbox's own ZooKeeper credentials and TLS files, a client's (None: an
+        open sandbox)."""
+        f = self.secure_files
+        if f is None:
             return None
         from bk_spark.security import ZkSecurity, read_secret_file
 
-        return ZkSecurity(digest=read_secret_file(self.secure_files["zk_auth"],
-                                                  "ZooKeeper credentials"))
+        return ZkSecurity(digest=read_secret_file(f["zk_auth"], "ZooKeeper credentials"),
+                          tls_ca=str(f["ca"]), tls_cert=str(f["client_cert"]),
+                          tls_key=str(f["client_key"]))
 
     def start(self, detached: bool = False) -> SandboxState:
         self.zk.start(detached=detached)
@@ -377,7 +457,7 @@ class Sandbox:
         state = SandboxState(
             metadata_service_uri=self.metadata_service_uri,
             zk_pid=self.zk.proc.pid if self.zk.proc else -1,
-            zk_port=self.zk.port,
+            zk_port=self.zk_port,
             bookies=[{"id": b.bookie_id, "pid": b.pid, "port": b.port,
                       "data_dir": str(b.data_dir)} for b in self.bookies],
         )

@@ -135,6 +135,8 @@ def _explained(log: str | None = None) -> Iterator[None]:
     try:
         yield
     except UnauthorizedError as exc:
+        if "password" not in str(exc):  # a refused certificate or identity: it says what to set
+            raise
         raise UnauthorizedError(f"{exc} (--password, or env BK_LEDGER_PASSWORD)") from None
     except LogNotFoundError as exc:
         if log is None or "does not exist" not in str(exc) or "`bk log" in str(exc):

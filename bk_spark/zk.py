@@ -63,8 +63,8 @@ def connect_zk(msu: MetadataServiceUri, timeout: float = 15.0,
         client.close()
         raise MetadataServiceUnavailableError(
             f"cannot reach ZooKeeper at {msu.hosts} (metadata service {msu.uri}) within "
-            f"{timeout:.0f}s: is it running? `bk sandbox start` runs one locally."
-        ) from exc
+            f"{timeout:.0f}s: is it running? `bk sandbox start` runs one locally. "
+            + _tls_hint(security)) from exc
     except (NoAuthError, AuthFailedError):
         client.stop()
         client.close()
@@ -74,6 +74,22 @@ def connect_zk(msu: MetadataServiceUri, timeout: float = 15.0,
             f"credentials (user:password) in the file named by BK_ZK_AUTH_FILE "
             f"(or BK_ZK_AUTH)") from None
     return client
+
+
+def _tls_hint(security: ZkSecurity) -> str:
+    """What to check when a session could not be made: TLS is the usual cause besides a
+    ZooKeeper that is down (its TLS port silently drops a plaintext client, and a TLS
+    client it refuses, so kazoo only sees a timeout)."""
+    if security.tls_ca is None:
+        return ("If that is ZooKeeper's TLS port (secureClientPort), set BK_ZK_TLS_CA (and "
+                "BK_ZK_TLS_CERT/BK_ZK_TLS_KEY; Spark: zkTlsCaCert, zkTlsCert, zkTlsKey).")
+    if security.tls_cert is None:
+        return ("TLS was used without a client certificate: a ZooKeeper that requires one "
+                "(ssl.clientAuth=need, its default) refuses the handshake; set "
+                "BK_ZK_TLS_CERT and BK_ZK_TLS_KEY (Spark: zkTlsCert, zkTlsKey).")
+    return (f"TLS was used (CA {security.tls_ca}): check that the port is ZooKeeper's TLS "
+            f"port and that the CA signed its certificate and ZooKeeper trusts "
+            f"{security.tls_cert}.")
 
 
 def apply_acls(client: KazooClient, root: str, acl: list) -> int:

@@ -8,8 +8,18 @@ DIR=.demo-sandbox
 ZK_PORT=${BK_DEMO_ZK_PORT:-2181}
 rm -rf "$DIR"
 trap '$BK sandbox stop --data-dir "$DIR"' EXIT
-URI=$($BK sandbox start --bookies 3 --data-dir "$DIR" --zk-port "$ZK_PORT" --bookie-port 0 | tail -n 1)
+# BK_DEMO_SECURE=1: the same demo on a secure sandbox (mutual TLS to bookies and ZooKeeper,
+# ZooKeeper credentials and ACLs), the clients and Spark jobs using the printed client.env.
+SECURE=()
+[ "${BK_DEMO_SECURE:-0}" = 1 ] && SECURE=(--secure)
+URI=$($BK sandbox start "${SECURE[@]}" --bookies 3 --data-dir "$DIR" --zk-port "$ZK_PORT" \
+      --bookie-port 0 | awk '/^zk:\/\// && !u { u = $0 } END { print u }')
 echo "sandbox up: $URI"
+if [ "${#SECURE[@]}" -gt 0 ]; then
+  echo "secure: using $DIR/secure/client.env"
+  # shellcheck disable=SC1091
+  source "$DIR/secure/client.env"
+fi
 $BK bookies -m "$URI"
 $PY examples/ledger_roundtrip.py --metadata-service-uri "$URI"
 

@@ -11,6 +11,8 @@ handful of round trips, not one each.
 from __future__ import annotations
 
 import logging
+import socket
+import ssl
 import threading
 from bisect import bisect_left
 from collections import deque
@@ -22,7 +24,13 @@ from typing import Any, Protocol
 
 import grpc
 
-from bk_spark.errors import BKError, BookieUnavailableError, InvalidConfigError, error_for_code
+from bk_spark.errors import (
+    BKError,
+    BookieUnavailableError,
+    InvalidConfigError,
+    UnauthorizedError,
+    error_for_code,
+)
 from bk_spark.proto import bookie_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -129,15 +137,97 @@ def _raise_for(resp, bookie_id: str) -> None:
         raise error_for_code(resp.status, f"bookie {bookie_id}: {resp.message}")
 
 
-def unavailable(bookie_id: str, exc: grpc.RpcError) -> BookieUnavailableError:
+def unavailable(bookie_id: str, exc: grpc.RpcError, tls: TlsOptions | None = None
+                ) -> BKError:
     """The typed error for a failed RPC, with gRPC's status code *and* its detail text
     (\"failed to connect ...: Connection refused\", \"Deadline Exceeded\"): the reason is
-    what tells a user a dead bookie from a slow one."""
+    what tells a user a dead bookie from a slow one.
+
+    The one place bookie RPC failures are translated. A connection that failed in or right
+    after its TLS handshake is not an unavailable bookie but a refusal the user must fix
+    (gRPC only says \"Socket closed\": a bookie requiring client certificates drops the
+    connection after TLS 1.3's handshake): :func:`tls_refusal` asks the bookie once more
+    with the client's TLS files and, when it refused them, the error is an
+    :class:`UnauthorizedError` saying which certificate or option is missing (``tls``: the
+    client's TLS options, None for plaintext). Callers fail at once on it, as on a wrong
+    password, instead of replacing the bookie. Calls made ``wait_for_ready`` see a refused
+    handshake as their deadline passing: a TLS client asks then too."""
     code = exc.code() if hasattr(exc, "code") else None
     detail = exc.details() if hasattr(exc, "details") else str(exc)
+    detail = detail or ""
+    if code == grpc.StatusCode.UNAVAILABLE and any(h in detail for h in _HANDSHAKE_FAILURES):
+        refusal = tls_refusal(bookie_id, tls, detail)
+        if refusal is not None:
+            return UnauthorizedError(refusal)
+    elif code == grpc.StatusCode.DEADLINE_EXCEEDED and tls is not None:
+        # A call made ``wait_for_ready`` waits out its deadline on a refused handshake, so
+        # a TLS client asks once (1 s at most: a stalled bookie does not finish handshakes).
+        refusal = tls_refusal(bookie_id, tls, detail, timeout=1.0)
+        if refusal is not None:
+            return UnauthorizedError(refusal)
     name = code.name if code is not None else "ERROR"
     return BookieUnavailableError(f"bookie {bookie_id} unavailable ({name}: {detail})")
 
+
+#: gRPC's detail text when a connection failed in (or right after) its TLS handshake.
+_HANDSHAKE_FAILURES = ("Socket closed", "andshake failed", "CERTIFICATE_VERIFY_FAILED")
+_CERT_OPTIONS = "BK_TLS_CERT and BK_TLS_KEY (`bk --tls-cert/--tls-key`, Spark options " \
+                "tlsCert/tlsKey)"
+
+
+def tls_refusal(bookie_id: str, tls: TlsOptions | None, detail: str = "",
+                timeout: float = 2.0) -> str | None:
+    """Why ``bookie_id`` refuses this client's TLS set-up, or None when it does not (it is
+    down, or something else failed): what to do, naming the option to set.
+
+    gRPC reports a refused handshake as \"Socket closed\", like a bookie that died, so this
+    connects once more with Python's ``ssl`` and the same files: a bookie that completes the
+    handshake and then closes without a word (no HTTP/2 settings) refused the client's
+    certificate, or its lack; one that answers a plaintext client's TLS hello serves TLS."""
+    if "CERTIFICATE_VERIFY_FAILED" in detail and tls is not None:
+        return (f"bookie {bookie_id}'s TLS certificate is not signed by the CA this client "
+                f"trusts ({tls.ca_cert}): set BK_TLS_CA (`bk --tls-ca`, Spark option "
+                f"tlsCaCert) to the CA of the cluster's bookies")
+    host, _, port = bookie_id.rpartition(":")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.set_alpn_protocols(["h2"])
+    if tls is None:
+        ctx.verify_mode = ssl.CERT_NONE  # only: does the bookie speak TLS at all?
+    else:
+        try:
+            ctx.load_verify_locations(str(tls.ca_cert))
+            if tls.cert is not None and tls.key is not None:
+                ctx.load_cert_chain(str(tls.cert), str(tls.key))
+        except (OSError, ssl.SSLError):
+            return None  # unreadable files fail earlier, with their own message
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as raw, \
+                ctx.wrap_socket(raw, server_hostname=host.strip("[]")) as conn:
+            try:  # gRPC's first words after a handshake it accepts: HTTP/2 settings
+                conn.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+                answered = bool(conn.recv(1))
+            except OSError:  # an alert or a reset right after the handshake: refused
+                answered = False
+    except ssl.SSLCertVerificationError:
+        return (f"bookie {bookie_id}'s TLS certificate is not signed by the CA this client "
+                f"trusts ({tls.ca_cert if tls else None}): set BK_TLS_CA (`bk --tls-ca`, "
+                f"Spark option tlsCaCert) to the CA of the cluster's bookies")
+    except (OSError, ValueError):  # ssl.SSLError too: not a TLS server, refused, down
+        return None
+    if tls is None:
+        return (f"bookie {bookie_id} serves TLS only and closed this plaintext connection: "
+                f"set BK_TLS_CA to the CA of its certificate (`bk --tls-ca`, Spark option "
+                f"tlsCaCert) and, if it requires client certificates, {_CERT_OPTIONS}")
+    if answered:
+        return None
+    if tls.cert is None:
+        return (f"bookie {bookie_id} refused the TLS handshake: it requires a client "
+                f"certificate signed by its CA (mutual TLS) and this client has none; set "
+                f"{_CERT_OPTIONS}")
+    return (f"bookie {bookie_id} refused this client's certificate {tls.cert} in the TLS "
+            f"handshake: it is not signed by a CA the bookie trusts (its --tls-ca); use a "
+            f"certificate of the cluster's CA ({_CERT_OPTIONS})")
 
 
 class _PendingAdd:
@@ -272,7 +362,7 @@ class BookieClient:
         try:
             resp = fut.result()
         except grpc.RpcError as exc:
-            return unavailable(self.bookie_id, exc)
+            return unavailable(self.bookie_id, exc, self.config.tls)
         except Exception as exc:  # cancelled on close
             return BookieUnavailableError(f"bookie {self.bookie_id}: {exc!r}")
         if resp.status == pb.OK:
@@ -295,7 +385,7 @@ class BookieClient:
             resp = self._add(pb.AddRequest(ledger_id=ledger_id, master_key=master_key, lac=lac),
                              timeout=self.config.add_timeout_s)
         except grpc.RpcError as exc:
-            raise unavailable(self.bookie_id, exc) from None
+            raise unavailable(self.bookie_id, exc, self.config.tls) from None
         _raise_for(resp, self.bookie_id)
 
     def _take_batch(self) -> list[_PendingAdd]:
@@ -374,7 +464,7 @@ class BookieClient:
         try:
             resp = self._read(req, timeout=timeout or self.config.read_timeout_s)
         except grpc.RpcError as exc:
-            raise unavailable(self.bookie_id, exc) from None
+            raise unavailable(self.bookie_id, exc, self.config.tls) from None
         _raise_for(resp, self.bookie_id)
         return resp
 
@@ -396,7 +486,7 @@ class BookieClient:
         try:
             resp = self._read_lac(req, timeout=self.config.read_timeout_s + wait_ms / 1000.0)
         except grpc.RpcError as exc:
-            raise unavailable(self.bookie_id, exc) from None
+            raise unavailable(self.bookie_id, exc, self.config.tls) from None
         _raise_for(resp, self.bookie_id)
         return resp
 
@@ -433,7 +523,7 @@ class BookieClient:
         try:
             resp = self.fence_future(ledger_id, master_key).result()
         except grpc.RpcError as exc:
-            raise unavailable(self.bookie_id, exc) from None
+            raise unavailable(self.bookie_id, exc, self.config.tls) from None
         _raise_for(resp, self.bookie_id)
         return resp
 
@@ -445,14 +535,14 @@ class BookieClient:
                                                        master_key=master_key),
                                 timeout=self.config.read_timeout_s)
         except grpc.RpcError as exc:
-            raise unavailable(self.bookie_id, exc) from None
+            raise unavailable(self.bookie_id, exc, self.config.tls) from None
         _raise_for(resp, self.bookie_id)
 
     def info(self) -> pb.InfoResponse:
         try:
             resp = self._info(pb.InfoRequest(), timeout=self.config.read_timeout_s)
         except grpc.RpcError as exc:
-            raise unavailable(self.bookie_id, exc) from None
+            raise unavailable(self.bookie_id, exc, self.config.tls) from None
         _raise_for(resp, self.bookie_id)
         return resp
 

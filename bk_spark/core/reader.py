@@ -95,7 +95,7 @@ def fetch_entries(bk: BookKeeper, md: LedgerMetadata, codec: EntryCodec,
                 try:
                     resp = fut.result()
                 except grpc.RpcError as exc:
-                    raise unavailable(bookie, exc) from None
+                    raise unavailable(bookie, exc, bk.config.client.tls) from None
                 check_response(resp, bookie)
             except NoSuchLedgerError:
                 for e in chunk:
@@ -253,7 +253,8 @@ class ReadHandle:
                                                     wait_for_ready=True),
                 timeout=self._bk.config.client.read_timeout_s + wait_ms / 1000.0 + 1,
                 counts_as_answer=(NoSuchLedgerError,),
-                stop_when=(lambda r: r.lac > previous) if wait_ms > 0 else None)
+                stop_when=(lambda r: r.lac > previous) if wait_ms > 0 else None,
+                tls=self._bk.config.client.tls)
             best = max((r.lac for r in got.responses.values() if r is not None), default=-1)
             with self._lock:
                 if best > self._lac:

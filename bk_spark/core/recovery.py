@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from bk_spark.core.bookie_client import check_response, unavailable
+from bk_spark.core.bookie_client import TlsOptions, check_response, unavailable
 from bk_spark.core.entry import EntryCodec
 from bk_spark.core.metadata import LedgerMetadata, LedgerState
 from bk_spark.core.metadata_store import Versioned
@@ -102,7 +102,8 @@ class FragmentAnswers:
 def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], grpc.Future], timeout: float,
                       *, counts_as_answer: tuple[type[BKError], ...] = (),
                       stop_when: Callable[[Any], bool] | None = None,
-                      cancel_rest: bool = True) -> FragmentAnswers:
+                      cancel_rest: bool = True,
+                      tls: TlsOptions | None = None) -> FragmentAnswers:
     """Send one request (``ask(bookie)``) to every bookie of the last fragment and gather
     the answers until they cover every write quorum ((Qw - Qa) + 1 bookies of each: the
     seed's rule for fencing and for reading the last-add-confirmed, BookKeeper's
@@ -117,7 +118,8 @@ def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], grpc.Future], time
     handshake) is waited for within the timeout, and since gathering stops at coverage, a
     dead bookie costs nothing while enough others answer. An UnauthorizedError (wrong
     password) is raised at once. Errors of the types in ``counts_as_answer`` count as
-    answers with no response.
+    answers with no response. ``tls``: the client's TLS options (a refused TLS handshake
+    is an UnauthorizedError, see :func:`bookie_client.unavailable`).
     """
     ensemble = m.last_ensemble
     coverage = QuorumCoverageSet(m.ensemble_size, m.write_quorum_size, m.ack_quorum_size)
@@ -133,7 +135,7 @@ def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], grpc.Future], time
             resp = fut.result()
             check_response(resp, bookie)
         except grpc.RpcError as exc:
-            err = unavailable(bookie, exc)
+            err = unavailable(bookie, exc, tls)
         except BKError as exc:
             err = exc
         except Exception as exc:  # noqa: BLE001 - cancelled: no answer
@@ -169,7 +171,7 @@ def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], grpc.Future], time
             fut.cancel()
     for err in result.errors.values():
         if isinstance(err, UnauthorizedError):
-            raise UnauthorizedError(f"ledger {m.ledger_id}: wrong password ({err})")
+            raise UnauthorizedError(f"ledger {m.ledger_id}: {err}")
     return result
 
 
@@ -178,7 +180,8 @@ def fence_last_fragment(bk: BookKeeper, m: LedgerMetadata, master_key: bytes) ->
     got = ask_last_fragment(
         m, lambda b: bk.bookies.get(b).fence_future(m.ledger_id, master_key,
                                                     wait_for_ready=True),
-        timeout=bk.config.client.read_timeout_s + 5, cancel_rest=False)
+        timeout=bk.config.client.read_timeout_s + 5, cancel_rest=False,
+        tls=bk.config.client.tls)
     if not got.covered:
         raise RecoveryError(
             f"ledger {m.ledger_id}: could not fence a quorum of its last fragment "

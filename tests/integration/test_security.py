@@ -12,10 +12,10 @@ from kazoo.exceptions import NoAuthError
 
 from bk_spark.certs import issue_cert, make_ca
 from bk_spark.cli import main as bk_main
-from bk_spark.core import BookKeeper
+from bk_spark.core import BookKeeper, BookKeeperConfig
 from bk_spark.core.bookie_client import BookieClient, ClientConfig, TlsOptions
 from bk_spark.core.digest import master_key
-from bk_spark.errors import BookieUnavailableError, UnauthorizedError
+from bk_spark.errors import UnauthorizedError
 from bk_spark.metadata_uri import parse_metadata_service_uri
 from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.proto import bookie_pb2_grpc
@@ -83,15 +83,30 @@ def test_mutual_tls_bookies_refuse_strangers_and_grant_each_allow_listed_role_it
         rh = bk.open_ledger(lh.id, PASSWORD, recovery=False)
         assert [e.payload for e in rh.read_entries(0, 19)] == [b"mtls-%d" % i for i in range(20)]
         ensemble = lh.metadata.ensembles[0][1]
+        left_open = bk.create_ledger(3, 2, 2, password=PASSWORD)
+        left_open.add_entry(b"a writer's last words")
+    # A user without a certificate is told, through the API, what the bookies want: on an
+    # add, a read, and a recovery open (whose fencing waits for the connection, then asks).
+    quick = BookKeeperConfig(client=ClientConfig(read_timeout_s=1))
+    with BookKeeper(metadata_uri, quick, security=ClientSecurity(str(ca.cert))) as bk:
+        with pytest.raises(UnauthorizedError, match="requires a client certificate"):
+            bk.create_ledger(3, 2, 2, password=PASSWORD).add_entry(b"refused")
+        with pytest.raises(UnauthorizedError, match="requires a client certificate"):
+            bk.open_ledger(lh.id, PASSWORD, recovery=False).read_entries(0, 19)
+        with pytest.raises(UnauthorizedError, match="requires a client certificate"):
+            bk.open_ledger(left_open.id, PASSWORD)
 
     def client(bookie: str, cert=None, tls: bool = True) -> BookieClient:
         opts = TlsOptions(ca.cert, cert.cert, cert.key) if cert else TlsOptions(ca.cert)
         return BookieClient(bookie, ClientConfig(read_timeout_s=3, tls=opts if tls else None))
 
     target = cluster.bookies[0].bookie_id
-    for refused in (client(target, tls=False), client(target), client(target, stranger)):
-        try:  # plaintext, no client certificate, a certificate of another CA: no handshake
-            with pytest.raises(BookieUnavailableError):
+    for refused, says in ((client(target, tls=False), "serves TLS only.*BK_TLS_CA"),
+                          (client(target), "requires a client certificate.*BK_TLS_CERT"),
+                          (client(target, stranger), "refused this client's certificate")):
+        try:  # plaintext, no client certificate, a certificate of another CA: no handshake,
+            # and the error says so (gRPC itself only says "Socket closed")
+            with pytest.raises(UnauthorizedError, match=says):
                 refused.info()
         finally:
             refused.close()
