@@ -28,22 +28,22 @@ import numpy as np
 
 from bk_spark.core.entry import EntryCodec
 from bk_spark.core.futures import SharedConditionFuture, complete_adds, shared_condition
-from bk_spark.core.metadata import LedgerMetadata, LedgerState
+from bk_spark.core.metadata import LedgerMetadata
 from bk_spark.core.metadata_store import Versioned
 from bk_spark.core.pending import PendingAdds
 from bk_spark.core.schedule import write_set
 from bk_spark.errors import (
     BKError,
-    BookieUnavailableError,
     LedgerClosedError,
     LedgerFencedError,
     LedgerStateError,
     NoSuchLedgerError,
     NotEnoughBookiesError,
-    ReadOnlyError,
     TooLargeError,
     UnauthorizedError,
 )
+from bk_spark.protocol import ledger_rules
+from bk_spark.protocol.ledger_rules import REPLACEABLE_ERRORS, Decision
 
 if TYPE_CHECKING:
     from bk_spark.core.client import BookKeeper
@@ -58,9 +58,6 @@ LINGER_MIN_ENTRIES = 64
 AddDone = Callable[[int, "BKError | None"], None]
 
 # Errors after which a bookie is replaced; anything else fails the ledger.
-_REPLACEABLE = (BookieUnavailableError, ReadOnlyError)
-
-
 class LedgerHandle:
     """A ledger opened for writing by its single writer (SWMR)."""
 
@@ -299,7 +296,7 @@ class LedgerHandle:
                     log.exception("completing adds %d.. failed", first)
 
     def _on_bookie_error(self, index: int, bookie: str, err: BKError) -> None:
-        if isinstance(err, _REPLACEABLE):
+        if isinstance(err, REPLACEABLE_ERRORS):
             threading.Thread(target=self._change_ensemble, args=(index, bookie, err),
                              name=f"ensemble-change-{self.id}", daemon=True).start()
         elif isinstance(err, LedgerFencedError):
@@ -376,16 +373,16 @@ class LedgerHandle:
             current = [b for b in self._ensemble if b is not None]
 
         def needs_change(m: LedgerMetadata) -> bool:
-            if m.state != LedgerState.OPEN:
+            if ledger_rules.writer_ensemble_change(m, index, failed) is Decision.NOT_OPEN:
                 raise LedgerFencedError(
                     f"ledger {self.id} is {m.state.value}: a recoverer took it over; "
                     f"outstanding adds fail")
             return True
 
         def make_change(m: LedgerMetadata) -> LedgerMetadata:
+            if ledger_rules.writer_ensemble_change(m, index, failed) is Decision.DONE:
+                return m  # our own earlier attempt already landed
             ensemble = list(m.last_ensemble)
-            if ensemble[index] != failed:  # our own earlier attempt already landed
-                return m
             try:
                 ensemble[index] = topology.replace_bookie(ensemble, index, self._Qw,
                                                           exclude=[failed, *current])
@@ -471,24 +468,23 @@ class _BookieSink:
 
 def close_as_writer(bk: BookKeeper, md: Versioned[LedgerMetadata], last_entry: int,
                     length: int) -> Versioned[LedgerMetadata]:
-    """CAS the ledger to CLOSED at ``last_entry``, deciding conflicts as the seed says."""
+    """CAS the ledger to CLOSED at ``last_entry``, deciding conflicts as the seed says
+    (:data:`bk_spark.protocol.ledger_rules.CLOSE_AS_WRITER`)."""
     lid = md.value.ledger_id
 
     def needs_change(m: LedgerMetadata) -> bool:
-        if m.state == LedgerState.OPEN:
-            return True
-        if m.state == LedgerState.IN_RECOVERY:
+        decision = ledger_rules.close_as_writer(m, last_entry)
+        if decision is Decision.RECOVERING:
             raise LedgerStateError(
                 f"ledger {lid} is being recovered by another client; this writer cannot "
                 f"close it")
-        if m.last_entry_id == last_entry:
-            return False  # closed by someone else at our last entry: success
-        raise LedgerStateError(
-            f"ledger {lid} was closed at entry {m.last_entry_id}, but this writer had "
-            f"{last_entry} acknowledged")
+        if decision is Decision.CLOSED_ELSEWHERE:
+            raise LedgerStateError(
+                f"ledger {lid} was closed at entry {m.last_entry_id}, but this writer had "
+                f"{last_entry} acknowledged")
+        return decision is Decision.CHANGE  # DONE: closed by someone else at our last entry
 
     def make_change(m: LedgerMetadata) -> LedgerMetadata:
         return m.closed(last_entry, length)
 
     return bk.metadata_store.update(lid, needs_change, make_change, current=md)
-

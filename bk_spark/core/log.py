@@ -91,6 +91,8 @@ from bk_spark.errors import (
     NoSuchLedgerError,
     UnauthorizedError,
 )
+from bk_spark.protocol import log_rules
+from bk_spark.protocol.log_rules import TXN_PROPERTY, LogDecision, committed_txn
 
 if TYPE_CHECKING:
     from bk_spark.core.client import BookKeeper
@@ -282,6 +284,19 @@ def _describe_ledger(bk: BookKeeper, ledger_id: int, password: bytes
         return -1, None
     (entry,) = rh.read_entries(last, last)
     return last, entry_timestamp(entry.payload)
+
+
+def _fence_and_describe(bk: BookKeeper, md: LogMetadata, password: bytes
+                        ) -> dict[int, tuple[int, int | None]] | None:
+    """Step 2 of opening a log, for every new owner (writer take-over, commit): recovery-open
+    :func:`~bk_spark.protocol.log_rules.ledgers_to_fence` and return each one's ``(last
+    entry, last timestamp)``; None when one was deleted meanwhile (the list changed: the
+    caller starts again at step 1)."""
+    try:
+        return {info.ledger_id: _describe_ledger(bk, info.ledger_id, password)
+                for info in log_rules.ledgers_to_fence(md)}
+    except NoSuchLedgerError:
+        return None
 
 
 def _delete_ledger_quietly(bk: BookKeeper, ledger_id: int, password: bytes) -> None:
@@ -708,8 +723,8 @@ class LogWriter:
         return new.id
 
     def _ownership_check(self, m: LogMetadata, ledger_id: int) -> None:
-        last = m.last_ledger
-        if last is None or last.ledger_id != ledger_id:
+        if not log_rules.owns(m, ledger_id):
+            last = m.last_ledger
             raise LogOwnershipLostError(
                 f"log {self.name!r}: another writer took over the log (its last ledger is "
                 f"{last.ledger_id if last else None}, not this writer's {ledger_id}); this "
@@ -721,8 +736,13 @@ class LogWriter:
         current_id = self._lh.id
         first_ts = [0]
 
+        def needs_change(m: LogMetadata) -> bool:
+            decision = log_rules.roll(m, current_id, new_id)
+            if decision is LogDecision.LOST:
+                self._ownership_check(m, current_id)
+            return decision is LogDecision.CHANGE  # DONE: our own CAS landed
+
         def make_change(m: LogMetadata) -> LogMetadata:
-            self._ownership_check(m, current_id)
             m = self._apply_descriptions(m)
             first_ts[0] = max(now_ms(), self._ts_floor, m.max_known_ts_ms)
             m = m.with_ledger_added(new_id, first_ts[0])
@@ -730,8 +750,7 @@ class LogWriter:
                 m = m.with_properties(properties)
             return m.spilled(self.config.limits)
 
-        md = _update_log(self._bk, self.name,
-                         needs_change=lambda m: m.find_in_tail(new_id) is None,
+        md = _update_log(self._bk, self.name, needs_change=needs_change,
                          make_change=make_change, current=self._md)
         return md, first_ts[0] or max(now_ms(), self._ts_floor)
 
@@ -874,15 +893,8 @@ def _take_over_from(bk: BookKeeper, name: str, config: LogWriterConfig,
         raise LogNotFoundError(f"log {name!r} is being deleted")
     # Step 2: fence the last two ledgers (and read the end of any older ledger whose end
     # was never recorded: those are closed already, so their recovery open fences nothing).
-    described: dict[int, tuple[int, int | None]] = {}
-    try:
-        for info in md.tail[-2:]:
-            described[info.ledger_id] = _describe_ledger(bk, info.ledger_id, config.password)
-        for info in md.tail[:-2]:
-            if not info.is_described:
-                described[info.ledger_id] = _describe_ledger(bk, info.ledger_id,
-                                                             config.password)
-    except NoSuchLedgerError:
+    described = _fence_and_describe(bk, md, config.password)
+    if described is None:
         return None  # truncated meanwhile: the list changed
     # Step 3: create a new ledger.
     lh = _create_ledger(bk, name, config)
@@ -1254,12 +1266,6 @@ def delete_log(bk: BookKeeper, name: str, password: bytes = b"") -> list[int]:
 
 # ======================================================================== committing ledgers
 
-#: Log property holding, per transaction key, the last transaction id that
-#: :func:`commit_ledgers` committed (e.g. a Spark sink's last batch id):
-#: ``{"bk-spark.txn": {"<txn key>": <txn id>}}``.
-TXN_PROPERTY = "bk-spark.txn"
-
-
 @dataclass(frozen=True)
 class ClosedLedger:
     """A ledger written and closed outside the log, ready to be added to it: its id, last
@@ -1280,12 +1286,6 @@ class CommitResult:
     committed: bool
     metadata: LogMetadata
     dropped: tuple[int, ...] = ()
-
-
-def committed_txn(md: LogMetadata, txn_key: str) -> int | None:
-    """The last transaction id committed under ``txn_key`` (None: none yet)."""
-    value = (md.properties.get(TXN_PROPERTY) or {}).get(txn_key)
-    return value if isinstance(value, int) else None
 
 
 def commit_ledgers(bk: BookKeeper, name: str, ledgers: list[ClosedLedger], *,
@@ -1349,28 +1349,20 @@ def _commit_from(bk: BookKeeper, store: LogMetadataStore, name: str,
                  limits: LogLimits) -> CommitResult | None:
     """Steps 1-5 of :func:`commit_ledgers` from the list read; None: start again."""
     md = current.value
-    if md.deleting:
-        raise LogNotFoundError(f"log {name!r} is being deleted")
+    ids = [c.ledger_id for c in ledgers]
 
-    def already(m: LogMetadata) -> bool:
-        last = committed_txn(m, txn_key) if txn_key is not None else None
-        return last is not None and txn_id is not None and last >= txn_id
+    def check(m: LogMetadata) -> LogDecision:
+        decision = log_rules.commit_check(m, ids, txn_key, txn_id)
+        if decision is LogDecision.DELETED:
+            raise LogNotFoundError(f"log {name!r} is being deleted")
+        return decision
 
-    def present(m: LogMetadata) -> bool:  # our own CAS succeeded (its answer was lost)
-        return bool(ledgers) and m.find_in_tail(ledgers[-1].ledger_id) is not None
-
-    if present(md) or already(md):
-        return CommitResult(present(md), md)
+    first = check(md)
+    if first is not LogDecision.CHANGE:  # DONE: our own CAS landed; COMMITTED: a replay
+        return CommitResult(first is LogDecision.DONE, md)
     # Step 2: fence the last two ledgers.
-    described: dict[int, tuple[int, int | None]] = {}
-    try:
-        for info in md.tail[-2:]:
-            if info.index >= md.first_index:
-                described[info.ledger_id] = _describe_ledger(bk, info.ledger_id, password)
-        for info in md.tail[:-2]:
-            if not info.is_described and info.index >= md.first_index:
-                described[info.ledger_id] = _describe_ledger(bk, info.ledger_id, password)
-    except NoSuchLedgerError:
+    described = _fence_and_describe(bk, md, password)
+    if described is None:
         return None  # truncated meanwhile: the list changed
     dropped = tuple(r.ledger_id for r in _all_ledgers(store, name, md)) if replace else ()
 
@@ -1394,12 +1386,13 @@ def _commit_from(bk: BookKeeper, store: LogMetadataStore, name: str,
     # Step 5: CAS against the version read in step 1; a lost CAS starts again at step 1.
     try:
         written = _update_log(bk, name,
-                              needs_change=lambda m: not (present(m) or already(m)),
+                              needs_change=lambda m: check(m) is LogDecision.CHANGE,
                               make_change=make_change, current=current, max_attempts=1)
     except MetadataVersionError:
         log.info("log %r: lost the CAS committing ledgers; starting again", name)
         return None
-    if not (made and written.value == made[-1]) and not present(written.value):
+    if not (made and written.value == made[-1]) and \
+            check(written.value) is not LogDecision.DONE:
         return CommitResult(False, written.value)  # another commit of the same txn id won
     for lid in dropped:
         _delete_ledger_quietly(bk, lid, password)

@@ -39,10 +39,11 @@ from bk_spark.errors import (
     BookieUnavailableError,
     DigestMismatchError,
     NoSuchLedgerError,
-    ReadOnlyError,
     UnauthorizedError,
 )
 from bk_spark.proto import bookie_pb2 as pb
+from bk_spark.protocol import ledger_rules
+from bk_spark.protocol.ledger_rules import REPLACEABLE_ERRORS, Decision
 
 if TYPE_CHECKING:
     from bk_spark.core.client import BookKeeper
@@ -285,7 +286,7 @@ def write_back(bk: BookKeeper, md: Versioned[LedgerMetadata], master_key: bytes,
         last_start, last_ensemble = m.ensembles[-1]
         errors = bad[first]
         broken = {i: b for i, b in enumerate(last_ensemble)
-                  if any(isinstance(err, _REPLACEABLE) for b2, err in errors if b2 == b)}
+                  if any(isinstance(err, REPLACEABLE_ERRORS) for b2, err in errors if b2 == b)}
         if first < last_start or not broken:
             raise BookieUnavailableError(
                 f"ledger {m.ledger_id}: could not write back entry {first} to an ack quorum "
@@ -299,9 +300,6 @@ def write_back(bk: BookKeeper, md: Versioned[LedgerMetadata], master_key: bytes,
         entries = [e for e in entries if e.entry_id >= first]
     raise RecoveryError(f"ledger {md.value.ledger_id}: write-back kept failing after "
                         f"replacing {sorted(replaced)}; retry when bookies are back")
-
-
-_REPLACEABLE = (BookieUnavailableError, ReadOnlyError)
 
 
 def _write_back_once(bk: BookKeeper, m: LedgerMetadata, master_key: bytes,
@@ -346,7 +344,7 @@ def _replace_for_write_back(bk: BookKeeper, md: Versioned[LedgerMetadata], first
     topology = bk.topology()
 
     def needs_change(m: LedgerMetadata) -> bool:
-        return not m.is_closed and any(m.last_ensemble[i] == b for i, b in broken.items())
+        return ledger_rules.recoverer_replacement(m, broken) is Decision.CHANGE
 
     def make_change(m: LedgerMetadata) -> LedgerMetadata:
         ensemble = list(m.last_ensemble)
