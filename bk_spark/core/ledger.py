@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 LINGER_MIN_ENTRIES = 64
 
 # Completion of an add: (entry id, None) once acknowledged, (entry id, error) if it failed.
+RunCompleter = Callable[[list[Any], int, "BKError | None"], None]
 AddDone = Callable[[int, "BKError | None"], None]
 
 # Errors after which a bookie is replaced; anything else fails the ledger.
@@ -107,11 +108,8 @@ class LedgerHandle:
         self._sender: threading.Thread | None = None
         self.explicit_lac_interval_s = bk.config.explicit_lac_interval_s
         self._futures_condition = shared_condition()  # see core/futures.py
-        #: Completes one run of decided adds, ``(targets, first entry id, error or None)``,
-        #: in entry order. The default (:func:`complete_adds`) gives each future its entry id
-        #: and calls each callback; the log writer installs its own, which takes the tokens
-        #: of :meth:`add_entry_token` a whole run at a time.
-        self.complete_run: Callable[[list[Any], int, BKError | None], None] = complete_adds
+        # Completes one run of decided adds in entry order (see complete_runs_with).
+        self._complete_run: RunCompleter = complete_adds
 
     # ------------------------------------------------------------------ properties
     @property
@@ -154,9 +152,20 @@ class LedgerHandle:
         return self._add(bytes(payload), callback)
 
     def add_entry_token(self, payload: bytes, token: Any) -> int:
-        """Start adding one entry whose outcome goes to :attr:`complete_run` with ``token``
-        (for a caller that installed its own :attr:`complete_run`). Returns the entry id."""
+        """Start adding one entry whose outcome goes, with ``token``, to the completer given
+        to :meth:`complete_runs_with`. Returns the entry id."""
         return self._add(bytes(payload), token)
+
+    def complete_runs_with(self, complete: RunCompleter) -> None:
+        """Hand every run of decided adds, ``complete(targets, first entry id, error or
+        None)``, in entry order, to ``complete`` instead of the default
+        (:func:`~bk_spark.core.futures.complete_adds`, which gives each future its entry id
+        and calls each callback). For a caller that adds with :meth:`add_entry_token` and
+        completes a whole run at a time (the log writer); set it before the first add."""
+        with self._lock:
+            if self._next_entry:
+                raise LedgerStateError(f"ledger {self.id}: set the completer before adding")
+            self._complete_run = complete
 
     def _add(self, payload: bytes, target: Future[int] | AddDone) -> int:
         """Hand out the next entry id; the sender thread encodes and ships it."""
@@ -287,7 +296,7 @@ class LedgerHandle:
         """
         with self._deliver_lock:
             q = self._deliveries
-            complete = self.complete_run
+            complete = self._complete_run
             while q:
                 first, targets, err = q.popleft()
                 try:

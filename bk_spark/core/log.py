@@ -393,6 +393,11 @@ class LogWriterConfig:
     max_open_attempts: int = 30
     close_timeout_s: float = 60.0
     limits: LogLimits = field(default_factory=LogLimits)
+    #: Called with the new ledger's id right after a roll's CAS succeeded (step 3) and
+    #: before the previous ledger is closed (step 4), on the rolling thread: the window in
+    #: which two ledgers of one writer are open. For fault injection and tests (the fault
+    #: harness pauses there); it must not raise.
+    after_roll_cas: Callable[[int], None] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         LedgerMetadata.validate_quorums(self.ensemble_size, self.write_quorum_size,
@@ -418,7 +423,7 @@ class _Segment:
 
     Their futures are the ledger's tokens (:meth:`LedgerHandle.add_entry_token`), so the
     ledger hands them back a run at a time, in entry order, to :meth:`complete_run` (its
-    :attr:`LedgerHandle.complete_run`); nothing is kept per append here but a count.
+    :meth:`LedgerHandle.complete_runs_with`); nothing is kept per append here but a count.
     """
 
     __slots__ = ("acks", "ledger_id", "index", "appended", "completed", "sealed", "held")
@@ -539,7 +544,7 @@ class LogWriter:
         self._ends_to_record: dict[int, tuple[int, int | None]] = {}
         self._acks = _InOrderAcks(self._on_add_failed)
         self._segment = self._acks.open_segment(lh.id, self._index)
-        lh.complete_run = self._segment.complete_run
+        lh.complete_runs_with(self._segment.complete_run)
         self._futures_condition = shared_condition()  # see core/futures.py
         c = config
         self._roll_entries = c.roll_max_entries if c.roll_max_entries is not None else math.inf
@@ -707,12 +712,14 @@ class LogWriter:
                 self._set_error(exc)
             raise
         self._md = md
+        if self.config.after_roll_cas is not None:
+            self.config.after_roll_cas(new.id)
         with self._acks.lock, self._lock:  # (lock order: see _InOrderAcks.lock)
             prev, prev_last_ts = self._lh, self._last_ts
             info = md.value.find_in_tail(new.id)
             assert info is not None
             self._segment = self._acks.open_segment(new.id, info.index)
-            new.complete_run = self._segment.complete_run
+            new.complete_runs_with(self._segment.complete_run)
             self._lh, self._index = new, info.index
             self._ts_floor = max(self._ts_floor, first_ts)
             self._last_ts, self._entries, self._bytes = None, 0, 0
@@ -926,7 +933,8 @@ def open_log_writer(bk: BookKeeper, name: str, *, create_if_missing: bool = True
                     ack_quorum_size: int = 2, password: bytes = b"",
                     roll_max_entries: int | None = None, roll_max_bytes: int | None = None,
                     roll_max_age_s: float | None = None, digest: str = "crc32c",
-                    limits: LogLimits | None = None) -> LogWriter:
+                    limits: LogLimits | None = None,
+                    after_roll_cas: Callable[[int], None] | None = None) -> LogWriter:
     """Become the writer of log ``name`` (fencing any previous writer); see :func:`_take_over`.
 
     ``create_if_missing``: create the log if it does not exist (else
@@ -938,7 +946,8 @@ def open_log_writer(bk: BookKeeper, name: str, *, create_if_missing: bool = True
         ensemble_size=ensemble_size, write_quorum_size=write_quorum_size,
         ack_quorum_size=ack_quorum_size, password=password, digest=digest,
         roll_max_entries=roll_max_entries, roll_max_bytes=roll_max_bytes,
-        roll_max_age_s=roll_max_age_s, limits=limits or LogLimits())
+        roll_max_age_s=roll_max_age_s, limits=limits or LogLimits(),
+        after_roll_cas=after_roll_cas)
     lh, md, ts_floor = _take_over(bk, name, config, create_if_missing)
     return LogWriter(bk, name, config, lh, md, ts_floor)
 

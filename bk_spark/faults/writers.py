@@ -43,7 +43,7 @@ from bk_spark.core.client import BookKeeper, BookKeeperConfig
 from bk_spark.core.digest import DigestManager, master_key
 from bk_spark.core.entry import EntryCodec
 from bk_spark.core.ledger import LedgerHandle
-from bk_spark.core.log import LogWriter, open_log_writer
+from bk_spark.core.log import open_log_writer
 from bk_spark.core.log_format import encode_entry, now_ms
 from bk_spark.core.metadata import LedgerMetadata
 from bk_spark.core.metadata_store import Versioned
@@ -250,17 +250,15 @@ def ledger_writer(args: argparse.Namespace, stop: threading.Event) -> None:
 # ------------------------------------------------------------------------------ logs
 
 
-def install_roll_hook(session: list[int], pause: float) -> None:
-    """Print ``roll-cas`` once a roll's CAS succeeded, then hold the roll ``pause`` seconds."""
-    original = LogWriter._cas_add_ledger
+def roll_hook(session: list[int], pause: float) -> Callable[[int], None]:
+    """The writer's ``after_roll_cas`` hook: print ``roll-cas`` once a roll's CAS succeeded,
+    then hold the roll ``pause`` seconds (both ledgers of the writer open meanwhile)."""
 
-    def cas_then_pause(self, new_id, properties):  # type: ignore[no-untyped-def]
-        result = original(self, new_id, properties)
+    def cas_then_pause(new_id: int) -> None:
         say(f"roll-cas {session[0]} {new_id}")
         time.sleep(pause)
-        return result
 
-    LogWriter._cas_add_ledger = cas_then_pause  # type: ignore[method-assign]
+    return cas_then_pause
 
 
 def _drain_log(window: deque, block: bool, state: dict, session: int, timeout: float) -> None:
@@ -296,8 +294,7 @@ def _drain_log(window: deque, block: bool, state: dict, session: int, timeout: f
 def log_writer(args: argparse.Namespace, stop: threading.Event) -> None:
     E, Qw, Qa = args.quorum
     session = [0]
-    if args.roll_pause > 0:
-        install_roll_hook(session, args.roll_pause)
+    hook = roll_hook(session, args.roll_pause) if args.roll_pause > 0 else None
     bk = make_client(args)
     pacer = Pacer(args.rate)
     wait = 4 * args.timeout + 10
@@ -306,7 +303,7 @@ def log_writer(args: argparse.Namespace, stop: threading.Event) -> None:
         try:
             w = open_log_writer(bk, args.log, password=PASSWORD, ensemble_size=E,
                                 write_quorum_size=Qw, ack_quorum_size=Qa,
-                                roll_max_entries=args.roll_every)
+                                roll_max_entries=args.roll_every, after_roll_cas=hook)
         except Exception as exc:  # noqa: BLE001 - lost the race, no bookies, ...: retry
             say(f"open-failed {_name(exc)}")
             stop.wait(random.uniform(0.1, 0.4))
