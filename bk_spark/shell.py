@@ -51,6 +51,7 @@ from bk_spark.core.entry import EntryCodec
 from bk_spark.core.log import LEDGER_LOG_KEY, log_incarnation, log_ledgers
 from bk_spark.core.log_format import LedgerInfo, LogRecord, Position, entry_timestamp
 from bk_spark.core.metadata import LedgerMetadata, LedgerState
+from bk_spark.core.reader import read_lac
 from bk_spark.errors import (
     BKError,
     InvalidConfigError,
@@ -311,16 +312,14 @@ def _kv_table(rows: Iterable[tuple[str, Any]]) -> Table:
 
 # =========================================================================== ledger
 def _bookie_lac(bk: BookKeeper, md: LedgerMetadata) -> int | None:
-    """The highest last-add-confirmed the bookies of the last fragment report (None: none
-    answered). Needs no password: a LAC read is not an entry read."""
-    best = None
-    for b in md.last_ensemble:
-        try:
-            lac = bk.bookies.get(b).read_lac(md.ledger_id).lac
-        except BKError:
-            continue
-        best = lac if best is None else max(best, lac)
-    return best
+    """The ledger's last-add-confirmed as a reader would see it (None: too few bookies of
+    the last fragment answered to tell). Needs no password: a LAC read is not an entry
+    read."""
+    try:
+        lac, answers = read_lac(bk, md)
+    except BKError:
+        return None
+    return lac if answers.covered else None
 
 
 def _ledger_summary(md: LedgerMetadata) -> dict[str, Any]:

@@ -102,7 +102,8 @@ log = logging.getLogger(__name__)
 __all__ = [
     "ClosedLedger", "CommitResult", "LedgerInfo", "LogLimits", "LogMetadata", "LogReader",
     "LogRecord", "LogWriter", "LogWriterConfig", "Position", "commit_ledgers", "committed_txn",
-    "create_log", "delete_log", "list_logs", "log_incarnation", "log_ledgers", "log_metadata",
+    "LogView", "create_log", "delete_log", "ledger_end", "list_logs", "log_incarnation",
+    "log_ledgers", "log_metadata", "open_log_view", "watch_log",
     "open_log_reader", "open_log_writer", "truncate_log", "update_log_properties",
 ]
 
@@ -312,61 +313,107 @@ def _delete_ledger_quietly(bk: BookKeeper, ledger_id: int, password: bytes) -> N
         log.warning("ledger %d: could not delete it: %s", ledger_id, exc)
 
 
-def _ledger_at(store: LogMetadataStore, name: str, md: LogMetadata,
-               segments: dict[int, Segment], index: int) -> LedgerInfo | None:
-    """The ledger at absolute ``index`` (None: not added yet), loading its segment."""
-    if index < md.first_index:
-        raise LogTruncatedError(
-            f"log {name!r}: ledger #{index} was truncated (the log starts at ledger "
-            f"#{md.first_index})")
-    if index >= md.tail_start:
-        return md.tail_ledger(index)
-    s = md.segment_for(index)
-    if s is None:  # pragma: no cover - the layout keeps segments contiguous
-        raise LogTruncatedError(f"log {name!r}: no segment holds ledger #{index}")
-    return _segment(store, name, segments, s.number).ledgers[index - s.start]
+class LogView:
+    """One read of a log's ledger list, with its spilled segments loaded when needed.
 
+    The one home of "which ledger is at absolute index *i*" and "where in the log is ledger
+    *L*" (the log reader, truncation, deletion, commits and the Spark source all ask it).
+    Segments are immutable once written, so :meth:`refreshed` keeps the loaded ones.
+    """
 
-def _index_of(store: LogMetadataStore, name: str, md: LogMetadata,
-              segments: dict[int, Segment], position: Position) -> int:
-    """The absolute index of ``position``'s ledger in the log."""
-    if position.ledger_id < 0:
-        if not 0 <= position.ledger_index <= md.end_index:
-            raise InvalidConfigError(f"position {position}: no ledger_id and no valid "
-                                     f"ledger_index in log {name!r}")
-        if position.ledger_index < md.first_index:
-            raise LogTruncatedError(f"log {name!r}: {position} was truncated")
-        return position.ledger_index
-    if md.first_index <= position.ledger_index < md.end_index:
-        info = _ledger_at(store, name, md, segments, position.ledger_index)
+    def __init__(self, store: LogMetadataStore, name: str, md: LogMetadata,
+                 segments: dict[int, Segment] | None = None) -> None:
+        self.name = name
+        self.md = md
+        self._store = store
+        self._segments: dict[int, Segment] = {} if segments is None else segments
+
+    def refreshed(self, md: LogMetadata) -> LogView:
+        """A view of a newer read ``md`` of the same log, sharing the loaded segments."""
+        return LogView(self._store, self.name, md, self._segments)
+
+    def at(self, index: int) -> LedgerInfo | None:
+        """The live ledger at absolute ``index`` (None: truncated or not added yet)."""
+        md = self.md
+        if not md.first_index <= index < md.end_index:
+            return None
+        if index >= md.tail_start:
+            return md.tail_ledger(index)
+        s = md.segment_for(index)
+        if s is None:  # pragma: no cover - the layout keeps segments contiguous
+            return None
+        return self._segment(s.number).ledgers[index - s.start]
+
+    def index_of_ledger(self, ledger_id: int) -> int | None:
+        """The absolute index of live ledger ``ledger_id`` (None: not in the log)."""
+        info = self.md.find_in_tail(ledger_id)
+        if info is not None:
+            return info.index
+        for s in self.md.live_segments:
+            for r in self._segment(s.number).ledgers:
+                if r.ledger_id == ledger_id and r.index >= self.md.first_index:
+                    return r.index
+        return None
+
+    def index_of(self, position: Position) -> int:
+        """The absolute index of ``position``'s ledger; :class:`LogTruncatedError` when it
+        is no longer (or never was) in the log."""
+        md, name = self.md, self.name
+        if position.ledger_id < 0:
+            if not 0 <= position.ledger_index <= md.end_index:
+                raise InvalidConfigError(f"position {position}: no ledger_id and no valid "
+                                         f"ledger_index in log {name!r}")
+            if position.ledger_index < md.first_index:
+                raise LogTruncatedError(f"log {name!r}: {position} was truncated")
+            return position.ledger_index
+        info = self.at(position.ledger_index)
         if info is not None and info.ledger_id == position.ledger_id:
             return info.index
-    info = md.find_in_tail(position.ledger_id)
-    if info is not None:
-        return info.index
-    for s in md.live_segments:
-        for r in _segment(store, name, segments, s.number).ledgers:
-            if r.ledger_id == position.ledger_id and r.index >= md.first_index:
-                return r.index
-    raise LogTruncatedError(
-        f"log {name!r}: ledger {position.ledger_id} of {position} is not in the log "
-        f"(truncated, or never part of it)")
+        index = self.index_of_ledger(position.ledger_id)
+        if index is None:
+            raise LogTruncatedError(
+                f"log {name!r}: ledger {position.ledger_id} of {position} is not in the log "
+                f"(truncated, or never part of it)")
+        return index
+
+    def ledgers(self) -> list[LedgerInfo]:
+        """Every live ledger, in log order."""
+        out: list[LedgerInfo] = []
+        for s in self.md.live_segments:
+            out.extend(r for r in self._segment(s.number).ledgers
+                       if r.index >= self.md.first_index)
+        out.extend(self.md.tail)
+        return out
+
+    def _segment(self, number: int) -> Segment:
+        if number not in self._segments:
+            self._segments[number] = self._store.read_segment(self.name, number)
+        return self._segments[number]
 
 
-def _segment(store: LogMetadataStore, name: str, segments: dict[int, Segment],
-             number: int) -> Segment:
-    if number not in segments:
-        segments[number] = store.read_segment(name, number)
-    return segments[number]
+def open_log_view(bk: BookKeeper, name: str) -> LogView:
+    """A :class:`LogView` of the current ledger list of log ``name``."""
+    store = _store(bk)
+    return LogView(store, name, store.read(name).value)
 
 
-def _all_ledgers(store: LogMetadataStore, name: str, md: LogMetadata) -> list[LedgerInfo]:
-    out: list[LedgerInfo] = []
-    for s in md.live_segments:
-        out.extend(r for r in store.read_segment(name, s.number).ledgers
-                   if r.index >= md.first_index)
-    out.extend(md.tail)
-    return out
+def watch_log(bk: BookKeeper, name: str, on_change: Callable[[], None]) -> LogMetadata:
+    """The current metadata of log ``name``; ``on_change()`` runs once (on a ZooKeeper
+    thread) at its next change (a roll, a close recorded, a truncation, a deletion)."""
+    return _store(bk).read(name, watch=lambda _event: on_change()).value
+
+
+def ledger_end(bk: BookKeeper, info: LedgerInfo, password: bytes) -> tuple[int, bool]:
+    """``(last readable entry, closed)`` of a log's ledger: the readable end of a ledger.
+
+    From the log metadata when the ledger is described (closed, its end recorded), else
+    through a non-fencing open: its last-add-confirmed while the writer still adds, or its
+    last entry once closed. Never fences (readers do not disturb the writer)."""
+    if info.is_described:
+        assert info.last_entry_id is not None
+        return info.last_entry_id, True
+    rh = bk.open_ledger(info.ledger_id, password, recovery=False)
+    return rh.last_add_confirmed, rh.is_closed
 
 
 # ======================================================================== writer
@@ -975,7 +1022,7 @@ class LogReader:
         self.name = validate_log_name(name)
         self._password = password.encode() if isinstance(password, str) else bytes(password)
         self._store = _store(bk)
-        self._segments: dict[int, Segment] = {}
+        self._view: LogView | None = None
         self._changed = threading.Event()
         self._closed = False
         self._refreshed_at = 0.0
@@ -993,6 +1040,8 @@ class LogReader:
         """Re-read the log metadata and re-arm the watch that flags its next change."""
         self._changed.clear()
         self._md = self._store.read(self.name, watch=self._on_change)
+        self._view = (LogView(self._store, self.name, self._md.value) if self._view is None
+                      else self._view.refreshed(self._md.value))
         self._refreshed_at = time.monotonic()
         return self._md
 
@@ -1001,7 +1050,14 @@ class LogReader:
             self._refresh()
 
     def _ledger_at(self, index: int) -> LedgerInfo | None:
-        return _ledger_at(self._store, self.name, self._md.value, self._segments, index)
+        """The ledger at ``index`` (None: not added yet); truncated: an error."""
+        assert self._view is not None
+        md = self._view.md
+        if index < md.first_index:
+            raise LogTruncatedError(
+                f"log {self.name!r}: ledger #{index} was truncated (the log starts at ledger "
+                f"#{md.first_index})")
+        return self._view.at(index)
 
     def _handle_for(self, info: LedgerInfo) -> ReadHandle:
         if self._handle is None or self._handle.id != info.ledger_id:
@@ -1046,15 +1102,13 @@ class LogReader:
         elif isinstance(start, Position):
             if start.entry_id < 0:
                 raise InvalidConfigError(f"start position {start}: entry_id must be >= 0")
-            self._index = _index_of(self._store, self.name, md, self._segments, start)
+            assert self._view is not None
+            self._index = self._view.index_of(start)
             self._entry = start.entry_id
         else:
             raise InvalidConfigError(
                 f"start must be 'earliest', 'latest', a Position or None, got {start!r}")
         return self.position
-
-    def _readable_last(self, rh: ReadHandle) -> int:
-        return rh.last_add_confirmed if rh.is_closed else rh.read_last_add_confirmed()
 
     def _seek_latest(self) -> None:
         md = self._md.value
@@ -1064,7 +1118,7 @@ class LogReader:
             return
         self._index = last.index
         self._entry = (last.last_entry_id if last.is_described
-                       else self._readable_last(self._handle_for(last))) + 1
+                       else self._handle_for(last).read_last_add_confirmed()) + 1
 
     def _seek_timestamp(self, ts: int) -> None:
         """Pick the ledger from the metadata, then binary-search the entries inside it.
@@ -1082,7 +1136,7 @@ class LogReader:
             if not info.may_hold_timestamp(ts):
                 continue
             rh = self._handle_for(info)
-            last = self._readable_last(rh)
+            last = rh.read_last_add_confirmed()
 
             def ts_of(entry_id: int, rh: ReadHandle = rh) -> int:
                 return entry_timestamp(rh.read_entries(entry_id, entry_id)[0].payload)
@@ -1104,7 +1158,7 @@ class LogReader:
             if info is None:
                 return
             rh = self._handle_for(info)
-            last = self._readable_last(rh)
+            last = rh.read_last_add_confirmed()
             if self._entry <= last:
                 yield from self._read(rh, info, last)
             if not rh.is_closed:
@@ -1200,8 +1254,7 @@ def log_incarnation(md: LogMetadata) -> str:
 
 def log_ledgers(bk: BookKeeper, name: str) -> list[LedgerInfo]:
     """Every live ledger of log ``name`` in log order (reads the spilled segments)."""
-    store = _store(bk)
-    return _all_ledgers(store, name, store.read(name).value)
+    return open_log_view(bk, name).ledgers()
 
 
 def create_log(bk: BookKeeper, name: str, *, properties: dict[str, Any] | None = None
@@ -1232,19 +1285,18 @@ def truncate_log(bk: BookKeeper, name: str, before: Position, password: bytes = 
     space. A ledger that is not closed yet (and every one after it) is kept. Returns the ids
     of the ledgers dropped.
     """
-    store = _store(bk)
-    md = store.read(name).value
+    view = open_log_view(bk, name)
+    md = view.md
     try:
-        before_index = _index_of(store, name, md, {}, before)
+        before_index = view.index_of(before)
     except LogTruncatedError:
         return []  # already truncated past it
     target = md.truncated(before_index).first_index
     if target <= md.first_index:
         return []
-    segments: dict[int, Segment] = {}
     dropped = []
     for index in range(md.first_index, target):
-        info = _ledger_at(store, name, md, segments, index)
+        info = view.at(index)
         assert info is not None
         dropped.append(info.ledger_id)
     _update_log(bk, name, needs_change=lambda m: m.first_index < target,
@@ -1266,7 +1318,7 @@ def delete_log(bk: BookKeeper, name: str, password: bytes = b"") -> list[int]:
     store = _store(bk)
     md = _update_log(bk, name, needs_change=lambda m: not m.deleting,
                      make_change=lambda m: m.marked_deleting(), allow_deleting=True).value
-    ledgers = [r.ledger_id for r in _all_ledgers(store, name, md)]
+    ledgers = [r.ledger_id for r in LogView(store, name, md).ledgers()]
     for lid in ledgers:
         _delete_ledger_quietly(bk, lid, password)
     store.delete_tree(name)
@@ -1373,7 +1425,7 @@ def _commit_from(bk: BookKeeper, store: LogMetadataStore, name: str,
     described = _fence_and_describe(bk, md, password)
     if described is None:
         return None  # truncated meanwhile: the list changed
-    dropped = tuple(r.ledger_id for r in _all_ledgers(store, name, md)) if replace else ()
+    dropped = tuple(r.ledger_id for r in LogView(store, name, md).ledgers()) if replace else ()
 
     made: list[LogMetadata] = []
 

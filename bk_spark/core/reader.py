@@ -22,7 +22,7 @@ from bk_spark.core.bookie_client import check_response, unavailable
 from bk_spark.core.entry import EntryCodec, LedgerEntry
 from bk_spark.core.metadata import LedgerMetadata, LedgerState
 from bk_spark.core.metadata_store import Versioned
-from bk_spark.core.recovery import ask_last_fragment
+from bk_spark.core.recovery import FragmentAnswers, ask_last_fragment
 from bk_spark.core.schedule import write_set
 from bk_spark.errors import (
     BKError,
@@ -142,6 +142,25 @@ def _no_good_copy(ledger_id: int, entry_id: int, problems: list[str]) -> BKError
                                   f"write set could serve it ({detail})")
 
 
+def read_lac(bk: BookKeeper, m: LedgerMetadata, previous: int = -1, wait_ms: int = 0
+             ) -> tuple[int, FragmentAnswers]:
+    """One round of BookKeeper's ``ReadLastConfirmedOp`` on the last fragment of ``m``:
+    the highest LAC the bookies report (-1: none) and the answers, whose ``covered`` says
+    whether (Qw - Qa) + 1 bookies of every write quorum answered (only then is the LAC at
+    least the one the last acknowledged entry carried). A bookie that never saw the ledger
+    answers LAC -1. ``wait_ms`` > 0 long-polls: the round ends as soon as one bookie
+    reports more than ``previous``. Needs no password: a LAC carries no entry data."""
+    get = bk.bookies.get
+    got = ask_last_fragment(
+        m, lambda b: get(b).read_lac_future(m.ledger_id, previous, wait_ms,
+                                            wait_for_ready=True),
+        timeout=bk.config.client.read_timeout_s + wait_ms / 1000.0 + 1,
+        counts_as_answer=(NoSuchLedgerError,),
+        stop_when=(lambda r: r.lac > previous) if wait_ms > 0 else None)
+    best = max((r.lac for r in got.responses.values() if r is not None), default=-1)
+    return best, got
+
+
 class ReadHandle:
     """A ledger opened for reading: closed/recovered, or open without fencing."""
 
@@ -245,16 +264,9 @@ class ReadHandle:
         in case the writer replaced them: "nothing new" is never an unreachable cluster.
         """
         previous = self._lac
-        get = self._bk.bookies.get
         for _ in range(2):
             m = self._md.value
-            got = ask_last_fragment(
-                m, lambda b: get(b).read_lac_future(self.id, previous, wait_ms,
-                                                    wait_for_ready=True),
-                timeout=self._bk.config.client.read_timeout_s + wait_ms / 1000.0 + 1,
-                counts_as_answer=(NoSuchLedgerError,),
-                stop_when=(lambda r: r.lac > previous) if wait_ms > 0 else None)
-            best = max((r.lac for r in got.responses.values() if r is not None), default=-1)
+            best, got = read_lac(self._bk, m, previous, wait_ms)
             with self._lock:
                 if best > self._lac:
                     self._lac = best
