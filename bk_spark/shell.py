@@ -48,6 +48,7 @@ from bk_spark.core.bookie_client import ClientConfig
 from bk_spark.core.client import BookKeeper, BookKeeperConfig
 from bk_spark.core.digest import DigestManager, master_key, password_digest
 from bk_spark.core.entry import EntryCodec
+from bk_spark.core.futures import InFlightWindow
 from bk_spark.core.log import LEDGER_LOG_KEY, log_incarnation, log_ledgers
 from bk_spark.core.log_format import LedgerInfo, LogRecord, Position, entry_timestamp
 from bk_spark.core.metadata import LedgerMetadata, LedgerState
@@ -62,6 +63,7 @@ from bk_spark.errors import (
     ReadPastLacError,
     UnauthorizedError,
 )
+from bk_spark.protocol import log_rules
 from bk_spark.registration import list_bookies
 
 ledger_app = typer.Typer(no_args_is_help=True,
@@ -72,10 +74,6 @@ log_app = typer.Typer(no_args_is_help=True,
 
 #: Custom metadata key marking the short-lived ledgers of simpletest / bookie-sanity.
 TOOL_KEY = "bk-spark.tool"
-#: Log properties holding the quorums ``bk log create`` chose; ``bk log append`` uses them.
-QUORUM_KEYS = ("bk-spark.ensemble_size", "bk-spark.write_quorum_size",
-               "bk-spark.ack_quorum_size")
-DEFAULT_QUORUMS = (3, 2, 2)
 PREVIEW_CHARS = 1000  # longest payload text shown in a table cell
 PREVIEW_HEX_BYTES = 48
 MAX_IN_FLIGHT = 8192  # appends outstanding during bulk loads
@@ -263,26 +261,24 @@ class _JsonArray:
 def _pipelined(futures: Iterable[Future], advance: Callable[[int], None],
                on_result: Callable[[Any], None] | None = None) -> tuple[int, Any, Any]:
     """Wait for ``futures`` in order (started lazily) keeping at most :data:`MAX_IN_FLIGHT`
-    open; ``on_result`` sees each result in order. Returns ``(count, first, last result)``."""
-    pending: deque[Future] = deque()
-    count, first, last = 0, None, None
+    open (:class:`~bk_spark.core.futures.InFlightWindow`); ``on_result`` sees each result in
+    order. Returns ``(count, first, last result)``."""
+    ends: dict[str, Any] = {"first": None, "last": None}
 
-    def settle() -> None:
-        nonlocal count, first, last
-        last = pending.popleft().result()
-        first = last if count == 0 else first
-        count += 1
+    def settle(fut: Future) -> None:
+        result = fut.result()
+        if window.settled == 1:  # counted before this call
+            ends["first"] = result
+        ends["last"] = result
         advance(1)
         if on_result is not None:
-            on_result(last)
+            on_result(result)
 
+    window = InFlightWindow(MAX_IN_FLIGHT, on_done=settle)
     for fut in futures:
-        pending.append(fut)
-        if len(pending) >= MAX_IN_FLIGHT:
-            settle()
-    while pending:
-        settle()
-    return count, first, last
+        window.push(fut)
+    window.drain()
+    return window.settled, ends["first"], ends["last"]
 
 
 def _synthetic(i: int, size: int, fill: bytes) -> bytes:
@@ -552,10 +548,8 @@ def log_create(
     -E/-Qw/-Qa (default 3/2/2) are stored in the log's properties as bk-spark.ensemble_size,
     bk-spark.write_quorum_size and bk-spark.ack_quorum_size.
     """
-    quorums = tuple(v if v is not None else d for v, d in
-                    zip((ensemble, write_quorum, ack_quorum), DEFAULT_QUORUMS, strict=True))
-    LedgerMetadata.validate_quorums(*quorums)
-    props: dict[str, Any] = dict(zip(QUORUM_KEYS, quorums, strict=True))
+    quorums = log_rules.log_quorums({}, (ensemble, write_quorum, ack_quorum))
+    props: dict[str, Any] = log_rules.quorum_properties(quorums)
     for p in prop or []:
         key, eq, value = p.partition("=")
         if not eq or not key:
@@ -739,12 +733,9 @@ def log_append(
                 raise LogNotFoundError(f"log {name!r} does not exist: `bk log create {name}` "
                                        f"creates it (or pass --create)") from None
             props, missing = {}, True
-        given = (ensemble, write_quorum, ack_quorum)
-        e, qw, qa = (v if v is not None else int(props.get(k, d))
-                     for v, k, d in zip(given, QUORUM_KEYS, DEFAULT_QUORUMS, strict=True))
-        LedgerMetadata.validate_quorums(e, qw, qa)
+        e, qw, qa = log_rules.log_quorums(props, (ensemble, write_quorum, ack_quorum))
         if missing:
-            bk.create_log(name, properties=dict(zip(QUORUM_KEYS, (e, qw, qa), strict=True)))
+            bk.create_log(name, quorums=(e, qw, qa))
         with bk.open_log_writer(name, create_if_missing=False, ensemble_size=e,
                                 write_quorum_size=qw, ack_quorum_size=qa, password=password,
                                 roll_max_entries=roll_max_entries) as writer:

@@ -42,7 +42,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -52,6 +52,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
 from kazoo.protocol.states import WatchedEvent
 
 from bk_spark.core.futures import (
+    InFlightWindow,
     SharedConditionFuture,
     complete_in_order,
     complete_results,
@@ -105,6 +106,7 @@ __all__ = [
     "LogView", "create_log", "delete_log", "ledger_end", "list_logs", "log_incarnation",
     "log_ledgers", "log_metadata", "open_log_view", "watch_log",
     "open_log_reader", "open_log_writer", "truncate_log", "update_log_properties",
+    "WrittenLedger", "write_closed_ledger",
 ]
 
 #: Custom metadata key naming the log a ledger was created for (finds orphans).
@@ -976,8 +978,8 @@ def _take_over_from(bk: BookKeeper, name: str, config: LogWriterConfig,
 
 
 def open_log_writer(bk: BookKeeper, name: str, *, create_if_missing: bool = True,
-                    ensemble_size: int = 3, write_quorum_size: int = 2,
-                    ack_quorum_size: int = 2, password: bytes = b"",
+                    ensemble_size: int | None = None, write_quorum_size: int | None = None,
+                    ack_quorum_size: int | None = None, password: bytes = b"",
                     roll_max_entries: int | None = None, roll_max_bytes: int | None = None,
                     roll_max_age_s: float | None = None, digest: str = "crc32c",
                     limits: LogLimits | None = None,
@@ -986,12 +988,22 @@ def open_log_writer(bk: BookKeeper, name: str, *, create_if_missing: bool = True
 
     ``create_if_missing``: create the log if it does not exist (else
     :class:`LogNotFoundError`). Quorums and ``password`` apply to the ledgers this writer
-    creates; ``roll_max_*``: automatic rolling (:class:`LogWriterConfig`).
+    creates; a quorum not given is the log's (recorded by :func:`create_log`), else 3/2/2
+    (:func:`~bk_spark.protocol.log_rules.log_quorums`). ``roll_max_*``: automatic rolling
+    (:class:`LogWriterConfig`).
     """
     validate_log_name(name)
+    given = (ensemble_size, write_quorum_size, ack_quorum_size)
+    properties: Mapping[str, Any] = {}
+    if None in given:
+        try:
+            properties = _store(bk).read(name).value.properties
+        except LogNotFoundError:
+            pass
+    e, qw, qa = log_rules.log_quorums(properties, given)
     config = LogWriterConfig(
-        ensemble_size=ensemble_size, write_quorum_size=write_quorum_size,
-        ack_quorum_size=ack_quorum_size, password=password, digest=digest,
+        ensemble_size=e, write_quorum_size=qw,
+        ack_quorum_size=qa, password=password, digest=digest,
         roll_max_entries=roll_max_entries, roll_max_bytes=roll_max_bytes,
         roll_max_age_s=roll_max_age_s, limits=limits or LogLimits(),
         after_roll_cas=after_roll_cas)
@@ -1257,12 +1269,15 @@ def log_ledgers(bk: BookKeeper, name: str) -> list[LedgerInfo]:
     return open_log_view(bk, name).ledgers()
 
 
-def create_log(bk: BookKeeper, name: str, *, properties: dict[str, Any] | None = None
-               ) -> LogMetadata:
+def create_log(bk: BookKeeper, name: str, *, properties: dict[str, Any] | None = None,
+               quorums: tuple[int, int, int] | None = None) -> LogMetadata:
     """Create an empty log (:class:`LogExistsError` if it exists) with a new random log id
-    (:func:`log_incarnation`)."""
-    md = LogMetadata(ctime_ms=now_ms(), log_id=uuid.uuid4().hex).with_properties(
-        properties or {})
+    (:func:`log_incarnation`). ``quorums`` ``(E, Qw, Qa)``: recorded in its properties for
+    the writers that give none (:func:`~bk_spark.protocol.log_rules.log_quorums`)."""
+    props = dict(properties or {})
+    if quorums is not None:
+        props.update(log_rules.quorum_properties(quorums))
+    md = LogMetadata(ctime_ms=now_ms(), log_id=uuid.uuid4().hex).with_properties(props)
     return _store(bk).create(name, md).value
 
 
@@ -1347,6 +1362,57 @@ class CommitResult:
     committed: bool
     metadata: LogMetadata
     dropped: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class WrittenLedger:
+    """What :func:`write_closed_ledger` wrote: the closed ledger, ready for
+    :func:`commit_ledgers`, and how many entries it holds."""
+
+    ledger: ClosedLedger
+    entries: int
+
+
+def write_closed_ledger(bk: BookKeeper, name: str, payloads: Iterable[bytes | None], *,
+                        ensemble_size: int = 3, write_quorum_size: int = 2,
+                        ack_quorum_size: int = 2, password: bytes = b"", ts_floor: int = 0,
+                        custom_metadata: Mapping[str, str] | None = None,
+                        on_created: Callable[[int], None] | None = None,
+                        max_in_flight_entries: int = 4096,
+                        max_in_flight_bytes: int = 64 << 20) -> WrittenLedger | None:
+    """Write ``payloads`` (log entries: each framed with its timestamp, never below
+    ``ts_floor``) into one NEW ledger created for log ``name``, close it, and return it
+    (None: no payload, no ledger created). The ledger is not in the log: add it with
+    :func:`commit_ledgers` (one per Spark task, committed together).
+
+    ``on_created(ledger_id)`` runs as soon as the ledger exists, before its first add, so
+    the caller can record it for clean-up (a failed or abandoned write leaves a ledger no
+    log lists). Adds are pipelined within the in-flight limits (:class:`InFlightWindow`);
+    a failed add raises.
+    """
+    lh: LedgerHandle | None = None
+    window = InFlightWindow(max_in_flight_entries, max_in_flight_bytes)
+    first_ts = last_ts = 0
+    entries = 0
+    for payload in payloads:
+        if lh is None:
+            lh = bk.create_ledger(ensemble_size, write_quorum_size, ack_quorum_size,
+                                  password=password,
+                                  custom_metadata={LEDGER_LOG_KEY: name,
+                                                   **(custom_metadata or {})})
+            if on_created is not None:
+                on_created(lh.id)
+        ts = last_ts = ts_floor = max(now_ms(), ts_floor)
+        first_ts = first_ts or ts
+        window.push(lh.add_entry_async(encode_entry(payload, ts)),
+                    len(payload) if payload is not None else 0)
+        entries += 1
+    if lh is None:
+        return None
+    window.drain()
+    lh.close()
+    return WrittenLedger(ClosedLedger(lh.id, lh.last_add_confirmed, first_ts, last_ts),
+                         entries)
 
 
 def commit_ledgers(bk: BookKeeper, name: str, ledgers: list[ClosedLedger], *,

@@ -50,9 +50,9 @@ option                     used    meaning (default)
                                    ``BK_ZK_AUTH_FILE``).
 ``zkTlsCaCert``            all     PEM CA of ZooKeeper's ``secureClientPort``: TLS to
                                    ZooKeeper (``zkTlsCert``/``zkTlsKey``: a client cert).
-``ensembleSize``           write   bookies per new ledger (3).
-``writeQuorumSize``        write   copies of each entry (2).
-``ackQuorumSize``          write   acknowledgements awaited per entry (2).
+``ensembleSize``           write   bookies per new ledger (the log's, else 3).
+``writeQuorumSize``        write   copies of each entry (the log's, else 2).
+``ackQuorumSize``          write   acknowledgements awaited per entry (the log's, else 2).
 ``entryFormat``            write   ``raw`` (one entry per row of a ``value`` binary/string
                                    column) or ``arrow`` (rows packed as Arrow IPC record
                                    batches, schema kept in the log). (the log's recorded
@@ -145,9 +145,11 @@ option                                    used    meaning (default)
 ``zkTlsCaCert``                           all     PEM CA of ZooKeeper's ``secureClientPort``: TLS
                                                   to ZooKeeper (``zkTlsCert``/``zkTlsKey``: a
                                                   client certificate).
-``ensembleSize``                          write   bookies per new ledger (3).
-``writeQuorumSize``                       write   copies of each entry (2).
-``ackQuorumSize``                         write   acknowledgements awaited per entry (2).
+``ensembleSize``                          write   bookies per new ledger (the log's recorded
+                                                  quorums, ``bk log create -E``; else 3).
+``writeQuorumSize``                       write   copies of each entry (the log's, else 2).
+``ackQuorumSize``                         write   acknowledgements awaited per entry (the
+                                                  log's, else 2).
 ``entryFormat``                           write   ``raw`` (one entry per row of a ``value``
                                                   binary/string column) or ``arrow`` (rows packed as
                                                   Arrow IPC record batches, schema kept in the log).
@@ -596,9 +598,10 @@ class WriteOptions:
     log: str
     password: bytes = field(default=b"", repr=False)
     security: ClientSecurity = field(default_factory=ClientSecurity)
-    ensemble_size: int = 3
-    write_quorum_size: int = 2
-    ack_quorum_size: int = 2
+    # None: the log's recorded quorums, else 3/2/2 (log_rules.log_quorums)
+    ensemble_size: int | None = None
+    write_quorum_size: int | None = None
+    ack_quorum_size: int | None = None
     entry_format: EntryFormat | None = None  # None: decided from the log (see the table)
     sink_id: str | None = None
 
@@ -607,13 +610,12 @@ class WriteOptions:
         allowed = _COMMON + _WRITE + (_STREAM_WRITE if streaming else ())
         _check_names(options, allowed, "a streaming write" if streaming else "a batch write")
         (log_name,) = _logs(options, required=True, single=True)
-        e = _int(options, "ensembleSize", default=3)
-        qw = _int(options, "writeQuorumSize", default=2)
-        qa = _int(options, "ackQuorumSize", default=2)
-        assert e is not None and qw is not None and qa is not None
-        if qw > e:
+        e = _int(options, "ensembleSize")
+        qw = _int(options, "writeQuorumSize")
+        qa = _int(options, "ackQuorumSize")
+        if e is not None and qw is not None and qw > e:
             raise _fail("writeQuorumSize", f"{qw} is more than ensembleSize {e}")
-        if qa > qw:
+        if qw is not None and qa is not None and qa > qw:
             raise _fail("ackQuorumSize", f"{qa} is more than writeQuorumSize {qw}")
         fmt = _get(options, "entryFormat")
         if fmt is not None:

@@ -30,9 +30,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,9 +43,8 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from bk_spark.core.client import BookKeeper
-from bk_spark.core.ledger import LedgerHandle
-from bk_spark.core.log import LEDGER_LOG_KEY, ClosedLedger, commit_ledgers
-from bk_spark.core.log_format import LogMetadata, encode_entry, now_ms
+from bk_spark.core.log import ClosedLedger, commit_ledgers, write_closed_ledger
+from bk_spark.core.log_format import LogMetadata
 from bk_spark.datasource import connections, pending
 from bk_spark.datasource.formats import (
     FORMAT_PROPERTY,
@@ -62,6 +59,7 @@ from bk_spark.datasource.formats import (
 )
 from bk_spark.datasource.options import WriteOptions
 from bk_spark.errors import BKError, InvalidConfigError, LogNotFoundError, LogOwnershipLostError
+from bk_spark.protocol.log_rules import log_quorums
 
 log = logging.getLogger(__name__)
 
@@ -155,43 +153,35 @@ def write_task(o: WriteOptions, attempt: str, txn_key: str | None,
         payloads: Iterator[bytes | None] = pack_arrow(batches)
     else:
         payloads = (v for b in batches for v in raw_values(b))
-    lh: LedgerHandle | None = None
-    in_flight: deque[tuple[Future[int], int]] = deque()
-    in_flight_bytes = 0
-    first_ts = last_ts = 0
-    rows = 0
+    created: list[int] = []
+
+    def register(ledger_id: int) -> None:
+        created.append(ledger_id)
+        pending.register(bk, o.log, ledger_id, attempt, txn_key)
+
+    given = (o.ensemble_size, o.write_quorum_size, o.ack_quorum_size)
     try:
-        for payload in payloads:
-            if lh is None:
-                lh = bk.create_ledger(o.ensemble_size, o.write_quorum_size,
-                                      o.ack_quorum_size, password=o.password,
-                                      custom_metadata={LEDGER_LOG_KEY: o.log,
-                                                       LEDGER_ATTEMPT_KEY: attempt})
-                pending.register(bk, o.log, lh.id, attempt, txn_key)
-            ts = max(now_ms(), ts_floor)
-            ts_floor = last_ts = ts
-            if not first_ts:
-                first_ts = ts
-            fut = lh.add_entry_async(encode_entry(payload, ts))
-            size = len(payload) if payload is not None else 0
-            in_flight.append((fut, size))
-            in_flight_bytes += size
-            rows += 1
-            while len(in_flight) > MAX_IN_FLIGHT_ENTRIES or \
-                    in_flight_bytes > MAX_IN_FLIGHT_BYTES:
-                done, size = in_flight.popleft()
-                done.result()
-                in_flight_bytes -= size
-        if lh is None:
-            return LedgerWritten(None, entry_format=fmt)
-        for fut, _size in in_flight:
-            fut.result()
-        lh.close()
+        e, qw, qa = log_quorums(md.properties if md is not None else {}, given)
+    except InvalidConfigError as exc:
+        raise InvalidConfigError(
+            f"options ensembleSize/writeQuorumSize/ackQuorumSize {given} with the quorums "
+            f"log {o.log!r} records: {exc}") from None
+    try:
+        written = write_closed_ledger(
+            bk, o.log, payloads, ensemble_size=e, write_quorum_size=qw, ack_quorum_size=qa,
+            password=o.password, ts_floor=ts_floor,
+            custom_metadata={LEDGER_ATTEMPT_KEY: attempt}, on_created=register,
+            max_in_flight_entries=MAX_IN_FLIGHT_ENTRIES,
+            max_in_flight_bytes=MAX_IN_FLIGHT_BYTES)
     except BaseException:
-        if lh is not None:
-            pending.discard(bk, o.log, [lh.id], o.password)
+        if created:
+            pending.discard(bk, o.log, created, o.password)
         raise
-    return LedgerWritten(lh.id, lh.last_add_confirmed, first_ts, last_ts, rows, fmt)
+    if written is None:
+        return LedgerWritten(None, entry_format=fmt)
+    c = written.ledger
+    return LedgerWritten(c.ledger_id, c.last_entry_id, c.first_ts_ms, c.last_ts_ms,
+                         written.entries, fmt)
 
 
 # ------------------------------------------------------------------------- driver

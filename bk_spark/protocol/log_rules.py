@@ -26,6 +26,7 @@ from enum import Enum
 from types import MappingProxyType
 
 from bk_spark.core.log_format import LedgerInfo, LogMetadata
+from bk_spark.core.metadata import validate_quorums
 
 #: Log property holding, per transaction key, the last transaction id committed:
 #: ``{"bk-spark.txn": {"<txn key>": <txn id>}}``.
@@ -97,3 +98,34 @@ def commit_check(md: LogMetadata, ledger_ids: Sequence[int], txn_key: str | None
         if last is not None and last >= txn_id:
             return LogDecision.COMMITTED
     return LogDecision.CHANGE
+
+
+#: Log properties holding the quorums of the ledgers a log's writers create
+#: (``bk log create -E/-Qw/-Qa``, :func:`~bk_spark.core.log.create_log`'s quorums).
+QUORUM_PROPERTIES = ("bk-spark.ensemble_size", "bk-spark.write_quorum_size",
+                     "bk-spark.ack_quorum_size")
+#: The quorums of a log that records none: E=3, Qw=2, Qa=2.
+DEFAULT_QUORUMS = (3, 2, 2)
+
+
+def log_quorums(properties: Mapping[str, object],
+                given: tuple[int | None, int | None, int | None] = (None, None, None)
+                ) -> tuple[int, int, int]:
+    """The ``(E, Qw, Qa)`` a writer of a log creates its ledgers with: each one ``given``,
+    else the log's recorded one (:data:`QUORUM_PROPERTIES`), else the default; checked
+    (E >= Qw >= Qa >= 1). One policy for the Python writer, the shell and Spark writes."""
+    out = []
+    for value, key, default in zip(given, QUORUM_PROPERTIES, DEFAULT_QUORUMS, strict=True):
+        if value is None:
+            recorded = properties.get(key)
+            value = int(recorded) if isinstance(recorded, int | str) else default
+        out.append(value)
+    e, qw, qa = out
+    validate_quorums(e, qw, qa)
+    return e, qw, qa
+
+
+def quorum_properties(quorums: tuple[int, int, int]) -> dict[str, int]:
+    """The log properties recording ``quorums`` (:data:`QUORUM_PROPERTIES`)."""
+    validate_quorums(*quorums)
+    return dict(zip(QUORUM_PROPERTIES, quorums, strict=True))

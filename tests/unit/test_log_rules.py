@@ -8,13 +8,16 @@ import dataclasses
 import pytest
 
 from bk_spark.core.log_format import LedgerInfo, LogMetadata
+from bk_spark.errors import InvalidConfigError
 from bk_spark.protocol.log_rules import (
     ROLL,
     TXN_PROPERTY,
     LogDecision,
     commit_check,
     ledgers_to_fence,
+    log_quorums,
     owns,
+    quorum_properties,
     roll,
 )
 
@@ -84,3 +87,24 @@ def test_a_commit_adds_nothing_when_its_ledgers_or_its_transaction_are_already_t
 def test_a_commit_without_a_transaction_key_is_never_taken_for_a_replay():
     md = dataclasses.replace(_log((1, 3)), properties={TXN_PROPERTY: {"q": 99}})
     assert commit_check(md, [5], None, None) is LogDecision.CHANGE
+
+
+@pytest.mark.parametrize("recorded, given, quorums", [
+    ({}, (None, None, None), (3, 2, 2)),                      # nothing recorded: defaults
+    ({"bk-spark.ensemble_size": 5, "bk-spark.write_quorum_size": 3,
+      "bk-spark.ack_quorum_size": 3}, (None, None, None), (5, 3, 3)),  # the log's
+    ({"bk-spark.ensemble_size": 5, "bk-spark.write_quorum_size": 3,
+      "bk-spark.ack_quorum_size": 3}, (None, None, 2), (5, 3, 2)),     # given wins
+    ({"bk-spark.ensemble_size": "4"}, (None, None, None), (4, 2, 2)),  # string properties
+])
+def test_a_writer_takes_the_quorums_given_else_the_logs_else_the_defaults(recorded, given,
+                                                                           quorums):
+    assert log_quorums(recorded, given) == quorums
+
+
+def test_quorums_that_break_e_ge_qw_ge_qa_are_refused_whoever_chose_them():
+    with pytest.raises(InvalidConfigError):
+        log_quorums({"bk-spark.ensemble_size": 2}, (None, 3, None))
+    assert quorum_properties((3, 2, 2)) == {"bk-spark.ensemble_size": 3,
+                                            "bk-spark.write_quorum_size": 2,
+                                            "bk-spark.ack_quorum_size": 2}
