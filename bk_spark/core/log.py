@@ -106,7 +106,7 @@ __all__ = [
     "LogView", "create_log", "delete_log", "ledger_end", "list_logs", "log_incarnation",
     "log_ledgers", "log_metadata", "open_log_view", "watch_log",
     "open_log_reader", "open_log_writer", "truncate_log", "update_log_properties",
-    "WrittenLedger", "write_closed_ledger",
+    "WrittenLedger", "unlisted_ledgers", "write_closed_ledger",
 ]
 
 #: Custom metadata key naming the log a ledger was created for (finds orphans).
@@ -313,6 +313,20 @@ def _delete_ledger_quietly(bk: BookKeeper, ledger_id: int, password: bytes) -> N
         raise
     except BKError as exc:
         log.warning("ledger %d: could not delete it: %s", ledger_id, exc)
+
+
+def unlisted_ledgers(bk: BookKeeper, name: str, ledger_ids: list[int]) -> list[int] | None:
+    """After a CAS adding ``ledger_ids`` to log ``name`` failed: those the log does not list,
+    to delete. A CAS whose answer was lost may have succeeded, and deleting a listed ledger
+    would lose acknowledged data; so when the list cannot be read now the answer is None:
+    keep them all (an orphan is safe). A log that no longer exists lists none."""
+    try:
+        md = _store(bk).read(name).value
+    except LogNotFoundError:
+        return list(ledger_ids)
+    except BKError:
+        return None
+    return [lid for lid in ledger_ids if md.find_in_tail(lid) is None]
 
 
 class LogView:
@@ -811,14 +825,9 @@ class LogWriter:
         return md, first_ts[0] or max(now_ms(), self._ts_floor)
 
     def _forget_unlisted_ledger(self, ledger_id: int) -> None:
-        """Delete a ledger whose CAS failed, unless the log lists it after all (a CAS whose
-        answer was lost may have succeeded)."""
-        try:
-            listed = _store(self._bk).read(self.name).value.find_in_tail(ledger_id)
-        except BKError:
-            return  # cannot tell: keep it (an orphan is safe, a listed deleted ledger not)
-        if listed is None:
-            _delete_ledger_quietly(self._bk, ledger_id, self.config.password)
+        """Delete a ledger whose CAS failed, unless the log lists it after all."""
+        for lid in unlisted_ledgers(self._bk, self.name, [ledger_id]) or []:
+            _delete_ledger_quietly(self._bk, lid, self.config.password)
 
     def _close_ledger(self, lh: LedgerHandle) -> None:
         try:

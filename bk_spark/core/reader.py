@@ -16,9 +16,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-import grpc
-
-from bk_spark.core.bookie_client import check_response, unavailable
+from bk_spark.core.bookie_client import READ_BATCH
 from bk_spark.core.entry import EntryCodec, LedgerEntry
 from bk_spark.core.metadata import LedgerMetadata, LedgerState
 from bk_spark.core.metadata_store import Versioned
@@ -38,7 +36,6 @@ from bk_spark.proto import bookie_pb2 as pb
 if TYPE_CHECKING:
     from bk_spark.core.client import BookKeeper
 
-READ_BATCH = 1000  # entries per request to one bookie
 
 
 def fetch_entries(bk: BookKeeper, md: LedgerMetadata, codec: EntryCodec,
@@ -80,23 +77,13 @@ def fetch_entries(bk: BookKeeper, md: LedgerMetadata, codec: EntryCodec,
                 groups[(md.ensemble_for(e)[ws[a]], -1)].append(e)
             else:  # second pass: wait for the connection, a share of the time left each
                 groups[(md.ensemble_for(e)[ws[copies[a]]], len(copies) - a)].append(e)
-        calls = []
-        for (bookie, shares), ids in groups.items():
-            client = bk.bookies.get(bookie)
-            timeout = None
-            if shares > 0:
-                timeout = max(0.05, (deadline - time.monotonic()) / shares)
-            for i in range(0, len(ids), READ_BATCH):
-                chunk = ids[i:i + READ_BATCH]
-                calls.append((bookie, chunk, client.read_entries_future(
-                    md.ledger_id, chunk, master_key, timeout, wait_for_ready=shares > 0)))
-        for bookie, chunk, fut in calls:
+        calls = bk.bookies.scatter_reads(
+            md.ledger_id, master_key, groups, bookie=lambda key: key[0],
+            timeout=lambda key: (max(0.05, (deadline - time.monotonic()) / key[1])
+                                 if key[1] > 0 else None))
+        for (bookie, _shares), chunk, call in calls:
             try:
-                try:
-                    resp = fut.result()
-                except grpc.RpcError as exc:
-                    raise unavailable(bookie, exc) from None
-                check_response(resp, bookie)
+                resp = call.result()
             except NoSuchLedgerError:
                 for e in chunk:
                     problems[e].append(f"{bookie}: no such ledger")

@@ -27,9 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import grpc
-
-from bk_spark.core.bookie_client import check_response, unavailable
+from bk_spark.core.bookie_client import BookieCall
 from bk_spark.core.entry import EntryCodec
 from bk_spark.core.metadata import LedgerMetadata, LedgerState
 from bk_spark.core.metadata_store import Versioned
@@ -100,7 +98,7 @@ class FragmentAnswers:
             for i, b in enumerate(ensemble) if i not in self.responses)
 
 
-def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], grpc.Future], timeout: float,
+def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], BookieCall[Any]], timeout: float,
                       *, counts_as_answer: tuple[type[BKError], ...] = (),
                       stop_when: Callable[[Any], bool] | None = None,
                       cancel_rest: bool = True) -> FragmentAnswers:
@@ -127,18 +125,13 @@ def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], grpc.Future], time
     errors: dict[int, BKError] = {}
     stopped = [False]
 
-    def on_done(index: int, bookie: str, fut: grpc.Future) -> None:
+    def on_done(index: int, call: BookieCall[Any]) -> None:
         resp: Any = None
         err: BKError | None = None
         try:
-            resp = fut.result()
-            check_response(resp, bookie)
-        except grpc.RpcError as exc:
-            err = unavailable(bookie, exc)
-        except BKError as exc:
+            resp = call.result()
+        except BKError as exc:  # a cancelled call too: no answer
             err = exc
-        except Exception as exc:  # noqa: BLE001 - cancelled: no answer
-            err = BookieUnavailableError(f"bookie {bookie}: {exc!r}")
         with cv:
             if err is not None and not isinstance(err, counts_as_answer):
                 errors[index] = err
@@ -151,11 +144,11 @@ def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], grpc.Future], time
                     stopped[0] = True
             cv.notify_all()
 
-    futures = []
+    calls = []
     for i, b in enumerate(ensemble):
-        fut = ask(b)
-        futures.append(fut)
-        fut.add_done_callback(lambda f, i=i, b=b: on_done(i, b, f))
+        call = ask(b)
+        calls.append(call)
+        call.add_done_callback(lambda c, i=i: on_done(i, c))
 
     def finished() -> bool:
         return (stopped[0] or any(isinstance(e, UnauthorizedError) for e in errors.values())
@@ -166,8 +159,8 @@ def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], grpc.Future], time
         cv.wait_for(finished, timeout=timeout)
         result = FragmentAnswers(dict(responses), dict(errors), coverage.covered())
     if cancel_rest:
-        for fut in futures:
-            fut.cancel()
+        for call in calls:
+            call.cancel()
     for err in result.errors.values():
         if isinstance(err, UnauthorizedError):
             raise UnauthorizedError(f"ledger {m.ledger_id}: wrong password ({err})")
@@ -208,19 +201,17 @@ def _read_forward(bk: BookKeeper, md: Versioned[LedgerMetadata], codec: EntryCod
             ens = m.ensemble_for(e)
             for idx in write_set(e, E, Qw):
                 per_bookie[(idx, ens[idx])].append(e)
-        calls = [(idx, b, es, bk.bookies.get(b).read_entries_future(m.ledger_id, es,
-                                                                     master_key))
-                 for (idx, b), es in per_bookie.items()]
-        for idx, b, es, fut in calls:
+        calls = bk.bookies.scatter_reads(m.ledger_id, master_key, per_bookie,
+                                         bookie=lambda key: key[1])
+        for (idx, _bookie), es, call in calls:
             pos_of = {e: write_set(e, E, Qw).index(idx) for e in es}
             try:
-                resp = fut.result()
-                check_response(resp, b)
+                resp = call.result()
             except NoSuchLedgerError:
                 for e in es:
                     tallies[e].missing(pos_of[e])
                 continue
-            except (grpc.RpcError, BKError):
+            except BKError:
                 for e in es:
                     tallies[e].error(pos_of[e])
                 continue

@@ -43,7 +43,12 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from bk_spark.core.client import BookKeeper
-from bk_spark.core.log import ClosedLedger, commit_ledgers, write_closed_ledger
+from bk_spark.core.log import (
+    ClosedLedger,
+    commit_ledgers,
+    unlisted_ledgers,
+    write_closed_ledger,
+)
 from bk_spark.core.log_format import LogMetadata
 from bk_spark.datasource import connections, pending
 from bk_spark.datasource.formats import (
@@ -58,7 +63,7 @@ from bk_spark.datasource.formats import (
     stored_schema,
 )
 from bk_spark.datasource.options import WriteOptions
-from bk_spark.errors import BKError, InvalidConfigError, LogNotFoundError, LogOwnershipLostError
+from bk_spark.errors import InvalidConfigError, LogNotFoundError, LogOwnershipLostError
 from bk_spark.protocol.log_rules import log_quorums
 
 log = logging.getLogger(__name__)
@@ -226,16 +231,9 @@ def commit_batch(o: WriteOptions, attempt: str, schema: StructType, overwrite: b
 
 
 def _discard_unlisted(bk: BookKeeper, name: str, ids: list[int], password: bytes) -> None:
-    """After a failed commit: delete the ledgers unless the log lists them after all (a
-    CAS whose answer was lost may have succeeded); if that cannot be told, keep them (an
-    orphan is safe, a listed ledger deleted is not)."""
-    md = None
-    try:
-        md = _metadata(bk, name)
-    except BKError:
-        return
-    listed = {lid for lid in ids if md is not None and md.find_in_tail(lid) is not None}
-    pending.discard(bk, name, [lid for lid in ids if lid not in listed], password)
+    """After a failed commit: delete the ledgers the log does not list after all
+    (:func:`~bk_spark.core.log.unlisted_ledgers`; unknown: keep them)."""
+    pending.discard(bk, name, unlisted_ledgers(bk, name, ids) or [], password)
 
 
 def abort_batch(o: WriteOptions, attempt: str, messages: list[WriterCommitMessage | None]
