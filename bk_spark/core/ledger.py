@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bk_spark.core.ensemble_change import cas_new_fragment
 from bk_spark.core.entry import EntryCodec
 from bk_spark.core.futures import SharedConditionFuture, complete_adds, shared_condition
 from bk_spark.core.metadata import LedgerMetadata
@@ -38,7 +39,6 @@ from bk_spark.errors import (
     LedgerFencedError,
     LedgerStateError,
     NoSuchLedgerError,
-    NotEnoughBookiesError,
     TooLargeError,
     UnauthorizedError,
 )
@@ -377,32 +377,12 @@ class LedgerHandle:
             self._send(index, replacement, resend, blobs)
 
     def _cas_new_fragment(self, index: int, failed: str, first: int) -> Versioned:
-        topology = self._bk.topology()
         with self._lock:
             current = [b for b in self._ensemble if b is not None]
-
-        def needs_change(m: LedgerMetadata) -> bool:
-            if ledger_rules.writer_ensemble_change(m, index, failed) is Decision.NOT_OPEN:
-                raise LedgerFencedError(
-                    f"ledger {self.id} is {m.state.value}: a recoverer took it over; "
-                    f"outstanding adds fail")
-            return True
-
-        def make_change(m: LedgerMetadata) -> LedgerMetadata:
-            if ledger_rules.writer_ensemble_change(m, index, failed) is Decision.DONE:
-                return m  # our own earlier attempt already landed
-            ensemble = list(m.last_ensemble)
-            try:
-                ensemble[index] = topology.replace_bookie(ensemble, index, self._Qw,
-                                                          exclude=[failed, *current])
-            except NotEnoughBookiesError as exc:
-                raise NotEnoughBookiesError(
-                    f"ledger {self.id}: bookie {failed} failed and no other writable bookie "
-                    f"is available to replace it ({exc})") from None
-            return m.with_ensemble_change(first, tuple(ensemble))
-
-        return self._bk.metadata_store.update(self.id, needs_change, make_change,
-                                              current=self._md)
+        return cas_new_fragment(
+            self._bk, self._md, first, {index: failed},
+            lambda m: ledger_rules.writer_ensemble_change(m, index, failed),
+            exclude=[failed, *current])
 
     # ------------------------------------------------------------------ explicit LAC
     def _ensure_lac_thread(self) -> None:

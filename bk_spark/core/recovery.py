@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bk_spark.core.bookie_client import BookieCall
+from bk_spark.core.ensemble_change import cas_new_fragment
 from bk_spark.core.entry import EntryCodec
 from bk_spark.core.metadata import LedgerMetadata, LedgerState
 from bk_spark.core.metadata_store import Versioned
@@ -41,7 +42,7 @@ from bk_spark.errors import (
 )
 from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.protocol import ledger_rules
-from bk_spark.protocol.ledger_rules import REPLACEABLE_ERRORS, Decision
+from bk_spark.protocol.ledger_rules import REPLACEABLE_ERRORS
 
 if TYPE_CHECKING:
     from bk_spark.core.client import BookKeeper
@@ -332,17 +333,6 @@ def _replace_for_write_back(bk: BookKeeper, md: Versioned[LedgerMetadata], first
                             ) -> Versioned[LedgerMetadata]:
     """CAS a new fragment from ``first`` without the ``broken`` bookies (index -> bookie)
     while the ledger is IN_RECOVERY; a CLOSED ledger is returned as it is."""
-    topology = bk.topology()
-
-    def needs_change(m: LedgerMetadata) -> bool:
-        return ledger_rules.recoverer_replacement(m, broken) is Decision.CHANGE
-
-    def make_change(m: LedgerMetadata) -> LedgerMetadata:
-        ensemble = list(m.last_ensemble)
-        for i, b in broken.items():
-            if ensemble[i] == b:
-                ensemble[i] = topology.replace_bookie(ensemble, i, m.write_quorum_size,
-                                                      exclude=exclude)
-        return m.with_ensemble_change(max(first, m.ensembles[-1][0]), ensemble)
-
-    return bk.metadata_store.update(md.value.ledger_id, needs_change, make_change, current=md)
+    return cas_new_fragment(bk, md, first, broken,
+                            lambda m: ledger_rules.recoverer_replacement(m, broken),
+                            exclude=exclude)
