@@ -156,7 +156,7 @@ def bookie_add(bookie_id: str, n: int, size: int = KiB, in_flight: int = 2000
     is the bookie's rate, not a slow client's: the reference the ledger figure is compared
     with.
     """
-    from bk_spark.core.bookie_client import BookieClient, frame_entry
+    from bk_spark.io.bookie_client import BookieClient, frame_entry
     from bk_spark.proto import bookie_pb2 as pb
 
     client = BookieClient(bookie_id)
@@ -192,7 +192,7 @@ def bookie_add_per_entry(bookie_id: str, n: int, size: int = KiB, in_flight: int
                          ) -> float:
     """entries/s of adds to one bookie by a client that builds and queues each entry on
     its own with a callback per entry (the reference before the batched one)."""
-    from bk_spark.core.bookie_client import BookieClient
+    from bk_spark.io.bookie_client import BookieClient
     from bk_spark.proto import bookie_pb2 as pb
 
     client = BookieClient(bookie_id)
@@ -213,7 +213,7 @@ def bookie_add_per_entry(bookie_id: str, n: int, size: int = KiB, in_flight: int
 
 def bookie_reads(bookie_id: str, n_entries: int, seconds: float = 1.5) -> tuple[float, float]:
     """(single-entry reads entries/s, batched range reads entries/s) from one bookie."""
-    from bk_spark.core.bookie_client import BookieClient
+    from bk_spark.io.bookie_client import BookieClient
 
     client = BookieClient(bookie_id)
     try:

@@ -44,14 +44,9 @@ from rich.table import Table
 from rich.text import Text
 
 from bk_spark.cli import JsonOpt, UriOpt, _print_json, console, err_console
-from bk_spark.core.bookie_client import ClientConfig
 from bk_spark.core.client import BookKeeper, BookKeeperConfig
-from bk_spark.core.digest import DigestManager, master_key, password_digest
-from bk_spark.core.entry import EntryCodec
 from bk_spark.core.futures import InFlightWindow
 from bk_spark.core.log import LEDGER_LOG_KEY, log_incarnation, log_ledgers
-from bk_spark.core.log_format import LedgerInfo, LogRecord, Position, entry_timestamp
-from bk_spark.core.metadata import LedgerMetadata, LedgerState
 from bk_spark.core.reader import read_lac
 from bk_spark.errors import (
     BKError,
@@ -63,8 +58,13 @@ from bk_spark.errors import (
     ReadPastLacError,
     UnauthorizedError,
 )
+from bk_spark.io.bookie_client import ClientConfig
+from bk_spark.io.entry import EntryCodec
+from bk_spark.io.registration import list_bookies
 from bk_spark.protocol import log_rules
-from bk_spark.registration import list_bookies
+from bk_spark.protocol.digest import DigestManager, master_key, password_digest
+from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
+from bk_spark.protocol.log_format import LedgerInfo, LogRecord, Position, entry_timestamp
 
 ledger_app = typer.Typer(no_args_is_help=True,
                          help="Ledgers: list, show, read, recover (fence + close), delete.")

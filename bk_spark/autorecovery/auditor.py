@@ -35,7 +35,7 @@ from bk_spark.autorecovery.plan import bookies_of, expected_last_entries, placem
 from bk_spark.autorecovery.underreplication import UnderReplicationManager
 from bk_spark.core.client import BookKeeper
 from bk_spark.errors import BKError, NoSuchLedgerError
-from bk_spark.registration import list_bookies
+from bk_spark.io.registration import list_bookies
 
 log = logging.getLogger(__name__)
 

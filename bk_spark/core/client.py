@@ -10,13 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bk_spark.allocator import tune_allocator
-from bk_spark.core.bookie_client import BookieClientPool, ClientConfig, TlsOptions
-from bk_spark.core.digest import DigestManager, check_password, master_key, password_digest
-from bk_spark.core.entry import EntryCodec
 from bk_spark.core.ledger import LedgerHandle
-from bk_spark.core.metadata import LedgerMetadata, LedgerState
-from bk_spark.core.metadata_store import LedgerMetadataStore, Versioned
-from bk_spark.core.placement import DEFAULT_RACK, Topology
 from bk_spark.core.reader import ReadHandle
 from bk_spark.core.recovery import recover_ledger
 from bk_spark.errors import (
@@ -25,10 +19,16 @@ from bk_spark.errors import (
     NoSuchLedgerError,
     UnauthorizedError,
 )
+from bk_spark.io.bookie_client import BookieClientPool, ClientConfig, TlsOptions
+from bk_spark.io.entry import EntryCodec
+from bk_spark.io.metadata_store import LedgerMetadataStore, Versioned
+from bk_spark.io.registration import list_bookies
+from bk_spark.io.zk import connect_zk
 from bk_spark.metadata_uri import parse_metadata_service_uri
-from bk_spark.registration import list_bookies
+from bk_spark.protocol.digest import DigestManager, check_password, master_key, password_digest
+from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
+from bk_spark.protocol.placement import DEFAULT_RACK, Topology
 from bk_spark.security import ClientSecurity
-from bk_spark.zk import connect_zk
 
 if TYPE_CHECKING:
     from bk_spark.core.log import LogReader, LogWriter

@@ -7,7 +7,7 @@ new fragment involves making a CAS write to the metadata." Recovery's write-back
 same when a bookie of the last fragment cannot take the entries it writes back.
 
 :func:`cas_new_fragment` is the one place that does it: the replacement is chosen by the
-placement policy (:class:`~bk_spark.core.placement.Topology`: never a bookie of the
+placement policy (:class:`~bk_spark.protocol.placement.Topology`: never a bookie of the
 ensemble or an excluded one, racks spread over each write quorum), and what to do with the
 metadata found after a lost CAS is the caller's decision function from
 :mod:`bk_spark.protocol.ledger_rules` (the writer may change only an OPEN ledger; the
@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING
 
-from bk_spark.core.metadata import LedgerMetadata
-from bk_spark.core.metadata_store import Versioned
 from bk_spark.errors import LedgerFencedError, NotEnoughBookiesError
+from bk_spark.io.metadata_store import Versioned
+from bk_spark.protocol.ledger_metadata import LedgerMetadata
 from bk_spark.protocol.ledger_rules import Decision
 
 if TYPE_CHECKING:

@@ -27,12 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bk_spark.core.ensemble_change import cas_new_fragment
-from bk_spark.core.entry import EntryCodec
 from bk_spark.core.futures import SharedConditionFuture, complete_adds, shared_condition
-from bk_spark.core.metadata import LedgerMetadata
-from bk_spark.core.metadata_store import Versioned
-from bk_spark.core.pending import PendingAdds
-from bk_spark.core.schedule import write_set
 from bk_spark.errors import (
     BKError,
     LedgerClosedError,
@@ -42,8 +37,13 @@ from bk_spark.errors import (
     TooLargeError,
     UnauthorizedError,
 )
+from bk_spark.io.entry import EntryCodec
+from bk_spark.io.metadata_store import Versioned
 from bk_spark.protocol import ledger_rules
+from bk_spark.protocol.ledger_metadata import LedgerMetadata
 from bk_spark.protocol.ledger_rules import REPLACEABLE_ERRORS, Decision
+from bk_spark.protocol.pending import PendingAdds
+from bk_spark.protocol.schedule import write_set
 
 if TYPE_CHECKING:
     from bk_spark.core.client import BookKeeper

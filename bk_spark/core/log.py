@@ -3,10 +3,10 @@
 "A log in BookKeeper is built from some number of ledgers, with a fixed order. A ledger
 represents a single segment of the log. [...] there can only ever be one leader that adds
 entries to a single ledger." The ordered ledger list lives in ZooKeeper and changes only by
-compare-and-swap (CAS), through :func:`bk_spark.core.metadata_store.metadata_update_loop`;
+compare-and-swap (CAS), through :func:`bk_spark.io.metadata_store.metadata_update_loop`;
 its layout (a compact tail in ``<root>/logs/<name>`` plus immutable spilled segments under
 ``<root>/logs/<name>/segments/<n>``, ~22 bytes per ledger) and the entry framing (a 9-byte
-timestamp header; 10 bytes for a null value) are documented in :mod:`bk_spark.core.log_format`.
+timestamp header; 10 bytes for a null value) are documented in :mod:`bk_spark.protocol.log_format`.
 
 One protocol step, one place:
 
@@ -59,24 +59,6 @@ from bk_spark.core.futures import (
     shared_condition,
 )
 from bk_spark.core.ledger import LedgerHandle
-from bk_spark.core.log_format import (
-    LedgerInfo,
-    LogLimits,
-    LogMetadata,
-    LogRecord,
-    Position,
-    PropertiesUpdate,
-    Segment,
-    bisect_timestamp,
-    decode_entry,
-    encode_entry,
-    entry_timestamp,
-    first_segment_for_timestamp,
-    now_ms,
-    validate_log_name,
-)
-from bk_spark.core.metadata import LedgerMetadata, LedgerState
-from bk_spark.core.metadata_store import DEFAULT_MAX_ATTEMPTS, Versioned, metadata_update_loop
 from bk_spark.core.reader import ReadHandle
 from bk_spark.errors import (
     BKError,
@@ -92,7 +74,25 @@ from bk_spark.errors import (
     NoSuchLedgerError,
     UnauthorizedError,
 )
+from bk_spark.io.metadata_store import DEFAULT_MAX_ATTEMPTS, Versioned, metadata_update_loop
 from bk_spark.protocol import log_rules
+from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
+from bk_spark.protocol.log_format import (
+    LedgerInfo,
+    LogLimits,
+    LogMetadata,
+    LogRecord,
+    Position,
+    PropertiesUpdate,
+    Segment,
+    bisect_timestamp,
+    decode_entry,
+    encode_entry,
+    entry_timestamp,
+    first_segment_for_timestamp,
+    now_ms,
+    validate_log_name,
+)
 from bk_spark.protocol.log_rules import TXN_PROPERTY, LogDecision, committed_txn
 
 if TYPE_CHECKING:

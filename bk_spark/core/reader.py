@@ -16,12 +16,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from bk_spark.core.bookie_client import READ_BATCH
-from bk_spark.core.entry import EntryCodec, LedgerEntry
-from bk_spark.core.metadata import LedgerMetadata, LedgerState
-from bk_spark.core.metadata_store import Versioned
 from bk_spark.core.recovery import FragmentAnswers, ask_last_fragment
-from bk_spark.core.schedule import write_set
 from bk_spark.errors import (
     BKError,
     BookieUnavailableError,
@@ -31,7 +26,12 @@ from bk_spark.errors import (
     ReadPastLacError,
     UnauthorizedError,
 )
+from bk_spark.io.bookie_client import READ_BATCH
+from bk_spark.io.entry import EntryCodec, LedgerEntry
+from bk_spark.io.metadata_store import Versioned
 from bk_spark.proto import bookie_pb2 as pb
+from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
+from bk_spark.protocol.schedule import write_set
 
 if TYPE_CHECKING:
     from bk_spark.core.client import BookKeeper

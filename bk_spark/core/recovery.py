@@ -27,12 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from bk_spark.core.bookie_client import BookieCall
 from bk_spark.core.ensemble_change import cas_new_fragment
-from bk_spark.core.entry import EntryCodec
-from bk_spark.core.metadata import LedgerMetadata, LedgerState
-from bk_spark.core.metadata_store import Versioned
-from bk_spark.core.schedule import QuorumCoverageSet, RecoveryReadTally, write_set
 from bk_spark.errors import (
     BKError,
     BookieUnavailableError,
@@ -40,9 +35,14 @@ from bk_spark.errors import (
     NoSuchLedgerError,
     UnauthorizedError,
 )
+from bk_spark.io.bookie_client import BookieCall
+from bk_spark.io.entry import EntryCodec
+from bk_spark.io.metadata_store import Versioned
 from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.protocol import ledger_rules
+from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
 from bk_spark.protocol.ledger_rules import REPLACEABLE_ERRORS
+from bk_spark.protocol.schedule import QuorumCoverageSet, RecoveryReadTally, write_set
 
 if TYPE_CHECKING:
     from bk_spark.core.client import BookKeeper

@@ -176,9 +176,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from bk_spark.core.log_format import validate_log_name
 from bk_spark.errors import InvalidConfigError
 from bk_spark.metadata_uri import parse_metadata_service_uri
+from bk_spark.protocol.log_format import validate_log_name
 from bk_spark.security import ClientSecurity, ZkSecurity, read_secret_file
 
 EntryFormat = Literal["raw", "arrow"]

@@ -35,11 +35,11 @@ from bk_spark.core.log import (
     open_log_reader,
     open_log_view,
 )
-from bk_spark.core.log_format import LedgerInfo, LogMetadata
 from bk_spark.datasource.filters import Constraints
 from bk_spark.datasource.offsets import LogOffset
 from bk_spark.datasource.options import GivenPosition, ReadOptions
 from bk_spark.errors import InvalidConfigError, LogTruncatedError
+from bk_spark.protocol.log_format import LedgerInfo, LogMetadata
 
 log = logging.getLogger(__name__)
 

@@ -49,7 +49,6 @@ from bk_spark.core.log import (
     unlisted_ledgers,
     write_closed_ledger,
 )
-from bk_spark.core.log_format import LogMetadata
 from bk_spark.datasource import connections, pending
 from bk_spark.datasource.formats import (
     FORMAT_PROPERTY,
@@ -64,6 +63,7 @@ from bk_spark.datasource.formats import (
 )
 from bk_spark.datasource.options import WriteOptions
 from bk_spark.errors import InvalidConfigError, LogNotFoundError, LogOwnershipLostError
+from bk_spark.protocol.log_format import LogMetadata
 from bk_spark.protocol.log_rules import log_quorums
 
 log = logging.getLogger(__name__)

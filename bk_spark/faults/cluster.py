@@ -21,7 +21,7 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
-from bk_spark.registration import list_bookies
+from bk_spark.io.registration import list_bookies
 from bk_spark.sandbox import (
     BookieProcess,
     SandboxError,

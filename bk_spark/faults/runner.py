@@ -30,9 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bk_spark.core.bookie_client import ClientConfig
 from bk_spark.core.client import BookKeeper, BookKeeperConfig
-from bk_spark.core.digest import master_key
 from bk_spark.core.log import delete_log, open_log_reader, open_log_writer
 from bk_spark.core.reader import ReadHandle
 from bk_spark.errors import BKError, UnauthorizedError
@@ -49,8 +47,10 @@ from bk_spark.faults.plan import (
 )
 from bk_spark.faults.transcript import WriterTold, parse
 from bk_spark.faults.writers import PASSWORD
+from bk_spark.io.bookie_client import ClientConfig
+from bk_spark.io.registration import list_bookies
 from bk_spark.proto import bookie_pb2 as pb
-from bk_spark.registration import list_bookies
+from bk_spark.protocol.digest import master_key
 
 WRONG_PASSWORD = b"not-the-password"
 WRITER_STOP_TIMEOUT = 40.0  # a writer drains adds (<= 18 s each when stuck) and closes

@@ -1,7 +1,7 @@
 """What a ledger's writer and recoverer do with the metadata they find after a lost CAS.
 
 Theory of operation (bookkeeper-protocol.txt): every change of a ledger's metadata is a
-compare-and-swap through :func:`~bk_spark.core.metadata_store.metadata_update_loop`. When the
+compare-and-swap through :func:`~bk_spark.io.metadata_store.metadata_update_loop`. When the
 CAS fails the caller re-reads the metadata and must decide again; those decisions are the
 protocol, so they live here, as tables over the ledger state, and the I/O code only maps
 the answer to an action or an exception.
@@ -28,8 +28,8 @@ from collections.abc import Mapping
 from enum import Enum
 from types import MappingProxyType
 
-from bk_spark.core.metadata import LedgerMetadata, LedgerState
 from bk_spark.errors import BookieUnavailableError, ReadOnlyError
+from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
 
 #: A bookie that answers with one of these is replaced in a new fragment (ensemble change
 #: by the writer, a new fragment by the recoverer's write-back); any other error is the

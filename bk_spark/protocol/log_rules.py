@@ -3,7 +3,7 @@
 Theory of operation (ledgers-to-logs.txt, "Opening a log" and "Rolling ledgers"): the
 ordered ledger list changes only by compare-and-swap; after reading it (step 1) and after
 every lost CAS the caller decides again from the list it finds. Those decisions are pure
-functions of :class:`~bk_spark.core.log_format.LogMetadata`, here, tested with tables in
+functions of :class:`~bk_spark.protocol.log_format.LogMetadata`, here, tested with tables in
 ``tests/unit/test_log_rules.py``; :mod:`bk_spark.core.log` does the I/O.
 
 * :func:`ledgers_to_fence`: step 2 of opening a log, "Fence the last two ledgers in the
@@ -25,8 +25,8 @@ from collections.abc import Mapping, Sequence
 from enum import Enum
 from types import MappingProxyType
 
-from bk_spark.core.log_format import LedgerInfo, LogMetadata
-from bk_spark.core.metadata import validate_quorums
+from bk_spark.protocol.ledger_metadata import validate_quorums
+from bk_spark.protocol.log_format import LedgerInfo, LogMetadata
 
 #: Log property holding, per transaction key, the last transaction id committed:
 #: ``{"bk-spark.txn": {"<txn key>": <txn id>}}``.

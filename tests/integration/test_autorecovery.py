@@ -23,10 +23,10 @@ from bk_spark.autorecovery.plan import bookies_of, entries_on_index
 from bk_spark.autorecovery.replicator import LedgerReplicator
 from bk_spark.autorecovery.underreplication import UnderReplicationManager
 from bk_spark.core.client import BookKeeper
+from bk_spark.io.registration import list_bookies
+from bk_spark.io.zk import connect_zk
 from bk_spark.metadata_uri import parse_metadata_service_uri
-from bk_spark.registration import list_bookies
 from bk_spark.sandbox import BookieProcess, free_port, wait_for_registrations
-from bk_spark.zk import connect_zk
 
 HEAL_TIMEOUT_S = 60.0
 AR_ARGS = ["--journal-file-size-mb", "8", "--lost-bookie-recovery-delay", "0",
@@ -209,8 +209,8 @@ def test_a_worker_that_dies_mid_copy_loses_its_lock_and_its_half_copy_never_coun
         urm.mark(lid, {leaving})
         rep = LedgerReplicator(doomed)
         ids = entries_on_index(0, md.last_entry_id, 0, 3, 2)
-        from bk_spark.core.digest import DigestManager, master_key
-        from bk_spark.core.entry import EntryCodec
+        from bk_spark.io.entry import EntryCodec
+        from bk_spark.protocol.digest import DigestManager, master_key
         codec = EntryCodec(lid, DigestManager(md.digest_type, b""))
         rep._copy(md, codec, master_key(b""), ids[: len(ids) // 2], target)
         assert bk.ledger_metadata(lid) == md  # the half copy is nowhere in the metadata
@@ -315,7 +315,7 @@ def test_a_bookie_lost_for_good_is_replaced_everywhere_and_a_second_loss_loses_n
 
 def test_three_racks_put_every_write_quorum_on_two_racks_including_after_bk_recover(
         cluster_factory):
-    from bk_spark.core.placement import write_quorum_racks
+    from bk_spark.protocol.placement import write_quorum_racks
 
     c = cluster_factory(0)
     for i in range(6):

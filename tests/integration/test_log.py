@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from bk_spark.core import BookKeeper
-from bk_spark.core.bookie_client import BookieClient
 from bk_spark.core.log import (
     LogRecord,
     Position,
@@ -32,8 +31,6 @@ from bk_spark.core.log import (
     truncate_log,
     update_log_properties,
 )
-from bk_spark.core.log_format import LogLimits
-from bk_spark.core.metadata import LedgerState
 from bk_spark.errors import (
     InvalidConfigError,
     LogExistsError,
@@ -43,6 +40,9 @@ from bk_spark.errors import (
     NoSuchLedgerError,
     UnauthorizedError,
 )
+from bk_spark.io.bookie_client import BookieClient
+from bk_spark.protocol.ledger_metadata import LedgerState
+from bk_spark.protocol.log_format import LogLimits
 
 PROCS = Path(__file__).parent / "procs"
 PW = b"pw"

@@ -22,8 +22,8 @@ from bk_spark.core.log import (
     open_log_reader,
     open_log_writer,
 )
-from bk_spark.core.log_format import LogLimits, encode_entry, now_ms
 from bk_spark.errors import LogOwnershipLostError, NoSuchLedgerError
+from bk_spark.protocol.log_format import LogLimits, encode_entry, now_ms
 
 
 @pytest.fixture

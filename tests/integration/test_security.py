@@ -13,14 +13,14 @@ from kazoo.exceptions import NoAuthError
 from bk_spark.certs import issue_cert, make_ca
 from bk_spark.cli import main as bk_main
 from bk_spark.core import BookKeeper
-from bk_spark.core.bookie_client import BookieClient, ClientConfig, TlsOptions
-from bk_spark.core.digest import master_key
 from bk_spark.errors import BookieUnavailableError, UnauthorizedError
+from bk_spark.io.bookie_client import BookieClient, ClientConfig, TlsOptions
+from bk_spark.io.zk import connect_zk
 from bk_spark.metadata_uri import parse_metadata_service_uri
 from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.proto import bookie_pb2_grpc
+from bk_spark.protocol.digest import master_key
 from bk_spark.security import ClientSecurity
-from bk_spark.zk import connect_zk
 
 PASSWORD = b"s3cret-ledger-password"
 

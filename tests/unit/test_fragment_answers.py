@@ -8,11 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from bk_spark.core.bookie_client import check_response
-from bk_spark.core.metadata import LedgerMetadata
 from bk_spark.core.recovery import ask_last_fragment
 from bk_spark.errors import NoSuchLedgerError, UnauthorizedError
+from bk_spark.io.bookie_client import check_response
 from bk_spark.proto import bookie_pb2 as pb
+from bk_spark.protocol.ledger_metadata import LedgerMetadata
 
 BOOKIES = ("b0:1", "b1:1", "b2:1")
 

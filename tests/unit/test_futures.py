@@ -8,8 +8,8 @@ from concurrent.futures import CancelledError, Future, as_completed, wait
 
 import pytest
 
-from bk_spark.core.bookie_client import _chunk_ends
 from bk_spark.core.futures import SharedConditionFuture, shared_condition
+from bk_spark.io.bookie_client import _chunk_ends
 
 
 def test_is_a_future_and_completes() -> None:
@@ -113,7 +113,7 @@ def test_complete_in_order_runs_callbacks_in_order_and_skips_cancelled() -> None
 @pytest.mark.parametrize("value", [1, 127, 128, 300, 2**32, 2**63 - 1, -1, -(2**63)])
 def test_varint_matches_protobuf(value: int) -> None:
     """frame_entry's varint is protobuf's (negative numbers as 64-bit two's complement)."""
-    from bk_spark.core.bookie_client import _varint, frame_entry
+    from bk_spark.io.bookie_client import _varint, frame_entry
     from bk_spark.proto import bookie_pb2 as pb
 
     assert b"\x18" + _varint(value) == pb.Entry(lac=value).SerializeToString()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bk_spark.core.metadata import LedgerMetadata, LedgerState
 from bk_spark.errors import BookieUnavailableError, LedgerFencedError, ReadOnlyError
+from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
 from bk_spark.protocol.ledger_rules import (
     CLOSE_AS_WRITER,
     REPLACEABLE_ERRORS,

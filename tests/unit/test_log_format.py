@@ -12,7 +12,14 @@ import pytest
 
 from bk_spark.core.futures import SharedConditionFuture, shared_condition
 from bk_spark.core.log import _InOrderAcks
-from bk_spark.core.log_format import (
+from bk_spark.errors import (
+    BKError,
+    InvalidConfigError,
+    LedgerFencedError,
+    LogFormatError,
+    MetadataSerializationError,
+)
+from bk_spark.protocol.log_format import (
     FRAME_HEADER_SIZE,
     LedgerInfo,
     LogLimits,
@@ -25,13 +32,6 @@ from bk_spark.core.log_format import (
     entry_timestamp,
     first_segment_for_timestamp,
     validate_log_name,
-)
-from bk_spark.errors import (
-    BKError,
-    InvalidConfigError,
-    LedgerFencedError,
-    LogFormatError,
-    MetadataSerializationError,
 )
 
 T0 = 1_717_000_000_000

@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from bk_spark.core.log_format import LedgerInfo, LogMetadata
 from bk_spark.errors import InvalidConfigError
+from bk_spark.protocol.log_format import LedgerInfo, LogMetadata
 from bk_spark.protocol.log_rules import (
     ROLL,
     TXN_PROPERTY,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from bk_spark.core.pending import PendingAdds
-from bk_spark.core.schedule import write_set
 from bk_spark.errors import InvalidConfigError
+from bk_spark.protocol.pending import PendingAdds
+from bk_spark.protocol.schedule import write_set
 
 
 def _add(adds: PendingAdds, entry_id: int) -> list[int]:

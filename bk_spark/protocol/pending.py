@@ -26,7 +26,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from bk_spark.core.metadata import validate_quorums
+from bk_spark.protocol.ledger_metadata import validate_quorums
 
 _INITIAL_WINDOW = 1024
 
