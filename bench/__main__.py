@@ -20,6 +20,8 @@ from pathlib import Path
 
 import grpc
 
+from bk_spark.log import open_log_reader, open_log_writer
+
 ROOT = Path(__file__).resolve().parents[1]
 KiB = 1024
 
@@ -269,7 +271,7 @@ def log_append(uri: str, n: int, roll_entries: int, size: int = KiB, in_flight: 
     from bk_spark.core import BookKeeper
 
     with BookKeeper(uri) as bk:
-        w = bk.open_log_writer("bench-log", roll_max_entries=roll_entries)
+        w = open_log_writer(bk, "bench-log", roll_max_entries=roll_entries)
         data = b"g" * size
         window: deque = deque()
         t0 = time.perf_counter()
@@ -283,7 +285,7 @@ def log_append(uri: str, n: int, roll_entries: int, size: int = KiB, in_flight: 
         dt = time.perf_counter() - t0
         w.close()
         assert last is not None
-        from bk_spark.core.log import log_ledgers
+        from bk_spark.log import log_ledgers
 
         return n / dt, len(log_ledgers(bk, "bench-log"))
 
@@ -295,9 +297,9 @@ def tail_latency(uri: str, n: int = 400, interval_s: float = 0.005
     from bk_spark.core import BookKeeper
 
     with BookKeeper(uri) as wbk, BookKeeper(uri) as rbk:
-        w = wbk.open_log_writer("bench-tail")
+        w = open_log_writer(wbk, "bench-tail")
         w.append(b"0" * 8)
-        reader = rbk.open_log_reader("bench-tail", "earliest")
+        reader = open_log_reader(rbk, "bench-tail", "earliest")
         lat: list[float] = []
 
         def consume() -> None:

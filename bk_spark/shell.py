@@ -46,7 +46,6 @@ from rich.text import Text
 from bk_spark.cli import JsonOpt, UriOpt, _print_json, console, err_console
 from bk_spark.core.client import BookKeeper, BookKeeperConfig
 from bk_spark.core.futures import InFlightWindow
-from bk_spark.core.log import LEDGER_LOG_KEY, log_incarnation, log_ledgers
 from bk_spark.core.reader import read_lac
 from bk_spark.errors import (
     BKError,
@@ -61,6 +60,18 @@ from bk_spark.errors import (
 from bk_spark.io.bookie_client import ClientConfig
 from bk_spark.io.entry import EntryCodec
 from bk_spark.io.registration import list_bookies
+from bk_spark.log import (
+    LEDGER_LOG_KEY,
+    create_log,
+    delete_log,
+    list_logs,
+    log_incarnation,
+    log_ledgers,
+    log_metadata,
+    open_log_reader,
+    open_log_writer,
+    truncate_log,
+)
 from bk_spark.protocol import log_rules
 from bk_spark.protocol.digest import DigestManager, master_key, password_digest
 from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
@@ -556,7 +567,7 @@ def log_create(
             raise InvalidConfigError(f"--property {p!r}: expected KEY=VALUE")
         props[key] = value
     with _connect(metadata_service_uri) as bk, _explained(name):
-        md = bk.create_log(name, properties=props)
+        md = create_log(bk, name, properties=props)
     if as_json:
         _print_json({"log": name, "properties": dict(md.properties), "ctime_ms": md.ctime_ms})
     else:
@@ -568,9 +579,9 @@ def log_list(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False) -> N
     """List the logs with their ledger counts and latest known append time."""
     rows = []
     with _connect(metadata_service_uri) as bk, _explained():
-        for name in bk.list_logs():
+        for name in list_logs(bk):
             try:
-                md = bk.log_metadata(name)
+                md = log_metadata(bk, name)
             except LogNotFoundError:  # deleted meanwhile
                 continue
             rows.append({"log": name, "ledgers": md.ledger_count,
@@ -603,7 +614,7 @@ def log_show(
     """Show a log: its ledgers (id, state, entries, time range) and properties; with
     --checkpoint, how far a streaming query is behind."""
     with _connect(metadata_service_uri) as bk, _explained(name):
-        md = bk.log_metadata(name)
+        md = log_metadata(bk, name)
         ledgers = log_ledgers(bk, name)
         shown = ledgers[-last:] if last else ledgers
         rows = [_ledger_row(bk, info, password) for info in shown]
@@ -726,7 +737,7 @@ def log_append(
     source, bulk = _entry_source(messages, file, count, size)
     with _connect(metadata_service_uri) as bk, _explained(name):
         try:
-            props = dict(bk.log_metadata(name).properties)
+            props = dict(log_metadata(bk, name).properties)
             missing = False
         except LogNotFoundError:
             if not create:
@@ -735,8 +746,8 @@ def log_append(
             props, missing = {}, True
         e, qw, qa = log_rules.log_quorums(props, (ensemble, write_quorum, ack_quorum))
         if missing:
-            bk.create_log(name, quorums=(e, qw, qa))
-        with bk.open_log_writer(name, create_if_missing=False, ensemble_size=e,
+            create_log(bk, name, quorums=(e, qw, qa))
+        with open_log_writer(bk, name, create_if_missing=False, ensemble_size=e,
                                 write_quorum_size=qw, ack_quorum_size=qa, password=password,
                                 roll_max_entries=roll_max_entries) as writer:
             nbytes = 0
@@ -805,7 +816,7 @@ def log_read(
     if start is not None and timestamp_ms is not None:
         raise InvalidConfigError("give --from or --timestamp-ms, not both")
     with _connect(metadata_service_uri) as bk, _explained(name):
-        reader = bk.open_log_reader(name, None if timestamp_ms is not None else where,
+        reader = open_log_reader(bk, name, None if timestamp_ms is not None else where,
                                     timestamp_ms=timestamp_ms, password=password)
         total = limit
         whole = where == "earliest" and timestamp_ms is None and limit is None
@@ -883,7 +894,7 @@ def log_tail(
     where = _parse_position(start, "--from")
     n = 0
     with _connect(metadata_service_uri) as bk, _explained(name):
-        reader = bk.open_log_reader(name, where, password=password)
+        reader = open_log_reader(bk, name, where, password=password)
         err_console.print(f"tailing log {name!r} from {_pos(reader.position)} "
                           f"(Ctrl-C stops)", highlight=False)
 
@@ -938,7 +949,7 @@ def log_truncate(
         if older:
             _confirm(yes, f"drop {len(older)} ledgers of log {name!r} (before ledger "
                           f"{pos.ledger_id}) and delete their data")
-            dropped = bk.truncate_log(name, pos, password)
+            dropped = truncate_log(bk, name, pos, password)
     if as_json:
         _print_json({"log": name, "dropped": dropped})
     elif dropped:
@@ -954,9 +965,9 @@ def log_delete(name: LogArg, yes: YesOpt = False, password: PasswordOpt = "",
                metadata_service_uri: UriOpt = None, as_json: JsonOpt = False) -> None:
     """Delete a log and all its ledgers."""
     with _connect(metadata_service_uri) as bk, _explained(name):
-        md = bk.log_metadata(name)
+        md = log_metadata(bk, name)
         _confirm(yes, f"delete log {name!r} and its {md.ledger_count} ledgers")
-        deleted = bk.delete_log(name, password)
+        deleted = delete_log(bk, name, password)
     if as_json:
         _print_json({"log": name, "deleted_ledgers": deleted})
     else:

@@ -17,18 +17,15 @@ recoverer only one not CLOSED yet).
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
-from typing import TYPE_CHECKING
 
+from bk_spark.core.context import ClientContext
 from bk_spark.errors import LedgerFencedError, NotEnoughBookiesError
 from bk_spark.io.metadata_store import Versioned
 from bk_spark.protocol.ledger_metadata import LedgerMetadata
 from bk_spark.protocol.ledger_rules import Decision
 
-if TYPE_CHECKING:
-    from bk_spark.core.client import BookKeeper
 
-
-def cas_new_fragment(bk: BookKeeper, md: Versioned[LedgerMetadata], first: int,
+def cas_new_fragment(bk: ClientContext, md: Versioned[LedgerMetadata], first: int,
                      replace: Mapping[int, str], decide: Callable[[LedgerMetadata], Decision],
                      exclude: Collection[str] = ()) -> Versioned[LedgerMetadata]:
     """Write a new fragment from entry ``first`` in which each bookie of ``replace``

@@ -22,10 +22,11 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from bk_spark.core.context import ClientContext
 from bk_spark.core.ensemble_change import cas_new_fragment
 from bk_spark.core.futures import SharedConditionFuture, complete_adds, shared_condition
 from bk_spark.errors import (
@@ -45,9 +46,6 @@ from bk_spark.protocol.ledger_rules import REPLACEABLE_ERRORS, Decision
 from bk_spark.protocol.pending import PendingAdds
 from bk_spark.protocol.schedule import write_set
 
-if TYPE_CHECKING:
-    from bk_spark.core.client import BookKeeper
-
 log = logging.getLogger(__name__)
 
 #: While earlier adds are in flight, the sender lingers (``add_linger_s``) for a round of at
@@ -62,7 +60,7 @@ AddDone = Callable[[int, "BKError | None"], None]
 class LedgerHandle:
     """A ledger opened for writing by its single writer (SWMR)."""
 
-    def __init__(self, bk: BookKeeper, md: Versioned[LedgerMetadata], password: bytes,
+    def __init__(self, bk: ClientContext, md: Versioned[LedgerMetadata], password: bytes,
                  codec: EntryCodec, master_key: bytes, *, next_entry: int = 0) -> None:
         self._bk = bk
         self._md = md
@@ -455,7 +453,7 @@ class _BookieSink:
         self.handle._on_responses(tokens, self.index, self.bookie, err)
 
 
-def close_as_writer(bk: BookKeeper, md: Versioned[LedgerMetadata], last_entry: int,
+def close_as_writer(bk: ClientContext, md: Versioned[LedgerMetadata], last_entry: int,
                     length: int) -> Versioned[LedgerMetadata]:
     """CAS the ledger to CLOSED at ``last_entry``, deciding conflicts as the seed says
     (:data:`bk_spark.protocol.ledger_rules.CLOSE_AS_WRITER`)."""

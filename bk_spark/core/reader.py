@@ -14,8 +14,8 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
 
+from bk_spark.core.context import ClientContext
 from bk_spark.core.recovery import FragmentAnswers, ask_last_fragment
 from bk_spark.errors import (
     BKError,
@@ -33,12 +33,8 @@ from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
 from bk_spark.protocol.schedule import write_set
 
-if TYPE_CHECKING:
-    from bk_spark.core.client import BookKeeper
 
-
-
-def fetch_entries(bk: BookKeeper, md: LedgerMetadata, codec: EntryCodec,
+def fetch_entries(bk: ClientContext, md: LedgerMetadata, codec: EntryCodec,
                   entry_ids: Sequence[int], master_key: bytes) -> dict[int, pb.Entry]:
     """Read ``entry_ids`` (verified) from their write sets, failing over per entry.
 
@@ -129,9 +125,9 @@ def _no_good_copy(ledger_id: int, entry_id: int, problems: list[str]) -> BKError
                                   f"write set could serve it ({detail})")
 
 
-def read_lac(bk: BookKeeper, m: LedgerMetadata, previous: int = -1, wait_ms: int = 0
+def read_lac(bk: ClientContext, m: LedgerMetadata, previous: int = -1, wait_ms: int = 0
              ) -> tuple[int, FragmentAnswers]:
-    """One round of BookKeeper's ``ReadLastConfirmedOp`` on the last fragment of ``m``:
+    """One round of ClientContext's ``ReadLastConfirmedOp`` on the last fragment of ``m``:
     the highest LAC the bookies report (-1: none) and the answers, whose ``covered`` says
     whether (Qw - Qa) + 1 bookies of every write quorum answered (only then is the LAC at
     least the one the last acknowledged entry carried). A bookie that never saw the ledger
@@ -151,7 +147,7 @@ def read_lac(bk: BookKeeper, m: LedgerMetadata, previous: int = -1, wait_ms: int
 class ReadHandle:
     """A ledger opened for reading: closed/recovered, or open without fencing."""
 
-    def __init__(self, bk: BookKeeper, md: Versioned[LedgerMetadata], codec: EntryCodec,
+    def __init__(self, bk: ClientContext, md: Versioned[LedgerMetadata], codec: EntryCodec,
                  master_key: bytes) -> None:
         self._bk = bk
         self._md = md
@@ -237,7 +233,7 @@ class ReadHandle:
         return True
 
     def _poll_lac(self, wait_ms: int) -> int:
-        """BookKeeper's ``ReadLastConfirmedOp``: ask every bookie of the last fragment for
+        """ClientContext's ``ReadLastConfirmedOp``: ask every bookie of the last fragment for
         its LAC and take the highest once the answers cover every write quorum
         ((Qw - Qa) + 1 bookies of each, :func:`recovery.ask_last_fragment`). Then at least
         one answer comes from a bookie holding the last acknowledged entry, so the LAC is

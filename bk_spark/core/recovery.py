@@ -11,7 +11,7 @@ fencing.txt "Fencing internals"):
 3. Read forward from the highest LAC, writing every entry found back to its
    whole write quorum with the recovery flag, until an entry is absent from
    (Qw - Qa) + 1 bookies of its write set: it cannot have been acknowledged.
-   A bookie that cannot take the write-back is replaced, as BookKeeper's recovery
+   A bookie that cannot take the write-back is replaced, as ClientContext's recovery
    does: a new fragment from the first entry that missed its ack quorum, CASed while
    the ledger is IN_RECOVERY (only a recoverer may still change the ensemble).
 4. CAS the state to CLOSED with the last entry found. Concurrent recoverers
@@ -25,8 +25,9 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from bk_spark.core.context import ClientContext
 from bk_spark.core.ensemble_change import cas_new_fragment
 from bk_spark.errors import (
     BKError,
@@ -44,9 +45,6 @@ from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
 from bk_spark.protocol.ledger_rules import REPLACEABLE_ERRORS
 from bk_spark.protocol.schedule import QuorumCoverageSet, RecoveryReadTally, write_set
 
-if TYPE_CHECKING:
-    from bk_spark.core.client import BookKeeper
-
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 1024
@@ -56,7 +54,7 @@ class RecoveryError(BKError):
     """Recovery could not finish (too many bookies unavailable); retry later."""
 
 
-def recover_ledger(bk: BookKeeper, md: Versioned[LedgerMetadata], codec: EntryCodec,
+def recover_ledger(bk: ClientContext, md: Versioned[LedgerMetadata], codec: EntryCodec,
                    master_key: bytes) -> Versioned[LedgerMetadata]:
     """Fence and recover ledger ``md`` and return its CLOSED metadata."""
     lid = md.value.ledger_id
@@ -105,7 +103,7 @@ def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], BookieCall[Any]], 
                       cancel_rest: bool = True) -> FragmentAnswers:
     """Send one request (``ask(bookie)``) to every bookie of the last fragment and gather
     the answers until they cover every write quorum ((Qw - Qa) + 1 bookies of each: the
-    seed's rule for fencing and for reading the last-add-confirmed, BookKeeper's
+    seed's rule for fencing and for reading the last-add-confirmed, ClientContext's
     ``ReadLastConfirmedOp`` over ``RRQuorumCoverageSet``).
 
     It returns as soon as the answers cover (or, with ``stop_when``, as soon as one
@@ -168,7 +166,7 @@ def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], BookieCall[Any]], 
     return result
 
 
-def fence_last_fragment(bk: BookKeeper, m: LedgerMetadata, master_key: bytes) -> int:
+def fence_last_fragment(bk: ClientContext, m: LedgerMetadata, master_key: bytes) -> int:
     """Fence the last fragment's bookies until every write quorum is covered; max LAC."""
     got = ask_last_fragment(
         m, lambda b: bk.bookies.get(b).fence_future(m.ledger_id, master_key,
@@ -181,7 +179,7 @@ def fence_last_fragment(bk: BookKeeper, m: LedgerMetadata, master_key: bytes) ->
     return max((r.lac for r in got.responses.values()), default=-1)
 
 
-def _read_forward(bk: BookKeeper, md: Versioned[LedgerMetadata], codec: EntryCodec,
+def _read_forward(bk: ClientContext, md: Versioned[LedgerMetadata], codec: EntryCodec,
                   master_key: bytes, max_lac: int) -> tuple[int, int]:
     """Seed step 3; returns (last entry, ledger length).
 
@@ -259,7 +257,7 @@ def _read_forward(bk: BookKeeper, md: Versioned[LedgerMetadata], codec: EntryCod
         batch = min(batch * 4, MAX_BATCH)
 
 
-def write_back(bk: BookKeeper, md: Versioned[LedgerMetadata], master_key: bytes,
+def write_back(bk: ClientContext, md: Versioned[LedgerMetadata], master_key: bytes,
                entries: list[pb.Entry]) -> Versioned[LedgerMetadata]:
     """Write ``entries`` to their whole write quorums (recovery flag); wait for Qa each.
 
@@ -294,7 +292,7 @@ def write_back(bk: BookKeeper, md: Versioned[LedgerMetadata], master_key: bytes,
                         f"replacing {sorted(replaced)}; retry when bookies are back")
 
 
-def _write_back_once(bk: BookKeeper, m: LedgerMetadata, master_key: bytes,
+def _write_back_once(bk: ClientContext, m: LedgerMetadata, master_key: bytes,
                      entries: list[pb.Entry]
                      ) -> tuple[list[int], dict[int, list[tuple[str, BKError]]]]:
     """One round of write-backs: the entries that missed Qa, and each entry's errors."""
@@ -328,7 +326,7 @@ def _write_back_once(bk: BookKeeper, m: LedgerMetadata, master_key: bytes,
         return [e.entry_id for e in entries if ok[e.entry_id] < Qa], dict(bad)
 
 
-def _replace_for_write_back(bk: BookKeeper, md: Versioned[LedgerMetadata], first: int,
+def _replace_for_write_back(bk: ClientContext, md: Versioned[LedgerMetadata], first: int,
                             broken: dict[int, str], exclude: set[str]
                             ) -> Versioned[LedgerMetadata]:
     """CAS a new fragment from ``first`` without the ``broken`` bookies (index -> bookie)

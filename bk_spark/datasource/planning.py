@@ -4,7 +4,7 @@ Runs on the driver (in Spark's planning worker). Everything it returns is plain 
 data: a :class:`Slice` is a contiguous entry range of one ledger, a :class:`ScanPartition`
 a few slices read by one task.
 
-The readable part of a log is a *consistent prefix*, as a :class:`~bk_spark.core.log.LogReader`
+The readable part of a log is a *consistent prefix*, as a :class:`~bk_spark.log.LogReader`
 sees it: closed ledgers whole, then the first ledger that is still open up to its
 last-add-confirmed (LAC), read through a non-fencing open so a live writer is never
 disturbed, and nothing after it (during a roll the writer may still be adding to that
@@ -27,7 +27,11 @@ from dataclasses import dataclass, replace
 from pyspark.sql.datasource import InputPartition
 
 from bk_spark.core.client import BookKeeper
-from bk_spark.core.log import (
+from bk_spark.datasource.filters import Constraints
+from bk_spark.datasource.offsets import LogOffset
+from bk_spark.datasource.options import GivenPosition, ReadOptions
+from bk_spark.errors import InvalidConfigError, LogTruncatedError
+from bk_spark.log import (
     LEDGER_LOG_KEY,
     ledger_end,
     list_logs,
@@ -35,10 +39,6 @@ from bk_spark.core.log import (
     open_log_reader,
     open_log_view,
 )
-from bk_spark.datasource.filters import Constraints
-from bk_spark.datasource.offsets import LogOffset
-from bk_spark.datasource.options import GivenPosition, ReadOptions
-from bk_spark.errors import InvalidConfigError, LogTruncatedError
 from bk_spark.protocol.log_format import LedgerInfo, LogMetadata
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ class ScanPartition(InputPartition):
 
 class LogView:
     """One read of a log's metadata for planning (the log layer's
-    :class:`~bk_spark.core.log.LogView`, plus the log's incarnation and offsets)."""
+    :class:`~bk_spark.log.LogView`, plus the log's incarnation and offsets)."""
 
     def __init__(self, bk: BookKeeper, name: str) -> None:
         self.bk = bk

@@ -49,7 +49,6 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from bk_spark.core.client import BookKeeper
-from bk_spark.core.log import watch_log
 from bk_spark.datasource import connections
 from bk_spark.datasource.offsets import LogOffset, Offsets, from_json, to_json
 from bk_spark.datasource.options import ReadOptions
@@ -70,6 +69,7 @@ from bk_spark.datasource.planning import (
 )
 from bk_spark.datasource.scan import ScanSpec, read_partition
 from bk_spark.errors import InvalidConfigError, LogNotFoundError
+from bk_spark.log import watch_log
 from bk_spark.protocol.log_format import LedgerInfo
 
 log = logging.getLogger(__name__)

@@ -8,9 +8,9 @@ Exactly once, for ``df.write`` and for every micro-batch of a streaming query:
    no ledger.
 2. The driver's ``commit`` adds all the batch's ledgers to the log, in partition order,
    together with the batch id, in ONE compare-and-swap:
-   :func:`bk_spark.core.log.commit_ledgers`. Before its CAS it takes the log over with the
+   :func:`bk_spark.log.commit_ledgers`. Before its CAS it takes the log over with the
    seed's protocol (fence the last two ledgers of the list), so no earlier owner of the
-   log (a :class:`~bk_spark.core.log.LogWriter`, a previous instance of the query) can
+   log (a :class:`~bk_spark.log.LogWriter`, a previous instance of the query) can
    append after it.
 3. A batch id the sink already committed (a query restarted from its checkpoint replays
    its last batch with the same id, or a zombie instance commits late) commits nothing:
@@ -43,12 +43,6 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from bk_spark.core.client import BookKeeper
-from bk_spark.core.log import (
-    ClosedLedger,
-    commit_ledgers,
-    unlisted_ledgers,
-    write_closed_ledger,
-)
 from bk_spark.datasource import connections, pending
 from bk_spark.datasource.formats import (
     FORMAT_PROPERTY,
@@ -63,6 +57,13 @@ from bk_spark.datasource.formats import (
 )
 from bk_spark.datasource.options import WriteOptions
 from bk_spark.errors import InvalidConfigError, LogNotFoundError, LogOwnershipLostError
+from bk_spark.log import (
+    ClosedLedger,
+    commit_ledgers,
+    log_metadata,
+    unlisted_ledgers,
+    write_closed_ledger,
+)
 from bk_spark.protocol.log_format import LogMetadata
 from bk_spark.protocol.log_rules import log_quorums
 
@@ -94,7 +95,7 @@ def sink_key(sink_id: str) -> str:
 
 def _metadata(bk: BookKeeper, name: str) -> LogMetadata | None:
     try:
-        return bk.log_metadata(name)
+        return log_metadata(bk, name)
     except LogNotFoundError:
         return None
 
@@ -232,7 +233,7 @@ def commit_batch(o: WriteOptions, attempt: str, schema: StructType, overwrite: b
 
 def _discard_unlisted(bk: BookKeeper, name: str, ids: list[int], password: bytes) -> None:
     """After a failed commit: delete the ledgers the log does not list after all
-    (:func:`~bk_spark.core.log.unlisted_ledgers`; unknown: keep them)."""
+    (:func:`~bk_spark.log.unlisted_ledgers`; unknown: keep them)."""
     pending.discard(bk, name, unlisted_ledgers(bk, name, ids) or [], password)
 
 

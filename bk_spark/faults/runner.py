@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bk_spark.core.client import BookKeeper, BookKeeperConfig
-from bk_spark.core.log import delete_log, open_log_reader, open_log_writer
 from bk_spark.core.reader import ReadHandle
 from bk_spark.errors import BKError, UnauthorizedError
 from bk_spark.faults import checker
@@ -49,6 +48,7 @@ from bk_spark.faults.transcript import WriterTold, parse
 from bk_spark.faults.writers import PASSWORD
 from bk_spark.io.bookie_client import ClientConfig
 from bk_spark.io.registration import list_bookies
+from bk_spark.log import delete_log, open_log_reader, open_log_writer
 from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.protocol.digest import master_key
 

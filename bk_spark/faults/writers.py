@@ -40,12 +40,12 @@ from kazoo.protocol.states import KazooState
 
 from bk_spark.core.client import BookKeeper, BookKeeperConfig
 from bk_spark.core.ledger import LedgerHandle
-from bk_spark.core.log import open_log_writer
 from bk_spark.errors import LedgerFencedError, LedgerStateError, LogOwnershipLostError
 from bk_spark.faults.payloads import ledger_payload, log_payload
 from bk_spark.io.bookie_client import ClientConfig
 from bk_spark.io.entry import EntryCodec
 from bk_spark.io.metadata_store import Versioned
+from bk_spark.log import open_log_writer
 from bk_spark.protocol.digest import DigestManager, master_key
 from bk_spark.protocol.ledger_metadata import LedgerMetadata
 from bk_spark.protocol.log_format import encode_entry, now_ms

@@ -1,7 +1,7 @@
 """The formats of a log made of ledgers: entry framing and log metadata (pure, no I/O).
 
 Everything that another reader of the log (the Spark connector, a tool) must agree on is
-in this one file; :mod:`bk_spark.core.log` does the I/O.
+in this one file; :mod:`bk_spark.log` does the I/O.
 
 Entry framing
 -------------

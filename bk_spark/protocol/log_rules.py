@@ -4,7 +4,7 @@ Theory of operation (ledgers-to-logs.txt, "Opening a log" and "Rolling ledgers")
 ordered ledger list changes only by compare-and-swap; after reading it (step 1) and after
 every lost CAS the caller decides again from the list it finds. Those decisions are pure
 functions of :class:`~bk_spark.protocol.log_format.LogMetadata`, here, tested with tables in
-``tests/unit/test_log_rules.py``; :mod:`bk_spark.core.log` does the I/O.
+``tests/unit/test_log_rules.py``; :mod:`bk_spark.log` does the I/O.
 
 * :func:`ledgers_to_fence`: step 2 of opening a log, "Fence the last two ledgers in the
   list. Two ledgers are fenced because the writer may be writing to the second-to-last
@@ -101,7 +101,7 @@ def commit_check(md: LogMetadata, ledger_ids: Sequence[int], txn_key: str | None
 
 
 #: Log properties holding the quorums of the ledgers a log's writers create
-#: (``bk log create -E/-Qw/-Qa``, :func:`~bk_spark.core.log.create_log`'s quorums).
+#: (``bk log create -E/-Qw/-Qa``, :func:`~bk_spark.log.create_log`'s quorums).
 QUORUM_PROPERTIES = ("bk-spark.ensemble_size", "bk-spark.write_quorum_size",
                      "bk-spark.ack_quorum_size")
 #: The quorums of a log that records none: E=3, Qw=2, Qa=2.

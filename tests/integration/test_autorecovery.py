@@ -25,6 +25,7 @@ from bk_spark.autorecovery.underreplication import UnderReplicationManager
 from bk_spark.core.client import BookKeeper
 from bk_spark.io.registration import list_bookies
 from bk_spark.io.zk import connect_zk
+from bk_spark.log import open_log_reader, open_log_writer
 from bk_spark.metadata_uri import parse_metadata_service_uri
 from bk_spark.sandbox import BookieProcess, free_port, wait_for_registrations
 
@@ -258,7 +259,7 @@ def test_a_bookie_lost_for_good_is_replaced_everywhere_and_a_second_loss_loses_n
         f.result(30)
     expected[open_lh.id] = open_payloads
     # a log of several ledgers
-    writer = bk.open_log_writer("healing-log", roll_max_entries=50)
+    writer = open_log_writer(bk, "healing-log", roll_max_entries=50)
     records = [f"rec-{i}".encode() for i in range(180)]
     for p in records:
         writer.append(p)
@@ -272,7 +273,7 @@ def test_a_bookie_lost_for_good_is_replaced_everywhere_and_a_second_loss_loses_n
     victim = auditor if auditor in holders and holders[auditor] else max(holders,
                                                                          key=holders.get)
     # a log writer keeps appending while the bookie dies and its data is re-replicated
-    live = bk.open_log_writer("live-log", roll_max_entries=100)
+    live = open_log_writer(bk, "live-log", roll_max_entries=100)
     appended: list[bytes] = []
     stop = threading.Event()
 
@@ -294,7 +295,7 @@ def test_a_bookie_lost_for_good_is_replaced_everywhere_and_a_second_loss_loses_n
     appender.join(30)
     live.close()
     assert len(appended) > 100
-    reader = bk.open_log_reader("live-log", "earliest")
+    reader = open_log_reader(bk, "live-log", "earliest")
     assert [r.payload for r in reader.read_available()] == appended
     reader.close()
     assert urm.auditor() not in (None, victim)
@@ -307,7 +308,7 @@ def test_a_bookie_lost_for_good_is_replaced_everywhere_and_a_second_loss_loses_n
     second = max((b for b in everyone if b != victim), key=lambda b: len(_naming(bk, b)))
     ar_cluster.by_id(second).kill()
     _read_all(bk, expected)
-    reader = bk.open_log_reader("healing-log", "earliest")
+    reader = open_log_reader(bk, "healing-log", "earliest")
     assert [r.payload for r in reader.read_available()] == records
     reader.close()
     _wait_healed(bk, {victim, second})

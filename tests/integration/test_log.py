@@ -18,7 +18,17 @@ from pathlib import Path
 import pytest
 
 from bk_spark.core import BookKeeper
-from bk_spark.core.log import (
+from bk_spark.errors import (
+    InvalidConfigError,
+    LogExistsError,
+    LogNotFoundError,
+    LogOwnershipLostError,
+    LogTruncatedError,
+    NoSuchLedgerError,
+    UnauthorizedError,
+)
+from bk_spark.io.bookie_client import BookieClient
+from bk_spark.log import (
     LogRecord,
     Position,
     create_log,
@@ -31,16 +41,6 @@ from bk_spark.core.log import (
     truncate_log,
     update_log_properties,
 )
-from bk_spark.errors import (
-    InvalidConfigError,
-    LogExistsError,
-    LogNotFoundError,
-    LogOwnershipLostError,
-    LogTruncatedError,
-    NoSuchLedgerError,
-    UnauthorizedError,
-)
-from bk_spark.io.bookie_client import BookieClient
 from bk_spark.protocol.ledger_metadata import LedgerState
 from bk_spark.protocol.log_format import LogLimits
 

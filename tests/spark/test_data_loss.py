@@ -10,7 +10,7 @@ from pyspark.errors import PySparkException
 from spark_helpers import read_log
 from test_stream import fill, run_available_now, stream
 
-from bk_spark.core.log import delete_log, log_ledgers, truncate_log
+from bk_spark.log import delete_log, log_ledgers, truncate_log
 from bk_spark.protocol.log_format import Position
 
 

@@ -11,7 +11,6 @@ from dataclasses import replace
 import pytest
 
 from bk_spark.core.futures import SharedConditionFuture, shared_condition
-from bk_spark.core.log import _InOrderAcks
 from bk_spark.errors import (
     BKError,
     InvalidConfigError,
@@ -19,6 +18,7 @@ from bk_spark.errors import (
     LogFormatError,
     MetadataSerializationError,
 )
+from bk_spark.log.acks import InOrderAcks
 from bk_spark.protocol.log_format import (
     FRAME_HEADER_SIZE,
     LedgerInfo,
@@ -298,14 +298,14 @@ def test_bisect_finds_the_first_entry_at_or_after_the_timestamp(target: int, exp
 # ------------------------------------------------------------------------------ acks
 
 
-def _acks() -> tuple[_InOrderAcks, list[tuple[BaseException, int]]]:
+def _acks() -> tuple[InOrderAcks, list[tuple[BaseException, int]]]:
     seen: list[tuple[BaseException, int]] = []
 
     def translate(exc: BaseException, lid: int) -> BKError:
         seen.append((exc, lid))
         return BKError(f"lost at ledger {lid}")
 
-    return _InOrderAcks(translate), seen
+    return InOrderAcks(translate), seen
 
 
 def _futures(n: int) -> list[SharedConditionFuture[Position]]:
