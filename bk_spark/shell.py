@@ -47,6 +47,7 @@ from bk_spark.cli import JsonOpt, UriOpt, _print_json, console, err_console
 from bk_spark.core.client import BookKeeper, BookKeeperConfig
 from bk_spark.core.futures import InFlightWindow
 from bk_spark.core.reader import read_lac
+from bk_spark.core.sanity import TOOL_KEY, check_bookie
 from bk_spark.errors import (
     BKError,
     InvalidConfigError,
@@ -58,12 +59,12 @@ from bk_spark.errors import (
     UnauthorizedError,
 )
 from bk_spark.io.bookie_client import ClientConfig
-from bk_spark.io.entry import EntryCodec
 from bk_spark.io.registration import list_bookies
 from bk_spark.log import (
     LEDGER_LOG_KEY,
     create_log,
     delete_log,
+    ledger_end,
     list_logs,
     log_incarnation,
     log_ledgers,
@@ -73,7 +74,7 @@ from bk_spark.log import (
     truncate_log,
 )
 from bk_spark.protocol import log_rules
-from bk_spark.protocol.digest import DigestManager, master_key, password_digest
+from bk_spark.protocol.digest import password_digest
 from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
 from bk_spark.protocol.log_format import LedgerInfo, LogRecord, Position, entry_timestamp
 
@@ -83,8 +84,6 @@ log_app = typer.Typer(no_args_is_help=True,
                       help="Logs made of ledgers: create, list, show, append, read, tail, "
                            "truncate, delete.")
 
-#: Custom metadata key marking the short-lived ledgers of simpletest / bookie-sanity.
-TOOL_KEY = "bk-spark.tool"
 PREVIEW_CHARS = 1000  # longest payload text shown in a table cell
 PREVIEW_HEX_BYTES = 48
 MAX_IN_FLIGHT = 8192  # appends outstanding during bulk loads
@@ -531,14 +530,11 @@ def _ledger_row(bk: BookKeeper, info: LedgerInfo, password: str) -> dict[str, An
         return row
     row |= {"state": md.state.value, "ensemble": list(md.last_ensemble),
             "length": md.length if md.is_closed else None}
-    if info.last_entry_id is not None:  # described: closed, its last entry recorded
-        row["entries"] = info.last_entry_id + 1
-        return row
     try:
-        rh = bk.open_ledger(info.ledger_id, password, recovery=False)
-        last = rh.last_add_confirmed
+        last, _closed = ledger_end(bk, info, password)
         row["entries"] = last + 1
-        if last >= 0:
+        if last >= 0 and not info.is_described:  # a described row has its last timestamp
+            rh = bk.open_ledger(info.ledger_id, password, recovery=False)
             row["last_ts_ms"] = entry_timestamp(rh.read_entries(last, last)[0].payload)
     except UnauthorizedError:
         pass  # shown as unknown; --password tells
@@ -1041,80 +1037,6 @@ def simpletest(
 
 
 # =========================================================================== bookie-sanity
-def _settle(fut: Future) -> Callable[[BKError | None], None]:
-    def done(err: BKError | None) -> None:
-        if err is None:
-            fut.set_result(None)
-        else:
-            fut.set_exception(err)
-    return done
-
-
-def _check_bookie(bk: BookKeeper, bookie: str, registered: str, entries: int,
-                  timeout: float) -> dict[str, Any]:
-    """Sanity of one bookie's own add and read path: a ledger placed on it alone
-    (E=Qw=Qa=1), ``entries`` adds straight to it, a read back, verification, deletion.
-
-    The ledger id comes from the metadata store (a real, unique ledger), so the check can
-    never touch another ledger's data on the bookie."""
-    out: dict[str, Any] = {"bookie": bookie, "registered": registered, "ok": False,
-                           "add_ms": None, "read_ms": None, "detail": ""}
-    client = bk.bookies.get(bookie)
-    try:
-        info = client.info()
-    except BKError as exc:
-        out["detail"] = str(exc)
-        return out
-    if info.read_only:
-        out["detail"] = "readonly: it takes no adds (disk full?)"
-        return out
-    password = b"bookie-sanity"
-    md = bk.metadata_store.create(lambda lid: LedgerMetadata.new(
-        lid, (bookie,), write_quorum_size=1, ack_quorum_size=1,
-        password_digest=password_digest(password),
-        custom_metadata={TOOL_KEY: "bookie-sanity"})).value
-    lid = md.ledger_id
-    codec = EntryCodec(lid, DigestManager(md.digest_type, password))
-    try:
-        payloads = [f"bookie-sanity {bookie} entry {i}".encode() for i in range(entries)]
-        t0 = time.monotonic()
-        futs: list[Future] = []
-        length = 0
-        for i, p in enumerate(payloads):
-            length += len(p)
-            futs.append(Future())
-            client.add_entry(lid, master_key(password), codec.encode(i, i - 1, length, p),
-                             _settle(futs[-1]))
-        for f in futs:
-            f.result(timeout + 1)
-        out["add_ms"] = round((time.monotonic() - t0) * 1000, 1)
-        t1 = time.monotonic()
-        resp = client.read_entries(lid, first_entry=0, last_entry=entries - 1, timeout=timeout,
-                                   master_key=master_key(password))
-        got = {e.entry_id: e for e in resp.entries}
-        for i, p in enumerate(payloads):
-            if i not in got:
-                raise NoSuchEntryError(f"entry {i} was acknowledged but does not read back")
-            codec.verify(got[i])
-            if got[i].payload != p:
-                raise BKError(f"entry {i} reads back different bytes")
-        out["read_ms"] = round((time.monotonic() - t1) * 1000, 1)
-        out["ok"] = True
-        out["detail"] = f"{entries} entries added, read back, verified (ledger {lid})"
-    except (BKError, TimeoutError) as exc:
-        out["detail"] = f"ledger {lid}: {exc or type(exc).__name__}"
-    finally:
-        try:
-            client.delete_ledger(lid, master_key(password))
-        except BKError:
-            pass  # a bookie that failed may not answer; the metadata goes anyway
-        try:
-            bk.metadata_store.delete(lid)
-        except BKError:
-            pass
-    return out
-
-
 def bookie_sanity(
     bookie: Annotated[list[str] | None, typer.Option(
         "--bookie", "-b", help="host:port to check (repeatable; default: every registered "
@@ -1140,7 +1062,7 @@ def bookie_sanity(
         results = []
         with _progress("checking bookies", len(targets)) as advance:
             for b in targets:
-                results.append(_check_bookie(bk, b, found.get(b, "no"), entries, timeout))
+                results.append(check_bookie(bk, b, found.get(b, "no"), entries, timeout))
                 advance(1)
     failed = [r["bookie"] for r in results if not r["ok"]]
     if as_json:

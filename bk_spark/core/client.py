@@ -175,6 +175,11 @@ class BookKeeper:
         return EntryCodec(md.ledger_id, DigestManager(md.digest_type, password))
 
     # ---------------------------------------------------------------- lifecycle
+    @property
+    def is_closed(self) -> bool:
+        """True once :meth:`close` ran (a cached client must then be made anew)."""
+        return self._closed
+
     def close(self) -> None:
         if self._closed:
             return

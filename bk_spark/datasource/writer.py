@@ -3,7 +3,7 @@
 Exactly once, for ``df.write`` and for every micro-batch of a streaming query:
 
 1. Each task writes its rows into a NEW ledger (not in the log's list yet; registered in
-   :mod:`bk_spark.datasource.pending`), closes it and returns its id, last entry and
+   :mod:`bk_spark.log.pending`), closes it and returns its id, last entry and
    timestamps in its :class:`LedgerWritten` commit message. A task with no rows creates
    no ledger.
 2. The driver's ``commit`` adds all the batch's ledgers to the log, in partition order,
@@ -43,7 +43,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from bk_spark.core.client import BookKeeper
-from bk_spark.datasource import connections, pending
+from bk_spark.datasource import connections
 from bk_spark.datasource.formats import (
     FORMAT_PROPERTY,
     SCHEMA_PROPERTY,
@@ -61,6 +61,7 @@ from bk_spark.log import (
     ClosedLedger,
     commit_ledgers,
     log_metadata,
+    pending,
     unlisted_ledgers,
     write_closed_ledger,
 )
