@@ -275,7 +275,7 @@ def _pipelined(futures: Iterable[Future], advance: Callable[[int], None],
     order. Returns ``(count, first, last result)``."""
     ends: dict[str, Any] = {"first": None, "last": None}
 
-    def settle(fut: Future) -> None:
+    def settle(fut: Future, _tag: object) -> None:
         result = fut.result()
         if window.settled == 1:  # counted before this call
             ends["first"] = result

@@ -10,8 +10,6 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Literal
 
-from kazoo.protocol.states import WatchedEvent
-
 from bk_spark.core.reader import ReadHandle
 from bk_spark.errors import (
     BKError,
@@ -74,7 +72,7 @@ class LogReader:
         self._handle: ReadHandle | None = None
 
     # ----------------------------------------------------------------- metadata
-    def _on_change(self, _event: WatchedEvent) -> None:
+    def _on_change(self, _event: object) -> None:
         if not self._closed:
             self._changed.set()
 
