@@ -14,7 +14,6 @@ import pytest
 from pyspark.sql.types import StringType, StructField, StructType
 from spark_helpers import PROCS, ROOT
 
-from bk_spark.log import pending
 from bk_spark.datasource.options import WriteOptions
 from bk_spark.datasource.writer import BookKeeperStreamWriter, sink_key
 from bk_spark.errors import LogNotFoundError, LogOwnershipLostError
@@ -25,6 +24,7 @@ from bk_spark.log import (
     log_metadata,
     open_log_reader,
     open_log_writer,
+    pending,
 )
 
 
