@@ -169,6 +169,7 @@ a query reading several logs (``log`` list, ``logPattern``) keeps a position per
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import re
@@ -179,6 +180,7 @@ from typing import Literal
 from bk_spark.errors import InvalidConfigError
 from bk_spark.metadata_uri import parse_metadata_service_uri
 from bk_spark.protocol.log_format import validate_log_name
+from bk_spark.protocol.log_rules import resolve_quorums
 from bk_spark.security import ClientSecurity, ZkSecurity, read_secret_file
 
 EntryFormat = Literal["raw", "arrow"]
@@ -604,6 +606,20 @@ class WriteOptions:
     ack_quorum_size: int | None = None
     entry_format: EntryFormat | None = None  # None: decided from the log (see the table)
     sink_id: str | None = None
+
+    def with_log_quorums(self, properties: Mapping[str, object]) -> WriteOptions:
+        """These options with every quorum resolved: the option given, else the log's
+        recorded quorum (its ``properties``), else 3/2/2
+        (:func:`~bk_spark.protocol.log_rules.resolve_quorums`); an impossible combination
+        is refused naming the option."""
+        e, qw, qa = resolve_quorums(
+            properties, (self.ensemble_size, self.write_quorum_size, self.ack_quorum_size))
+        if qw > e:
+            raise _fail("writeQuorumSize", f"{qw} is more than ensembleSize {e}")
+        if qa > qw:
+            raise _fail("ackQuorumSize", f"{qa} is more than writeQuorumSize {qw}")
+        return dataclasses.replace(self, ensemble_size=e, write_quorum_size=qw,
+                                   ack_quorum_size=qa)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> WriteOptions:

@@ -66,7 +66,6 @@ from bk_spark.log import (
     write_closed_ledger,
 )
 from bk_spark.protocol.log_format import LogMetadata
-from bk_spark.protocol.log_rules import log_quorums
 
 log = logging.getLogger(__name__)
 
@@ -166,13 +165,8 @@ def write_task(o: WriteOptions, attempt: str, txn_key: str | None,
         created.append(ledger_id)
         pending.register(bk, o.log, ledger_id, attempt, txn_key)
 
-    given = (o.ensemble_size, o.write_quorum_size, o.ack_quorum_size)
-    try:
-        e, qw, qa = log_quorums(md.properties if md is not None else {}, given)
-    except InvalidConfigError as exc:
-        raise InvalidConfigError(
-            f"options ensembleSize/writeQuorumSize/ackQuorumSize {given} with the quorums "
-            f"log {o.log!r} records: {exc}") from None
+    q = o.with_log_quorums(md.properties if md is not None else {})
+    e, qw, qa = q.ensemble_size, q.write_quorum_size, q.ack_quorum_size
     try:
         written = write_closed_ledger(
             bk, o.log, payloads, ensemble_size=e, write_quorum_size=qw, ack_quorum_size=qa,
@@ -261,6 +255,7 @@ class BookKeeperBatchWriter(DataSourceArrowWriter):
         self.attempt = _new_attempt()
         # Fail on the driver, before any task, if the rows cannot go into the log.
         md = _metadata(connections.client(options.uri, options.security), options.log)
+        self.options = options = options.with_log_quorums(md.properties if md else {})
         fmt = decide_format(options, None if overwrite else md)
         check_schema(options, fmt, schema, md, overwrite)
 

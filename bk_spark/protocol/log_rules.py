@@ -108,12 +108,13 @@ QUORUM_PROPERTIES = ("bk-spark.ensemble_size", "bk-spark.write_quorum_size",
 DEFAULT_QUORUMS = (3, 2, 2)
 
 
-def log_quorums(properties: Mapping[str, object],
-                given: tuple[int | None, int | None, int | None] = (None, None, None)
-                ) -> tuple[int, int, int]:
+def resolve_quorums(properties: Mapping[str, object],
+                    given: tuple[int | None, int | None, int | None] = (None, None, None)
+                    ) -> tuple[int, int, int]:
     """The ``(E, Qw, Qa)`` a writer of a log creates its ledgers with: each one ``given``,
-    else the log's recorded one (:data:`QUORUM_PROPERTIES`), else the default; checked
-    (E >= Qw >= Qa >= 1). One policy for the Python writer, the shell and Spark writes."""
+    else the log's recorded one (:data:`QUORUM_PROPERTIES`), else the default. One policy
+    for the Python writer, the shell and Spark writes; not checked (see :func:`log_quorums`).
+    """
     out = []
     for value, key, default in zip(given, QUORUM_PROPERTIES, DEFAULT_QUORUMS, strict=True):
         if value is None:
@@ -121,6 +122,14 @@ def log_quorums(properties: Mapping[str, object],
             value = int(recorded) if isinstance(recorded, int | str) else default
         out.append(value)
     e, qw, qa = out
+    return e, qw, qa
+
+
+def log_quorums(properties: Mapping[str, object],
+                given: tuple[int | None, int | None, int | None] = (None, None, None)
+                ) -> tuple[int, int, int]:
+    """:func:`resolve_quorums`, checked: E >= Qw >= Qa >= 1 (:class:`InvalidConfigError`)."""
+    e, qw, qa = resolve_quorums(properties, given)
     validate_quorums(e, qw, qa)
     return e, qw, qa
 
