@@ -20,6 +20,8 @@ from pathlib import Path
 
 import grpc
 
+from bk_spark.log import open_log_reader, open_log_writer
+
 ROOT = Path(__file__).resolve().parents[1]
 KiB = 1024
 
@@ -156,7 +158,7 @@ def bookie_add(bookie_id: str, n: int, size: int = KiB, in_flight: int = 2000
     is the bookie's rate, not a slow client's: the reference the ledger figure is compared
     with.
     """
-    from bk_spark.core.bookie_client import BookieClient, frame_entry
+    from bk_spark.io.bookie_client import BookieClient, frame_entry
     from bk_spark.proto import bookie_pb2 as pb
 
     client = BookieClient(bookie_id)
@@ -192,7 +194,7 @@ def bookie_add_per_entry(bookie_id: str, n: int, size: int = KiB, in_flight: int
                          ) -> float:
     """entries/s of adds to one bookie by a client that builds and queues each entry on
     its own with a callback per entry (the reference before the batched one)."""
-    from bk_spark.core.bookie_client import BookieClient
+    from bk_spark.io.bookie_client import BookieClient
     from bk_spark.proto import bookie_pb2 as pb
 
     client = BookieClient(bookie_id)
@@ -213,7 +215,7 @@ def bookie_add_per_entry(bookie_id: str, n: int, size: int = KiB, in_flight: int
 
 def bookie_reads(bookie_id: str, n_entries: int, seconds: float = 1.5) -> tuple[float, float]:
     """(single-entry reads entries/s, batched range reads entries/s) from one bookie."""
-    from bk_spark.core.bookie_client import BookieClient
+    from bk_spark.io.bookie_client import BookieClient
 
     client = BookieClient(bookie_id)
     try:
@@ -269,7 +271,7 @@ def log_append(uri: str, n: int, roll_entries: int, size: int = KiB, in_flight: 
     from bk_spark.core import BookKeeper
 
     with BookKeeper(uri) as bk:
-        w = bk.open_log_writer("bench-log", roll_max_entries=roll_entries)
+        w = open_log_writer(bk, "bench-log", roll_max_entries=roll_entries)
         data = b"g" * size
         window: deque = deque()
         t0 = time.perf_counter()
@@ -283,7 +285,7 @@ def log_append(uri: str, n: int, roll_entries: int, size: int = KiB, in_flight: 
         dt = time.perf_counter() - t0
         w.close()
         assert last is not None
-        from bk_spark.core.log import log_ledgers
+        from bk_spark.log import log_ledgers
 
         return n / dt, len(log_ledgers(bk, "bench-log"))
 
@@ -295,9 +297,9 @@ def tail_latency(uri: str, n: int = 400, interval_s: float = 0.005
     from bk_spark.core import BookKeeper
 
     with BookKeeper(uri) as wbk, BookKeeper(uri) as rbk:
-        w = wbk.open_log_writer("bench-tail")
+        w = open_log_writer(wbk, "bench-tail")
         w.append(b"0" * 8)
-        reader = rbk.open_log_reader("bench-tail", "earliest")
+        reader = open_log_reader(rbk, "bench-tail", "earliest")
         lat: list[float] = []
 
         def consume() -> None:

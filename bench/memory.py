@@ -69,7 +69,7 @@ class RssSampler:
 def write_gb(bookie_id: str, nbytes: int, size: int = KiB, in_flight: int = 2000,
              written: list[int] | None = None) -> float:
     """Write ``nbytes`` of ``size``-byte entries to one bookie; returns entries/s."""
-    from bk_spark.core.bookie_client import BookieClient, frame_entry
+    from bk_spark.io.bookie_client import BookieClient, frame_entry
     from bk_spark.proto import bookie_pb2 as pb
 
     written = written if written is not None else [0]

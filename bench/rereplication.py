@@ -72,7 +72,7 @@ def _fill_gb(bk, victim: str, spares: list[str], gb: float, size: int = 16 * KiB
     """Ledgers (E=Qw=3) holding ``gb`` GB on ``victim``: the ``spares`` are marked
     decommissioning while they are written, so placement puts them on ``victim`` and the
     two other bookies; the marks are cleared at the end (the spares then take the copies)."""
-    from bk_spark.registration import clear_decommissioning, mark_decommissioning
+    from bk_spark.io.registration import clear_decommissioning, mark_decommissioning
 
     for b in spares:
         mark_decommissioning(bk.zk, bk.msu, b)

@@ -74,7 +74,7 @@ run python -c "
 # Raw gRPC with the project's stubs and a valid client certificate, skipping the client's
 # own password check: each bookie checks the master key itself.
 import os, grpc
-from bk_spark.core.digest import master_key
+from bk_spark.protocol.digest import master_key
 from bk_spark.proto import bookie_pb2 as pb, bookie_pb2_grpc
 from bk_spark.core import BookKeeper
 creds = grpc.ssl_channel_credentials(*(open(os.environ[v], 'rb').read() for v in
@@ -99,7 +99,7 @@ run python -c "
 import os
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
-from bk_spark.core.metadata_store import ledger_path
+from bk_spark.io.metadata_store import ledger_path
 p = ledger_path('/ledgers', $L)
 zk = KazooClient(hosts='127.0.0.1:$ZK_PORT', use_ssl=True, ca=os.environ['BK_ZK_TLS_CA'],
                  certfile=os.environ['BK_ZK_TLS_CERT'], keyfile=os.environ['BK_ZK_TLS_KEY'])

@@ -72,7 +72,7 @@ def stream_latency(spark: Any, uri: str, tmpdir: Path, trigger_s: float | None =
     ``interval_s`` while a query with a ``trigger_s`` processing-time trigger runs (None:
     no trigger interval, Spark's default: the next micro-batch as soon as one ends)."""
     from bk_spark.core import BookKeeper
-    from bk_spark.core.log import open_log_writer
+    from bk_spark.log import open_log_writer
 
     log = f"bench-stream-{int(time.time())}"
     lat: list[float] = []

@@ -268,7 +268,7 @@ def sandbox_stop(data_dir: SandboxDir = DEFAULT_SANDBOX_DIR) -> None:
 @app.command()
 def bookies(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False) -> None:
     """List registered bookies and whether each is writable or readonly."""
-    from bk_spark.registration import list_bookies
+    from bk_spark.io.registration import list_bookies
 
     found = list_bookies(metadata_service_uri or "")
 
@@ -330,9 +330,9 @@ def zk_acl(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False) -> Non
     """Protect an existing cluster's metadata: give every znode under the root the ACL
     "all rights to the ZooKeeper user in use (--zk-auth-file / BK_ZK_AUTH_FILE), none to
     anyone else". Bookies and clients then need those credentials too."""
+    from bk_spark.io.zk import apply_acls, connect_zk
     from bk_spark.metadata_uri import parse_metadata_service_uri
     from bk_spark.security import ZkSecurity
-    from bk_spark.zk import apply_acls, connect_zk
 
     security = ZkSecurity.from_env()
     acl = security.acl()

@@ -36,7 +36,7 @@ class MetadataServiceUri:
     @property
     def decommissioning_path(self) -> str:
         """Markers of bookies being decommissioned (``<root>/decommissioning/<host:port>``,
-        :func:`bk_spark.registration.mark_decommissioning`)."""
+        :func:`bk_spark.io.registration.mark_decommissioning`)."""
         return f"{self.root}/decommissioning"
 
 

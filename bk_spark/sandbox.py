@@ -473,9 +473,9 @@ def wait_for_registrations(metadata_service_uri: str, n: int, timeout: float = 3
                            security=None) -> None:  # security: ZkSecurity | None
     """Block until ``n`` writable bookies are registered under ``<root>/available``
     (``security``: ZooKeeper credentials; None: the environment's)."""
+    from bk_spark.io.registration import list_bookies
+    from bk_spark.io.zk import connect_zk
     from bk_spark.metadata_uri import parse_metadata_service_uri
-    from bk_spark.registration import list_bookies
-    from bk_spark.zk import connect_zk
 
     deadline = time.monotonic() + timeout
     seen: list = []

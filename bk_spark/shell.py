@@ -44,13 +44,10 @@ from rich.table import Table
 from rich.text import Text
 
 from bk_spark.cli import JsonOpt, UriOpt, _print_json, console, err_console
-from bk_spark.core.bookie_client import ClientConfig
 from bk_spark.core.client import BookKeeper, BookKeeperConfig
-from bk_spark.core.digest import DigestManager, master_key, password_digest
-from bk_spark.core.entry import EntryCodec
-from bk_spark.core.log import LEDGER_LOG_KEY, log_incarnation, log_ledgers
-from bk_spark.core.log_format import LedgerInfo, LogRecord, Position, entry_timestamp
-from bk_spark.core.metadata import LedgerMetadata, LedgerState
+from bk_spark.core.futures import InFlightWindow
+from bk_spark.core.reader import read_lac
+from bk_spark.core.sanity import TOOL_KEY, check_bookie
 from bk_spark.errors import (
     BKError,
     InvalidConfigError,
@@ -61,7 +58,25 @@ from bk_spark.errors import (
     ReadPastLacError,
     UnauthorizedError,
 )
-from bk_spark.registration import list_bookies
+from bk_spark.io.bookie_client import ClientConfig
+from bk_spark.io.registration import list_bookies
+from bk_spark.log import (
+    LEDGER_LOG_KEY,
+    create_log,
+    delete_log,
+    ledger_end,
+    list_logs,
+    log_incarnation,
+    log_ledgers,
+    log_metadata,
+    open_log_reader,
+    open_log_writer,
+    truncate_log,
+)
+from bk_spark.protocol import log_rules
+from bk_spark.protocol.digest import password_digest
+from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
+from bk_spark.protocol.log_format import LedgerInfo, LogRecord, Position, entry_timestamp
 
 ledger_app = typer.Typer(no_args_is_help=True,
                          help="Ledgers: list, show, read, recover (fence + close), delete.")
@@ -69,12 +84,6 @@ log_app = typer.Typer(no_args_is_help=True,
                       help="Logs made of ledgers: create, list, show, append, read, tail, "
                            "truncate, delete.")
 
-#: Custom metadata key marking the short-lived ledgers of simpletest / bookie-sanity.
-TOOL_KEY = "bk-spark.tool"
-#: Log properties holding the quorums ``bk log create`` chose; ``bk log append`` uses them.
-QUORUM_KEYS = ("bk-spark.ensemble_size", "bk-spark.write_quorum_size",
-               "bk-spark.ack_quorum_size")
-DEFAULT_QUORUMS = (3, 2, 2)
 PREVIEW_CHARS = 1000  # longest payload text shown in a table cell
 PREVIEW_HEX_BYTES = 48
 MAX_IN_FLIGHT = 8192  # appends outstanding during bulk loads
@@ -264,26 +273,24 @@ class _JsonArray:
 def _pipelined(futures: Iterable[Future], advance: Callable[[int], None],
                on_result: Callable[[Any], None] | None = None) -> tuple[int, Any, Any]:
     """Wait for ``futures`` in order (started lazily) keeping at most :data:`MAX_IN_FLIGHT`
-    open; ``on_result`` sees each result in order. Returns ``(count, first, last result)``."""
-    pending: deque[Future] = deque()
-    count, first, last = 0, None, None
+    open (:class:`~bk_spark.core.futures.InFlightWindow`); ``on_result`` sees each result in
+    order. Returns ``(count, first, last result)``."""
+    ends: dict[str, Any] = {"first": None, "last": None}
 
-    def settle() -> None:
-        nonlocal count, first, last
-        last = pending.popleft().result()
-        first = last if count == 0 else first
-        count += 1
+    def settle(fut: Future, _tag: object) -> None:
+        result = fut.result()
+        if window.settled == 1:  # counted before this call
+            ends["first"] = result
+        ends["last"] = result
         advance(1)
         if on_result is not None:
-            on_result(last)
+            on_result(result)
 
+    window = InFlightWindow(MAX_IN_FLIGHT, on_done=settle)
     for fut in futures:
-        pending.append(fut)
-        if len(pending) >= MAX_IN_FLIGHT:
-            settle()
-    while pending:
-        settle()
-    return count, first, last
+        window.push(fut)
+    window.drain()
+    return window.settled, ends["first"], ends["last"]
 
 
 def _synthetic(i: int, size: int, fill: bytes) -> bytes:
@@ -313,16 +320,14 @@ def _kv_table(rows: Iterable[tuple[str, Any]]) -> Table:
 
 # =========================================================================== ledger
 def _bookie_lac(bk: BookKeeper, md: LedgerMetadata) -> int | None:
-    """The highest last-add-confirmed the bookies of the last fragment report (None: none
-    answered). Needs no password: a LAC read is not an entry read."""
-    best = None
-    for b in md.last_ensemble:
-        try:
-            lac = bk.bookies.get(b).read_lac(md.ledger_id).lac
-        except BKError:
-            continue
-        best = lac if best is None else max(best, lac)
-    return best
+    """The ledger's last-add-confirmed as a reader would see it (None: too few bookies of
+    the last fragment answered to tell). Needs no password: a LAC read is not an entry
+    read."""
+    try:
+        lac, answers = read_lac(bk, md)
+    except BKError:
+        return None
+    return lac if answers.covered else None
 
 
 def _ledger_summary(md: LedgerMetadata) -> dict[str, Any]:
@@ -527,14 +532,11 @@ def _ledger_row(bk: BookKeeper, info: LedgerInfo, password: str) -> dict[str, An
         return row
     row |= {"state": md.state.value, "ensemble": list(md.last_ensemble),
             "length": md.length if md.is_closed else None}
-    if info.last_entry_id is not None:  # described: closed, its last entry recorded
-        row["entries"] = info.last_entry_id + 1
-        return row
     try:
-        rh = bk.open_ledger(info.ledger_id, password, recovery=False)
-        last = rh.last_add_confirmed
+        last, _closed = ledger_end(bk, info, password)
         row["entries"] = last + 1
-        if last >= 0:
+        if last >= 0 and not info.is_described:  # a described row has its last timestamp
+            rh = bk.open_ledger(info.ledger_id, password, recovery=False)
             row["last_ts_ms"] = entry_timestamp(rh.read_entries(last, last)[0].payload)
     except UnauthorizedError:
         pass  # shown as unknown; --password tells
@@ -555,17 +557,15 @@ def log_create(
     -E/-Qw/-Qa (default 3/2/2) are stored in the log's properties as bk-spark.ensemble_size,
     bk-spark.write_quorum_size and bk-spark.ack_quorum_size.
     """
-    quorums = tuple(v if v is not None else d for v, d in
-                    zip((ensemble, write_quorum, ack_quorum), DEFAULT_QUORUMS, strict=True))
-    LedgerMetadata.validate_quorums(*quorums)
-    props: dict[str, Any] = dict(zip(QUORUM_KEYS, quorums, strict=True))
+    quorums = log_rules.log_quorums({}, (ensemble, write_quorum, ack_quorum))
+    props: dict[str, Any] = log_rules.quorum_properties(quorums)
     for p in prop or []:
         key, eq, value = p.partition("=")
         if not eq or not key:
             raise InvalidConfigError(f"--property {p!r}: expected KEY=VALUE")
         props[key] = value
     with _connect(metadata_service_uri) as bk, _explained(name):
-        md = bk.create_log(name, properties=props)
+        md = create_log(bk, name, properties=props)
     if as_json:
         _print_json({"log": name, "properties": dict(md.properties), "ctime_ms": md.ctime_ms})
     else:
@@ -577,9 +577,9 @@ def log_list(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False) -> N
     """List the logs with their ledger counts and latest known append time."""
     rows = []
     with _connect(metadata_service_uri) as bk, _explained():
-        for name in bk.list_logs():
+        for name in list_logs(bk):
             try:
-                md = bk.log_metadata(name)
+                md = log_metadata(bk, name)
             except LogNotFoundError:  # deleted meanwhile
                 continue
             rows.append({"log": name, "ledgers": md.ledger_count,
@@ -612,7 +612,7 @@ def log_show(
     """Show a log: its ledgers (id, state, entries, time range) and properties; with
     --checkpoint, how far a streaming query is behind."""
     with _connect(metadata_service_uri) as bk, _explained(name):
-        md = bk.log_metadata(name)
+        md = log_metadata(bk, name)
         ledgers = log_ledgers(bk, name)
         shown = ledgers[-last:] if last else ledgers
         rows = [_ledger_row(bk, info, password) for info in shown]
@@ -735,20 +735,17 @@ def log_append(
     source, bulk = _entry_source(messages, file, count, size)
     with _connect(metadata_service_uri) as bk, _explained(name):
         try:
-            props = dict(bk.log_metadata(name).properties)
+            props = dict(log_metadata(bk, name).properties)
             missing = False
         except LogNotFoundError:
             if not create:
                 raise LogNotFoundError(f"log {name!r} does not exist: `bk log create {name}` "
                                        f"creates it (or pass --create)") from None
             props, missing = {}, True
-        given = (ensemble, write_quorum, ack_quorum)
-        e, qw, qa = (v if v is not None else int(props.get(k, d))
-                     for v, k, d in zip(given, QUORUM_KEYS, DEFAULT_QUORUMS, strict=True))
-        LedgerMetadata.validate_quorums(e, qw, qa)
+        e, qw, qa = log_rules.log_quorums(props, (ensemble, write_quorum, ack_quorum))
         if missing:
-            bk.create_log(name, properties=dict(zip(QUORUM_KEYS, (e, qw, qa), strict=True)))
-        with bk.open_log_writer(name, create_if_missing=False, ensemble_size=e,
+            create_log(bk, name, quorums=(e, qw, qa))
+        with open_log_writer(bk, name, create_if_missing=False, ensemble_size=e,
                                 write_quorum_size=qw, ack_quorum_size=qa, password=password,
                                 roll_max_entries=roll_max_entries) as writer:
             nbytes = 0
@@ -817,7 +814,7 @@ def log_read(
     if start is not None and timestamp_ms is not None:
         raise InvalidConfigError("give --from or --timestamp-ms, not both")
     with _connect(metadata_service_uri) as bk, _explained(name):
-        reader = bk.open_log_reader(name, None if timestamp_ms is not None else where,
+        reader = open_log_reader(bk, name, None if timestamp_ms is not None else where,
                                     timestamp_ms=timestamp_ms, password=password)
         total = limit
         whole = where == "earliest" and timestamp_ms is None and limit is None
@@ -895,7 +892,7 @@ def log_tail(
     where = _parse_position(start, "--from")
     n = 0
     with _connect(metadata_service_uri) as bk, _explained(name):
-        reader = bk.open_log_reader(name, where, password=password)
+        reader = open_log_reader(bk, name, where, password=password)
         err_console.print(f"tailing log {name!r} from {_pos(reader.position)} "
                           f"(Ctrl-C stops)", highlight=False)
 
@@ -950,7 +947,7 @@ def log_truncate(
         if older:
             _confirm(yes, f"drop {len(older)} ledgers of log {name!r} (before ledger "
                           f"{pos.ledger_id}) and delete their data")
-            dropped = bk.truncate_log(name, pos, password)
+            dropped = truncate_log(bk, name, pos, password)
     if as_json:
         _print_json({"log": name, "dropped": dropped})
     elif dropped:
@@ -966,9 +963,9 @@ def log_delete(name: LogArg, yes: YesOpt = False, password: PasswordOpt = "",
                metadata_service_uri: UriOpt = None, as_json: JsonOpt = False) -> None:
     """Delete a log and all its ledgers."""
     with _connect(metadata_service_uri) as bk, _explained(name):
-        md = bk.log_metadata(name)
+        md = log_metadata(bk, name)
         _confirm(yes, f"delete log {name!r} and its {md.ledger_count} ledgers")
-        deleted = bk.delete_log(name, password)
+        deleted = delete_log(bk, name, password)
     if as_json:
         _print_json({"log": name, "deleted_ledgers": deleted})
     else:
@@ -1042,80 +1039,6 @@ def simpletest(
 
 
 # =========================================================================== bookie-sanity
-def _settle(fut: Future) -> Callable[[BKError | None], None]:
-    def done(err: BKError | None) -> None:
-        if err is None:
-            fut.set_result(None)
-        else:
-            fut.set_exception(err)
-    return done
-
-
-def _check_bookie(bk: BookKeeper, bookie: str, registered: str, entries: int,
-                  timeout: float) -> dict[str, Any]:
-    """Sanity of one bookie's own add and read path: a ledger placed on it alone
-    (E=Qw=Qa=1), ``entries`` adds straight to it, a read back, verification, deletion.
-
-    The ledger id comes from the metadata store (a real, unique ledger), so the check can
-    never touch another ledger's data on the bookie."""
-    out: dict[str, Any] = {"bookie": bookie, "registered": registered, "ok": False,
-                           "add_ms": None, "read_ms": None, "detail": ""}
-    client = bk.bookies.get(bookie)
-    try:
-        info = client.info()
-    except BKError as exc:
-        out["detail"] = str(exc)
-        return out
-    if info.read_only:
-        out["detail"] = "readonly: it takes no adds (disk full?)"
-        return out
-    password = b"bookie-sanity"
-    md = bk.metadata_store.create(lambda lid: LedgerMetadata.new(
-        lid, (bookie,), write_quorum_size=1, ack_quorum_size=1,
-        password_digest=password_digest(password),
-        custom_metadata={TOOL_KEY: "bookie-sanity"})).value
-    lid = md.ledger_id
-    codec = EntryCodec(lid, DigestManager(md.digest_type, password))
-    try:
-        payloads = [f"bookie-sanity {bookie} entry {i}".encode() for i in range(entries)]
-        t0 = time.monotonic()
-        futs: list[Future] = []
-        length = 0
-        for i, p in enumerate(payloads):
-            length += len(p)
-            futs.append(Future())
-            client.add_entry(lid, master_key(password), codec.encode(i, i - 1, length, p),
-                             _settle(futs[-1]))
-        for f in futs:
-            f.result(timeout + 1)
-        out["add_ms"] = round((time.monotonic() - t0) * 1000, 1)
-        t1 = time.monotonic()
-        resp = client.read_entries(lid, first_entry=0, last_entry=entries - 1, timeout=timeout,
-                                   master_key=master_key(password))
-        got = {e.entry_id: e for e in resp.entries}
-        for i, p in enumerate(payloads):
-            if i not in got:
-                raise NoSuchEntryError(f"entry {i} was acknowledged but does not read back")
-            codec.verify(got[i])
-            if got[i].payload != p:
-                raise BKError(f"entry {i} reads back different bytes")
-        out["read_ms"] = round((time.monotonic() - t1) * 1000, 1)
-        out["ok"] = True
-        out["detail"] = f"{entries} entries added, read back, verified (ledger {lid})"
-    except (BKError, TimeoutError) as exc:
-        out["detail"] = f"ledger {lid}: {exc or type(exc).__name__}"
-    finally:
-        try:
-            client.delete_ledger(lid, master_key(password))
-        except BKError:
-            pass  # a bookie that failed may not answer; the metadata goes anyway
-        try:
-            bk.metadata_store.delete(lid)
-        except BKError:
-            pass
-    return out
-
-
 def bookie_sanity(
     bookie: Annotated[list[str] | None, typer.Option(
         "--bookie", "-b", help="host:port to check (repeatable; default: every registered "
@@ -1141,7 +1064,7 @@ def bookie_sanity(
         results = []
         with _progress("checking bookies", len(targets)) as advance:
             for b in targets:
-                results.append(_check_bookie(bk, b, found.get(b, "no"), entries, timeout))
+                results.append(check_bookie(bk, b, found.get(b, "no"), entries, timeout))
                 advance(1)
     failed = [r["bookie"] for r in results if not r["ok"]]
     if as_json:

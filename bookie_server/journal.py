@@ -8,7 +8,7 @@ Concurrent requests share one sync: a single writer thread takes everything queu
 ``max_group_bytes``), writes it with one ``pwritev`` and one ``fdatasync``, then hands the
 whole group to ``on_synced``. With ``max_group_wait_s`` > 0 it may wait for more records
 first, but only while the observed arrival rate says the next record comes within what is
-left of that wait (:func:`bk_spark.core.batching.batch_wait`): at a moderate load a lone
+left of that wait (:func:`bk_spark.protocol.batching.batch_wait`): at a moderate load a lone
 record is synced at once instead of waiting for a group that will not come.
 
 Journal files ``<seq>.jnl`` in ``data_dir/journal`` have a fixed size and are written in
@@ -59,8 +59,8 @@ from typing import Any, NamedTuple
 
 import crc32c
 
-from bk_spark.core.batching import ArrivalRate, batch_wait
 from bk_spark.errors import BKError
+from bk_spark.protocol.batching import ArrivalRate, batch_wait
 from bookie_server.entrylog import ENTRY_HEADER, fsync_directory, write_all_at
 from bookie_server.location import pack_span
 

@@ -192,7 +192,7 @@ def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None) -> type
             raise BKError(
                 f"port {port} on {host} is taken: is another bookie running? choose another --port")
         if debug_expose_session:
-            from bk_spark.registration import SESSION_FILE_ENV
+            from bk_spark.io.registration import SESSION_FILE_ENV
 
             os.environ[SESSION_FILE_ENV] = str(data_dir / "zk-session")
         recovery = None

@@ -23,8 +23,8 @@ from google.protobuf.message import DecodeError, Message
 
 from bk_spark.allocator import tune_allocator
 from bk_spark.errors import BKError, InvalidRequestError, UnauthorizedError
+from bk_spark.io.registration import BookieRegistration
 from bk_spark.proto import bookie_pb2 as pb
-from bk_spark.registration import BookieRegistration
 from bookie_server.access import AccessPolicy, peer_identities
 from bookie_server.config import BookieConfig, MiB
 from bookie_server.metrics import BookieMetrics

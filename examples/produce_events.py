@@ -14,7 +14,7 @@ import time
 from _spark import parser, session
 
 from bk_spark.core import BookKeeper
-from bk_spark.core.log import log_ledgers
+from bk_spark.log import log_ledgers
 
 
 def main() -> None:

@@ -42,9 +42,9 @@ from bk_spark.autorecovery.plan import (
 )
 from bk_spark.autorecovery.underreplication import UnderReplicationManager
 from bk_spark.core.client import BookKeeper
-from bk_spark.core.metadata import LedgerMetadata
 from bk_spark.errors import BKError, NoSuchLedgerError
-from bk_spark.registration import list_bookies
+from bk_spark.io.registration import list_bookies
+from bk_spark.protocol.ledger_metadata import LedgerMetadata
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from bk_spark.autorecovery.underreplication import UnderReplicationManager
 from bk_spark.cli import JsonOpt, UriOpt, _print_json, bookie_app, console, err_console
 from bk_spark.core.client import BookKeeper
 from bk_spark.errors import BKError, InvalidConfigError
-from bk_spark.registration import clear_decommissioning, mark_decommissioning
+from bk_spark.io.registration import clear_decommissioning, mark_decommissioning
 from bk_spark.shell import _connect, _progress, ledger_app
 
 autorecovery_app = typer.Typer(

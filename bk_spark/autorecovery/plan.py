@@ -7,7 +7,7 @@ Theory of operation (BookKeeper's AutoRecovery; the seed's fragments and write s
   ledger is CLOSED. While the ledger is OPEN (or IN_RECOVERY) its last fragment has no
   known end: entries may still be in flight to it.
 * Entry ``e`` of a fragment is stored by the bookies of its write set
-  (:func:`bk_spark.core.schedule.write_set`), so the bookie at ensemble index ``i`` holds
+  (:func:`bk_spark.protocol.schedule.write_set`), so the bookie at ensemble index ``i`` holds
   exactly the entries of its fragment with ``i`` in their write set: those are the entries
   a replacement of that bookie must receive before it may be named in the fragment.
 * A fragment *is affected* by a missing bookie when its ensemble names it. Replacing the
@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 
-from bk_spark.core.metadata import LedgerMetadata, LedgerState
-from bk_spark.core.placement import Topology, write_quorum_racks
-from bk_spark.core.schedule import in_write_set
 from bk_spark.errors import NotEnoughBookiesError
+from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
+from bk_spark.protocol.placement import Topology, write_quorum_racks
+from bk_spark.protocol.schedule import in_write_set
 
 
 @dataclass(frozen=True)

@@ -4,14 +4,14 @@ For one under-replicated ledger whose lock the caller holds, and each fragment n
 missing bookie (:func:`~bk_spark.autorecovery.plan.affected_fragments`), in the order of
 :data:`~bk_spark.autorecovery.plan.FRAGMENT_ACTIONS`:
 
-1. Choose a replacement with the placement policy (:mod:`bk_spark.core.placement`):
+1. Choose a replacement with the placement policy (:mod:`bk_spark.protocol.placement`):
    never a bookie of the fragment's ensemble nor a missing one.
 2. Copy the entries the missing bookie held (the fragment's entries whose write set names
    its index) in batches: read them from the surviving replicas with the reader's
    failover (:func:`bk_spark.core.reader.fetch_entries`: every copy digest-verified, a
    copy that fails its digest is never used), add them to the replacement in batched
    recovery adds (:meth:`BookieClient.send_batch`), and wait until every add is stored.
-3. One CAS through :func:`~bk_spark.core.metadata_store.metadata_update_loop` puts the
+3. One CAS through :func:`~bk_spark.io.metadata_store.metadata_update_loop` puts the
    replacement in place of the missing bookie in that fragment. Until it lands, the copy
    on the replacement counts for nothing: no reader or recoverer looks there. If on a
    conflict the re-read metadata shows the fragment changed (or the replacement joined
@@ -42,13 +42,13 @@ from bk_spark.autorecovery.plan import (
     fragment_action,
     fragment_spans,
 )
-from bk_spark.core.bookie_client import frame_entry
 from bk_spark.core.client import BookKeeper
-from bk_spark.core.digest import DigestManager, master_key, password_digest
-from bk_spark.core.entry import EntryCodec
-from bk_spark.core.metadata import LedgerMetadata
 from bk_spark.core.reader import fetch_entries
 from bk_spark.errors import BKError, NoSuchLedgerError, UnauthorizedError
+from bk_spark.io.bookie_client import frame_entry
+from bk_spark.io.entry import EntryCodec
+from bk_spark.protocol.digest import DigestManager, master_key, password_digest
+from bk_spark.protocol.ledger_metadata import LedgerMetadata
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class LedgerReplicator:
     """Re-replicates ledgers through one :class:`BookKeeper` client (thread-safe per ledger).
 
     ``choose_replacement(ensemble, index, write quorum size, exclude)`` is the placement
-    decision (default: :meth:`bk_spark.core.placement.Topology.replace_bookie` over the
+    decision (default: :meth:`bk_spark.protocol.placement.Topology.replace_bookie` over the
     writable bookies and their racks);
     ``on_copied(entries, bytes)`` feeds the metrics.
     """

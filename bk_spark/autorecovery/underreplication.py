@@ -16,7 +16,7 @@ Guarantees:
 
 * Marking is idempotent and merges: a record is created, or its missing bookies are
   unioned with the new ones by a compare-and-swap through
-  :func:`~bk_spark.core.metadata_store.metadata_update_loop`, so several auditors (an old
+  :func:`~bk_spark.io.metadata_store.metadata_update_loop`, so several auditors (an old
   one not yet aware it lost the election, and the new one) never lose each other's marks.
 * A worker removes only the bookies it replaced, by the same CAS loop; the record is
   deleted (at the version read) when none remains. A mark added meanwhile changes the
@@ -35,13 +35,13 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from bk_spark.autorecovery.plan import UnderReplicated
-from bk_spark.core.metadata_store import (
+from bk_spark.errors import MetadataVersionError
+from bk_spark.io.metadata_store import (
     Versioned,
     ledger_path,
     list_ledger_ids,
     metadata_update_loop,
 )
-from bk_spark.errors import MetadataVersionError
 
 _ABSENT = -1  # the "version" of a record that does not exist
 

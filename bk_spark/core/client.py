@@ -5,18 +5,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from bk_spark.allocator import tune_allocator
-from bk_spark.core.bookie_client import BookieClientPool, ClientConfig, TlsOptions
-from bk_spark.core.digest import DigestManager, check_password, master_key, password_digest
-from bk_spark.core.entry import EntryCodec
+from bk_spark.core.context import BookKeeperConfig
 from bk_spark.core.ledger import LedgerHandle
-from bk_spark.core.metadata import LedgerMetadata, LedgerState
-from bk_spark.core.metadata_store import LedgerMetadataStore, Versioned
-from bk_spark.core.placement import DEFAULT_RACK, Topology
 from bk_spark.core.reader import ReadHandle
 from bk_spark.core.recovery import recover_ledger
 from bk_spark.errors import (
@@ -25,45 +19,26 @@ from bk_spark.errors import (
     NoSuchLedgerError,
     UnauthorizedError,
 )
+from bk_spark.io.bookie_client import BookieClientPool, TlsOptions
+from bk_spark.io.entry import EntryCodec
+from bk_spark.io.metadata_store import LedgerMetadataStore, Versioned
+from bk_spark.io.registration import list_bookies
+from bk_spark.io.zk import connect_zk
 from bk_spark.metadata_uri import parse_metadata_service_uri
-from bk_spark.registration import list_bookies
+from bk_spark.protocol.digest import (
+    DigestManager,
+    check_password,
+    master_key,
+    password_bytes,
+    password_digest,
+)
+from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
+from bk_spark.protocol.placement import DEFAULT_RACK, Topology
 from bk_spark.security import ClientSecurity
-from bk_spark.zk import connect_zk
-
-if TYPE_CHECKING:
-    from bk_spark.core.log import LogReader, LogWriter
 
 log = logging.getLogger(__name__)
 
 DIGEST_TYPES = ("crc32c", "mac", "none")
-
-
-@dataclass(frozen=True)
-class BookKeeperConfig:
-    """Client options. ``explicit_lac_interval_s``: how soon an idle writer tells
-    bookies its last-add-confirmed (so tailing readers see the last entry).
-    ``tune_allocator``: raise glibc's mmap and trim thresholds in this process so that
-    megabyte-sized batches do not cost page faults each (:mod:`bk_spark.allocator`).
-    ``add_round_max_entries``: most entries a ledger writer ships in one round (one request
-    per bookie); ``add_linger_s``: how long a writer with adds in flight waits for a round of
-    at least 64 entries before it ships fewer (a lone add on an idle ledger never waits).
-    ``min_racks_per_write_quorum``: racks each write quorum should span when bookies
-    register several (BookKeeper's ``minNumRacksPerWriteQuorum``, :mod:`.placement`)."""
-
-    max_entry_size: int = 5 * 1024 * 1024
-    explicit_lac_interval_s: float = 0.05
-    client: ClientConfig = field(default_factory=ClientConfig)
-    tune_allocator: bool = True
-    add_round_max_entries: int = 1000
-    add_linger_s: float = 0.001
-    min_racks_per_write_quorum: int = 2
-
-    def __post_init__(self) -> None:
-        if self.add_round_max_entries < 1:
-            raise InvalidConfigError(
-                f"add_round_max_entries must be >= 1, got {self.add_round_max_entries}")
-        if not self.add_linger_s >= 0:
-            raise InvalidConfigError(f"add_linger_s must be >= 0, got {self.add_linger_s}")
 
 
 class BookKeeper:
@@ -109,7 +84,7 @@ class BookKeeper:
 
     def topology(self) -> Topology:
         """The writable bookies with the racks they registered: what placement decides on.
-        A bookie being decommissioned is left out (:mod:`bk_spark.registration`)."""
+        A bookie being decommissioned is left out (:mod:`bk_spark.io.registration`)."""
         found = [b for b in list_bookies(self.msu, zk=self.zk) if b.placeable]
         return Topology(tuple(b.bookie_id for b in found),
                         {b.bookie_id: str(b.info.get("rack") or DEFAULT_RACK) for b in found},
@@ -124,7 +99,7 @@ class BookKeeper:
         if digest not in DIGEST_TYPES:
             raise InvalidConfigError(f"digest must be one of {', '.join(DIGEST_TYPES)}, "
                                      f"got {digest!r}")
-        password = _as_bytes(password)
+        password = password_bytes(password)
         ensemble = tuple(self.topology().choose_ensemble(ensemble_size, write_quorum_size))
         custom = {str(k): str(v) for k, v in (custom_metadata or {}).items()}
         now = int(time.time() * 1000)
@@ -150,7 +125,7 @@ class BookKeeper:
         writer and recovers the ledger to CLOSED first; ``recovery=False``
         (``openLedgerNoRecovery``) disturbs no writer and reads up to the LAC.
         """
-        password = _as_bytes(password)
+        password = password_bytes(password)
         md = self.metadata_store.read(ledger_id)
         check_password(password, md.value.password_digest, ledger_id)
         codec = self._codec(md.value, password)
@@ -182,7 +157,7 @@ class BookKeeper:
 
         ``password`` must be the ledger's: each bookie checks the master key derived from it
         (or an admin certificate) before deleting, and this client checks it first."""
-        password = _as_bytes(password)
+        password = password_bytes(password)
         md = self.metadata_store.read(ledger_id)
         check_password(password, md.value.password_digest, ledger_id)
         key = master_key(password)
@@ -198,52 +173,15 @@ class BookKeeper:
                 log.warning("ledger %d: could not delete its data on %s: %s", ledger_id, b, exc)
         self.metadata_store.delete(ledger_id)
 
-    # ---------------------------------------------------------------- logs
-    def open_log_writer(self, name: str, **options: Any) -> LogWriter:
-        """Take ownership of log ``name`` (fence the last two ledgers, create, CAS)."""
-        from bk_spark.core import log
-
-        return log.open_log_writer(self, name, **options)
-
-    def open_log_reader(self, name: str, start: Any = "earliest", *,
-                        timestamp_ms: int | None = None, password: bytes = b"") -> LogReader:
-        """Read log ``name`` from ``start`` ("earliest", "latest", a Position) or a time."""
-        from bk_spark.core import log
-
-        return log.open_log_reader(self, name, start, timestamp_ms=timestamp_ms,
-                                   password=password)
-
-    def create_log(self, name: str, **options: Any) -> Any:
-        from bk_spark.core import log
-
-        return log.create_log(self, name, **options)
-
-    def list_logs(self) -> list[str]:
-        from bk_spark.core import log
-
-        return list(log.list_logs(self))
-
-    def log_metadata(self, name: str) -> Any:
-        from bk_spark.core import log
-
-        return log.log_metadata(self, name)
-
-    def truncate_log(self, name: str, before: Any, password: bytes = b"") -> list[int]:
-        """Drop the whole ledgers of ``name`` before position ``before``; reclaim their space
-        (``password``: the log's ledgers')."""
-        from bk_spark.core import log
-
-        return log.truncate_log(self, name, before, _as_bytes(password))
-
-    def delete_log(self, name: str, password: bytes = b"") -> list[int]:
-        from bk_spark.core import log
-
-        return log.delete_log(self, name, _as_bytes(password))
-
     def _codec(self, md: LedgerMetadata, password: bytes) -> EntryCodec:
         return EntryCodec(md.ledger_id, DigestManager(md.digest_type, password))
 
     # ---------------------------------------------------------------- lifecycle
+    @property
+    def is_closed(self) -> bool:
+        """True once :meth:`close` ran (a cached client must then be made anew)."""
+        return self._closed
+
     def close(self) -> None:
         if self._closed:
             return
@@ -259,5 +197,3 @@ class BookKeeper:
         self.close()
 
 
-def _as_bytes(password: bytes | str) -> bytes:
-    return password.encode() if isinstance(password, str) else bytes(password)

@@ -15,7 +15,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import CancelledError, Future
 from concurrent.futures._base import (
     CANCELLED,
@@ -168,3 +169,52 @@ def _finish(condition: threading.Condition, futures: list[Any], results: Iterabl
 def shared_condition() -> threading.Condition:
     """The condition one owner's :class:`SharedConditionFuture` objects share."""
     return threading.Condition(threading.RLock())
+
+
+class InFlightWindow:
+    """Adds in flight, bounded, settled in the order they were started: the one home of
+    "keep the ledger pipeline full but bounded" for every bulk writer (the shell's
+    ``append``/``write``, the Spark sink's tasks, the fault harness's writers).
+
+    :meth:`push` tracks one more future with its payload ``size`` (and a ``tag`` for the
+    caller); the futures at the head that are already done are settled at once, and while
+    more than ``max_entries`` futures or ``max_bytes`` bytes are open it waits for the
+    oldest. Settling hands ``(future, tag)`` to ``on_done`` (default: the future's result,
+    so a failed add raises from :meth:`push` or :meth:`drain`); since adds complete in
+    order, so do the calls. An exception ``on_done`` raises stops that push or drain
+    (the future it settled is no longer tracked).
+    """
+
+    def __init__(self, max_entries: int, max_bytes: float = float("inf"),
+                 on_done: Callable[[Future[Any], Any], object] | None = None) -> None:
+        if max_entries < 1:
+            raise ValueError(f"max_entries must be >= 1, got {max_entries}")
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self._on_done = on_done or (lambda fut, _tag: fut.result())
+        self._open: deque[tuple[Future[Any], int, Any]] = deque()
+        self._bytes = 0
+        self.settled = 0
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def push(self, fut: Future[Any], size: int = 0, tag: Any = None) -> None:
+        """Track ``fut``; settle what is done, and wait while the window is over a limit."""
+        self._open.append((fut, size, tag))
+        self._bytes += size
+        q = self._open
+        while q and (len(q) > self.max_entries or self._bytes > self.max_bytes
+                     or q[0][0].done()):
+            self._settle()
+
+    def drain(self) -> None:
+        """Wait for and settle every future still open, in order."""
+        while self._open:
+            self._settle()
+
+    def _settle(self) -> None:
+        fut, size, tag = self._open.popleft()
+        self._bytes -= size
+        self.settled += 1
+        self._on_done(fut, tag)

@@ -22,31 +22,29 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from bk_spark.core.entry import EntryCodec
+from bk_spark.core.context import ClientContext
+from bk_spark.core.ensemble_change import cas_new_fragment
 from bk_spark.core.futures import SharedConditionFuture, complete_adds, shared_condition
-from bk_spark.core.metadata import LedgerMetadata, LedgerState
-from bk_spark.core.metadata_store import Versioned
-from bk_spark.core.pending import PendingAdds
-from bk_spark.core.schedule import write_set
 from bk_spark.errors import (
     BKError,
-    BookieUnavailableError,
     LedgerClosedError,
     LedgerFencedError,
     LedgerStateError,
     NoSuchLedgerError,
-    NotEnoughBookiesError,
-    ReadOnlyError,
     TooLargeError,
     UnauthorizedError,
 )
-
-if TYPE_CHECKING:
-    from bk_spark.core.client import BookKeeper
+from bk_spark.io.entry import EntryCodec
+from bk_spark.io.metadata_store import Versioned
+from bk_spark.protocol import ledger_rules
+from bk_spark.protocol.ledger_metadata import LedgerMetadata
+from bk_spark.protocol.ledger_rules import REPLACEABLE_ERRORS, Decision
+from bk_spark.protocol.pending import PendingAdds
+from bk_spark.protocol.schedule import write_set
 
 log = logging.getLogger(__name__)
 
@@ -55,16 +53,14 @@ log = logging.getLogger(__name__)
 LINGER_MIN_ENTRIES = 64
 
 # Completion of an add: (entry id, None) once acknowledged, (entry id, error) if it failed.
+RunCompleter = Callable[[list[Any], int, "BKError | None"], None]
 AddDone = Callable[[int, "BKError | None"], None]
 
 # Errors after which a bookie is replaced; anything else fails the ledger.
-_REPLACEABLE = (BookieUnavailableError, ReadOnlyError)
-
-
 class LedgerHandle:
     """A ledger opened for writing by its single writer (SWMR)."""
 
-    def __init__(self, bk: BookKeeper, md: Versioned[LedgerMetadata], password: bytes,
+    def __init__(self, bk: ClientContext, md: Versioned[LedgerMetadata], password: bytes,
                  codec: EntryCodec, master_key: bytes, *, next_entry: int = 0) -> None:
         self._bk = bk
         self._md = md
@@ -110,11 +106,8 @@ class LedgerHandle:
         self._sender: threading.Thread | None = None
         self.explicit_lac_interval_s = bk.config.explicit_lac_interval_s
         self._futures_condition = shared_condition()  # see core/futures.py
-        #: Completes one run of decided adds, ``(targets, first entry id, error or None)``,
-        #: in entry order. The default (:func:`complete_adds`) gives each future its entry id
-        #: and calls each callback; the log writer installs its own, which takes the tokens
-        #: of :meth:`add_entry_token` a whole run at a time.
-        self.complete_run: Callable[[list[Any], int, BKError | None], None] = complete_adds
+        # Completes one run of decided adds in entry order (see complete_runs_with).
+        self._complete_run: RunCompleter = complete_adds
 
     # ------------------------------------------------------------------ properties
     @property
@@ -157,9 +150,20 @@ class LedgerHandle:
         return self._add(bytes(payload), callback)
 
     def add_entry_token(self, payload: bytes, token: Any) -> int:
-        """Start adding one entry whose outcome goes to :attr:`complete_run` with ``token``
-        (for a caller that installed its own :attr:`complete_run`). Returns the entry id."""
+        """Start adding one entry whose outcome goes, with ``token``, to the completer given
+        to :meth:`complete_runs_with`. Returns the entry id."""
         return self._add(bytes(payload), token)
+
+    def complete_runs_with(self, complete: RunCompleter) -> None:
+        """Hand every run of decided adds, ``complete(targets, first entry id, error or
+        None)``, in entry order, to ``complete`` instead of the default
+        (:func:`~bk_spark.core.futures.complete_adds`, which gives each future its entry id
+        and calls each callback). For a caller that adds with :meth:`add_entry_token` and
+        completes a whole run at a time (the log writer); set it before the first add."""
+        with self._lock:
+            if self._next_entry:
+                raise LedgerStateError(f"ledger {self.id}: set the completer before adding")
+            self._complete_run = complete
 
     def _add(self, payload: bytes, target: Future[int] | AddDone) -> int:
         """Hand out the next entry id; the sender thread encodes and ships it."""
@@ -290,7 +294,7 @@ class LedgerHandle:
         """
         with self._deliver_lock:
             q = self._deliveries
-            complete = self.complete_run
+            complete = self._complete_run
             while q:
                 first, targets, err = q.popleft()
                 try:
@@ -299,7 +303,7 @@ class LedgerHandle:
                     log.exception("completing adds %d.. failed", first)
 
     def _on_bookie_error(self, index: int, bookie: str, err: BKError) -> None:
-        if isinstance(err, _REPLACEABLE):
+        if isinstance(err, REPLACEABLE_ERRORS):
             threading.Thread(target=self._change_ensemble, args=(index, bookie, err),
                              name=f"ensemble-change-{self.id}", daemon=True).start()
         elif isinstance(err, LedgerFencedError):
@@ -371,32 +375,12 @@ class LedgerHandle:
             self._send(index, replacement, resend, blobs)
 
     def _cas_new_fragment(self, index: int, failed: str, first: int) -> Versioned:
-        topology = self._bk.topology()
         with self._lock:
             current = [b for b in self._ensemble if b is not None]
-
-        def needs_change(m: LedgerMetadata) -> bool:
-            if m.state != LedgerState.OPEN:
-                raise LedgerFencedError(
-                    f"ledger {self.id} is {m.state.value}: a recoverer took it over; "
-                    f"outstanding adds fail")
-            return True
-
-        def make_change(m: LedgerMetadata) -> LedgerMetadata:
-            ensemble = list(m.last_ensemble)
-            if ensemble[index] != failed:  # our own earlier attempt already landed
-                return m
-            try:
-                ensemble[index] = topology.replace_bookie(ensemble, index, self._Qw,
-                                                          exclude=[failed, *current])
-            except NotEnoughBookiesError as exc:
-                raise NotEnoughBookiesError(
-                    f"ledger {self.id}: bookie {failed} failed and no other writable bookie "
-                    f"is available to replace it ({exc})") from None
-            return m.with_ensemble_change(first, tuple(ensemble))
-
-        return self._bk.metadata_store.update(self.id, needs_change, make_change,
-                                              current=self._md)
+        return cas_new_fragment(
+            self._bk, self._md, first, {index: failed},
+            lambda m: ledger_rules.writer_ensemble_change(m, index, failed),
+            exclude=[failed, *current])
 
     # ------------------------------------------------------------------ explicit LAC
     def _ensure_lac_thread(self) -> None:
@@ -469,26 +453,25 @@ class _BookieSink:
         self.handle._on_responses(tokens, self.index, self.bookie, err)
 
 
-def close_as_writer(bk: BookKeeper, md: Versioned[LedgerMetadata], last_entry: int,
+def close_as_writer(bk: ClientContext, md: Versioned[LedgerMetadata], last_entry: int,
                     length: int) -> Versioned[LedgerMetadata]:
-    """CAS the ledger to CLOSED at ``last_entry``, deciding conflicts as the seed says."""
+    """CAS the ledger to CLOSED at ``last_entry``, deciding conflicts as the seed says
+    (:data:`bk_spark.protocol.ledger_rules.CLOSE_AS_WRITER`)."""
     lid = md.value.ledger_id
 
     def needs_change(m: LedgerMetadata) -> bool:
-        if m.state == LedgerState.OPEN:
-            return True
-        if m.state == LedgerState.IN_RECOVERY:
+        decision = ledger_rules.close_as_writer(m, last_entry)
+        if decision is Decision.RECOVERING:
             raise LedgerStateError(
                 f"ledger {lid} is being recovered by another client; this writer cannot "
                 f"close it")
-        if m.last_entry_id == last_entry:
-            return False  # closed by someone else at our last entry: success
-        raise LedgerStateError(
-            f"ledger {lid} was closed at entry {m.last_entry_id}, but this writer had "
-            f"{last_entry} acknowledged")
+        if decision is Decision.CLOSED_ELSEWHERE:
+            raise LedgerStateError(
+                f"ledger {lid} was closed at entry {m.last_entry_id}, but this writer had "
+                f"{last_entry} acknowledged")
+        return decision is Decision.CHANGE  # DONE: closed by someone else at our last entry
 
     def make_change(m: LedgerMetadata) -> LedgerMetadata:
         return m.closed(last_entry, length)
 
     return bk.metadata_store.update(lid, needs_change, make_change, current=md)
-

@@ -14,16 +14,9 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
 
-import grpc
-
-from bk_spark.core.bookie_client import check_response, unavailable
-from bk_spark.core.entry import EntryCodec, LedgerEntry
-from bk_spark.core.metadata import LedgerMetadata, LedgerState
-from bk_spark.core.metadata_store import Versioned
-from bk_spark.core.recovery import ask_last_fragment
-from bk_spark.core.schedule import write_set
+from bk_spark.core.context import ClientContext
+from bk_spark.core.recovery import FragmentAnswers, ask_last_fragment
 from bk_spark.errors import (
     BKError,
     BookieUnavailableError,
@@ -33,15 +26,15 @@ from bk_spark.errors import (
     ReadPastLacError,
     UnauthorizedError,
 )
+from bk_spark.io.bookie_client import READ_BATCH
+from bk_spark.io.entry import EntryCodec, LedgerEntry
+from bk_spark.io.metadata_store import Versioned
 from bk_spark.proto import bookie_pb2 as pb
-
-if TYPE_CHECKING:
-    from bk_spark.core.client import BookKeeper
-
-READ_BATCH = 1000  # entries per request to one bookie
+from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
+from bk_spark.protocol.schedule import write_set
 
 
-def fetch_entries(bk: BookKeeper, md: LedgerMetadata, codec: EntryCodec,
+def fetch_entries(bk: ClientContext, md: LedgerMetadata, codec: EntryCodec,
                   entry_ids: Sequence[int], master_key: bytes) -> dict[int, pb.Entry]:
     """Read ``entry_ids`` (verified) from their write sets, failing over per entry.
 
@@ -80,23 +73,13 @@ def fetch_entries(bk: BookKeeper, md: LedgerMetadata, codec: EntryCodec,
                 groups[(md.ensemble_for(e)[ws[a]], -1)].append(e)
             else:  # second pass: wait for the connection, a share of the time left each
                 groups[(md.ensemble_for(e)[ws[copies[a]]], len(copies) - a)].append(e)
-        calls = []
-        for (bookie, shares), ids in groups.items():
-            client = bk.bookies.get(bookie)
-            timeout = None
-            if shares > 0:
-                timeout = max(0.05, (deadline - time.monotonic()) / shares)
-            for i in range(0, len(ids), READ_BATCH):
-                chunk = ids[i:i + READ_BATCH]
-                calls.append((bookie, chunk, client.read_entries_future(
-                    md.ledger_id, chunk, master_key, timeout, wait_for_ready=shares > 0)))
-        for bookie, chunk, fut in calls:
+        calls = bk.bookies.scatter_reads(
+            md.ledger_id, master_key, groups, bookie=lambda key: key[0],
+            timeout=lambda key: (max(0.05, (deadline - time.monotonic()) / key[1])
+                                 if key[1] > 0 else None))
+        for (bookie, _shares), chunk, call in calls:
             try:
-                try:
-                    resp = fut.result()
-                except grpc.RpcError as exc:
-                    raise unavailable(bookie, exc, bk.config.client.tls) from None
-                check_response(resp, bookie)
+                resp = call.result()
             except NoSuchLedgerError:
                 for e in chunk:
                     problems[e].append(f"{bookie}: no such ledger")
@@ -142,10 +125,29 @@ def _no_good_copy(ledger_id: int, entry_id: int, problems: list[str]) -> BKError
                                   f"write set could serve it ({detail})")
 
 
+def read_lac(bk: ClientContext, m: LedgerMetadata, previous: int = -1, wait_ms: int = 0
+             ) -> tuple[int, FragmentAnswers]:
+    """One round of ClientContext's ``ReadLastConfirmedOp`` on the last fragment of ``m``:
+    the highest LAC the bookies report (-1: none) and the answers, whose ``covered`` says
+    whether (Qw - Qa) + 1 bookies of every write quorum answered (only then is the LAC at
+    least the one the last acknowledged entry carried). A bookie that never saw the ledger
+    answers LAC -1. ``wait_ms`` > 0 long-polls: the round ends as soon as one bookie
+    reports more than ``previous``. Needs no password: a LAC carries no entry data."""
+    get = bk.bookies.get
+    got = ask_last_fragment(
+        m, lambda b: get(b).read_lac_future(m.ledger_id, previous, wait_ms,
+                                            wait_for_ready=True),
+        timeout=bk.config.client.read_timeout_s + wait_ms / 1000.0 + 1,
+        counts_as_answer=(NoSuchLedgerError,),
+        stop_when=(lambda r: r.lac > previous) if wait_ms > 0 else None)
+    best = max((r.lac for r in got.responses.values() if r is not None), default=-1)
+    return best, got
+
+
 class ReadHandle:
     """A ledger opened for reading: closed/recovered, or open without fencing."""
 
-    def __init__(self, bk: BookKeeper, md: Versioned[LedgerMetadata], codec: EntryCodec,
+    def __init__(self, bk: ClientContext, md: Versioned[LedgerMetadata], codec: EntryCodec,
                  master_key: bytes) -> None:
         self._bk = bk
         self._md = md
@@ -231,7 +233,7 @@ class ReadHandle:
         return True
 
     def _poll_lac(self, wait_ms: int) -> int:
-        """BookKeeper's ``ReadLastConfirmedOp``: ask every bookie of the last fragment for
+        """ClientContext's ``ReadLastConfirmedOp``: ask every bookie of the last fragment for
         its LAC and take the highest once the answers cover every write quorum
         ((Qw - Qa) + 1 bookies of each, :func:`recovery.ask_last_fragment`). Then at least
         one answer comes from a bookie holding the last acknowledged entry, so the LAC is
@@ -245,17 +247,9 @@ class ReadHandle:
         in case the writer replaced them: "nothing new" is never an unreachable cluster.
         """
         previous = self._lac
-        get = self._bk.bookies.get
         for _ in range(2):
             m = self._md.value
-            got = ask_last_fragment(
-                m, lambda b: get(b).read_lac_future(self.id, previous, wait_ms,
-                                                    wait_for_ready=True),
-                timeout=self._bk.config.client.read_timeout_s + wait_ms / 1000.0 + 1,
-                counts_as_answer=(NoSuchLedgerError,),
-                stop_when=(lambda r: r.lac > previous) if wait_ms > 0 else None,
-                tls=self._bk.config.client.tls)
-            best = max((r.lac for r in got.responses.values() if r is not None), default=-1)
+            best, got = read_lac(self._bk, m, previous, wait_ms)
             with self._lock:
                 if best > self._lac:
                     self._lac = best

@@ -11,7 +11,7 @@ fencing.txt "Fencing internals"):
 3. Read forward from the highest LAC, writing every entry found back to its
    whole write quorum with the recovery flag, until an entry is absent from
    (Qw - Qa) + 1 bookies of its write set: it cannot have been acknowledged.
-   A bookie that cannot take the write-back is replaced, as BookKeeper's recovery
+   A bookie that cannot take the write-back is replaced, as ClientContext's recovery
    does: a new fragment from the first entry that missed its ack quorum, CASed while
    the ledger is IN_RECOVERY (only a recoverer may still change the ensemble).
 4. CAS the state to CLOSED with the last entry found. Concurrent recoverers
@@ -25,27 +25,25 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import grpc
-
-from bk_spark.core.bookie_client import TlsOptions, check_response, unavailable
-from bk_spark.core.entry import EntryCodec
-from bk_spark.core.metadata import LedgerMetadata, LedgerState
-from bk_spark.core.metadata_store import Versioned
-from bk_spark.core.schedule import QuorumCoverageSet, RecoveryReadTally, write_set
+from bk_spark.core.context import ClientContext
+from bk_spark.core.ensemble_change import cas_new_fragment
 from bk_spark.errors import (
     BKError,
     BookieUnavailableError,
     DigestMismatchError,
     NoSuchLedgerError,
-    ReadOnlyError,
     UnauthorizedError,
 )
+from bk_spark.io.bookie_client import BookieCall
+from bk_spark.io.entry import EntryCodec
+from bk_spark.io.metadata_store import Versioned
 from bk_spark.proto import bookie_pb2 as pb
-
-if TYPE_CHECKING:
-    from bk_spark.core.client import BookKeeper
+from bk_spark.protocol import ledger_rules
+from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
+from bk_spark.protocol.ledger_rules import REPLACEABLE_ERRORS
+from bk_spark.protocol.schedule import QuorumCoverageSet, RecoveryReadTally, write_set
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +54,7 @@ class RecoveryError(BKError):
     """Recovery could not finish (too many bookies unavailable); retry later."""
 
 
-def recover_ledger(bk: BookKeeper, md: Versioned[LedgerMetadata], codec: EntryCodec,
+def recover_ledger(bk: ClientContext, md: Versioned[LedgerMetadata], codec: EntryCodec,
                    master_key: bytes) -> Versioned[LedgerMetadata]:
     """Fence and recover ledger ``md`` and return its CLOSED metadata."""
     lid = md.value.ledger_id
@@ -99,14 +97,13 @@ class FragmentAnswers:
             for i, b in enumerate(ensemble) if i not in self.responses)
 
 
-def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], grpc.Future], timeout: float,
+def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], BookieCall[Any]], timeout: float,
                       *, counts_as_answer: tuple[type[BKError], ...] = (),
                       stop_when: Callable[[Any], bool] | None = None,
-                      cancel_rest: bool = True,
-                      tls: TlsOptions | None = None) -> FragmentAnswers:
+                      cancel_rest: bool = True) -> FragmentAnswers:
     """Send one request (``ask(bookie)``) to every bookie of the last fragment and gather
     the answers until they cover every write quorum ((Qw - Qa) + 1 bookies of each: the
-    seed's rule for fencing and for reading the last-add-confirmed, BookKeeper's
+    seed's rule for fencing and for reading the last-add-confirmed, ClientContext's
     ``ReadLastConfirmedOp`` over ``RRQuorumCoverageSet``).
 
     It returns as soon as the answers cover (or, with ``stop_when``, as soon as one
@@ -118,8 +115,8 @@ def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], grpc.Future], time
     handshake) is waited for within the timeout, and since gathering stops at coverage, a
     dead bookie costs nothing while enough others answer. An UnauthorizedError (wrong
     password) is raised at once. Errors of the types in ``counts_as_answer`` count as
-    answers with no response. ``tls``: the client's TLS options (a refused TLS handshake
-    is an UnauthorizedError, see :func:`bookie_client.unavailable`).
+    answers with no response. A refused TLS handshake is an UnauthorizedError too (the bookie
+    call tells it apart: :func:`bk_spark.io.bookie_client.unavailable`).
     """
     ensemble = m.last_ensemble
     coverage = QuorumCoverageSet(m.ensemble_size, m.write_quorum_size, m.ack_quorum_size)
@@ -128,18 +125,13 @@ def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], grpc.Future], time
     errors: dict[int, BKError] = {}
     stopped = [False]
 
-    def on_done(index: int, bookie: str, fut: grpc.Future) -> None:
+    def on_done(index: int, call: BookieCall[Any]) -> None:
         resp: Any = None
         err: BKError | None = None
         try:
-            resp = fut.result()
-            check_response(resp, bookie)
-        except grpc.RpcError as exc:
-            err = unavailable(bookie, exc, tls)
-        except BKError as exc:
+            resp = call.result()
+        except BKError as exc:  # a cancelled call too: no answer
             err = exc
-        except Exception as exc:  # noqa: BLE001 - cancelled: no answer
-            err = BookieUnavailableError(f"bookie {bookie}: {exc!r}")
         with cv:
             if err is not None and not isinstance(err, counts_as_answer):
                 errors[index] = err
@@ -152,11 +144,11 @@ def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], grpc.Future], time
                     stopped[0] = True
             cv.notify_all()
 
-    futures = []
+    calls = []
     for i, b in enumerate(ensemble):
-        fut = ask(b)
-        futures.append(fut)
-        fut.add_done_callback(lambda f, i=i, b=b: on_done(i, b, f))
+        call = ask(b)
+        calls.append(call)
+        call.add_done_callback(lambda c, i=i: on_done(i, c))
 
     def finished() -> bool:
         return (stopped[0] or any(isinstance(e, UnauthorizedError) for e in errors.values())
@@ -167,21 +159,20 @@ def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], grpc.Future], time
         cv.wait_for(finished, timeout=timeout)
         result = FragmentAnswers(dict(responses), dict(errors), coverage.covered())
     if cancel_rest:
-        for fut in futures:
-            fut.cancel()
+        for call in calls:
+            call.cancel()
     for err in result.errors.values():
         if isinstance(err, UnauthorizedError):
             raise UnauthorizedError(f"ledger {m.ledger_id}: {err}")
     return result
 
 
-def fence_last_fragment(bk: BookKeeper, m: LedgerMetadata, master_key: bytes) -> int:
+def fence_last_fragment(bk: ClientContext, m: LedgerMetadata, master_key: bytes) -> int:
     """Fence the last fragment's bookies until every write quorum is covered; max LAC."""
     got = ask_last_fragment(
         m, lambda b: bk.bookies.get(b).fence_future(m.ledger_id, master_key,
                                                     wait_for_ready=True),
-        timeout=bk.config.client.read_timeout_s + 5, cancel_rest=False,
-        tls=bk.config.client.tls)
+        timeout=bk.config.client.read_timeout_s + 5, cancel_rest=False)
     if not got.covered:
         raise RecoveryError(
             f"ledger {m.ledger_id}: could not fence a quorum of its last fragment "
@@ -189,7 +180,7 @@ def fence_last_fragment(bk: BookKeeper, m: LedgerMetadata, master_key: bytes) ->
     return max((r.lac for r in got.responses.values()), default=-1)
 
 
-def _read_forward(bk: BookKeeper, md: Versioned[LedgerMetadata], codec: EntryCodec,
+def _read_forward(bk: ClientContext, md: Versioned[LedgerMetadata], codec: EntryCodec,
                   master_key: bytes, max_lac: int) -> tuple[int, int]:
     """Seed step 3; returns (last entry, ledger length).
 
@@ -210,19 +201,17 @@ def _read_forward(bk: BookKeeper, md: Versioned[LedgerMetadata], codec: EntryCod
             ens = m.ensemble_for(e)
             for idx in write_set(e, E, Qw):
                 per_bookie[(idx, ens[idx])].append(e)
-        calls = [(idx, b, es, bk.bookies.get(b).read_entries_future(m.ledger_id, es,
-                                                                     master_key))
-                 for (idx, b), es in per_bookie.items()]
-        for idx, b, es, fut in calls:
+        calls = bk.bookies.scatter_reads(m.ledger_id, master_key, per_bookie,
+                                         bookie=lambda key: key[1])
+        for (idx, _bookie), es, call in calls:
             pos_of = {e: write_set(e, E, Qw).index(idx) for e in es}
             try:
-                resp = fut.result()
-                check_response(resp, b)
+                resp = call.result()
             except NoSuchLedgerError:
                 for e in es:
                     tallies[e].missing(pos_of[e])
                 continue
-            except (grpc.RpcError, BKError):
+            except BKError:
                 for e in es:
                     tallies[e].error(pos_of[e])
                 continue
@@ -269,7 +258,7 @@ def _read_forward(bk: BookKeeper, md: Versioned[LedgerMetadata], codec: EntryCod
         batch = min(batch * 4, MAX_BATCH)
 
 
-def write_back(bk: BookKeeper, md: Versioned[LedgerMetadata], master_key: bytes,
+def write_back(bk: ClientContext, md: Versioned[LedgerMetadata], master_key: bytes,
                entries: list[pb.Entry]) -> Versioned[LedgerMetadata]:
     """Write ``entries`` to their whole write quorums (recovery flag); wait for Qa each.
 
@@ -288,7 +277,7 @@ def write_back(bk: BookKeeper, md: Versioned[LedgerMetadata], master_key: bytes,
         last_start, last_ensemble = m.ensembles[-1]
         errors = bad[first]
         broken = {i: b for i, b in enumerate(last_ensemble)
-                  if any(isinstance(err, _REPLACEABLE) for b2, err in errors if b2 == b)}
+                  if any(isinstance(err, REPLACEABLE_ERRORS) for b2, err in errors if b2 == b)}
         if first < last_start or not broken:
             raise BookieUnavailableError(
                 f"ledger {m.ledger_id}: could not write back entry {first} to an ack quorum "
@@ -304,10 +293,7 @@ def write_back(bk: BookKeeper, md: Versioned[LedgerMetadata], master_key: bytes,
                         f"replacing {sorted(replaced)}; retry when bookies are back")
 
 
-_REPLACEABLE = (BookieUnavailableError, ReadOnlyError)
-
-
-def _write_back_once(bk: BookKeeper, m: LedgerMetadata, master_key: bytes,
+def _write_back_once(bk: ClientContext, m: LedgerMetadata, master_key: bytes,
                      entries: list[pb.Entry]
                      ) -> tuple[list[int], dict[int, list[tuple[str, BKError]]]]:
     """One round of write-backs: the entries that missed Qa, and each entry's errors."""
@@ -341,22 +327,11 @@ def _write_back_once(bk: BookKeeper, m: LedgerMetadata, master_key: bytes,
         return [e.entry_id for e in entries if ok[e.entry_id] < Qa], dict(bad)
 
 
-def _replace_for_write_back(bk: BookKeeper, md: Versioned[LedgerMetadata], first: int,
+def _replace_for_write_back(bk: ClientContext, md: Versioned[LedgerMetadata], first: int,
                             broken: dict[int, str], exclude: set[str]
                             ) -> Versioned[LedgerMetadata]:
     """CAS a new fragment from ``first`` without the ``broken`` bookies (index -> bookie)
     while the ledger is IN_RECOVERY; a CLOSED ledger is returned as it is."""
-    topology = bk.topology()
-
-    def needs_change(m: LedgerMetadata) -> bool:
-        return not m.is_closed and any(m.last_ensemble[i] == b for i, b in broken.items())
-
-    def make_change(m: LedgerMetadata) -> LedgerMetadata:
-        ensemble = list(m.last_ensemble)
-        for i, b in broken.items():
-            if ensemble[i] == b:
-                ensemble[i] = topology.replace_bookie(ensemble, i, m.write_quorum_size,
-                                                      exclude=exclude)
-        return m.with_ensemble_change(max(first, m.ensembles[-1][0]), ensemble)
-
-    return bk.metadata_store.update(md.value.ledger_id, needs_change, make_change, current=md)
+    return cas_new_fragment(bk, md, first, broken,
+                            lambda m: ledger_rules.recoverer_replacement(m, broken),
+                            exclude=exclude)

@@ -34,7 +34,7 @@ One job per file: :mod:`~bk_spark.datasource.options` (every option, validated),
 and :mod:`~bk_spark.datasource.reader` (batch reads), :mod:`~bk_spark.datasource.filters`
 (pushdown), :mod:`~bk_spark.datasource.offsets` and :mod:`~bk_spark.datasource.stream`
 (streaming reads), :mod:`~bk_spark.datasource.scan` (``read()``),
-:mod:`~bk_spark.datasource.writer` and :mod:`~bk_spark.datasource.pending` (writes),
+:mod:`~bk_spark.datasource.writer` and :mod:`~bk_spark.log.pending` (writes),
 :mod:`~bk_spark.datasource.formats` (raw and arrow entries),
 :mod:`~bk_spark.datasource.connections` (a client per worker process).
 """

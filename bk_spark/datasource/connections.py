@@ -25,7 +25,7 @@ def client(uri: str, security: ClientSecurity | None = None) -> BookKeeper:
     key = (os.getpid(), uri, security)
     with _lock:
         bk = _clients.get(key)
-        if bk is None or bk._closed:
+        if bk is None or bk.is_closed:
             bk = BookKeeper(uri, security=security)
             _clients[key] = bk
         return bk

@@ -14,7 +14,7 @@
     optionally followed by the position columns ``log, ledger_id, entry_id, timestamp``
     (every row of an entry shares its position and append timestamp).
 
-Both are framed by the log (:func:`bk_spark.core.log_format.encode_entry`: a version byte
+Both are framed by the log (:func:`bk_spark.protocol.log_format.encode_entry`: a version byte
 and the append timestamp before the payload). The log properties written by the sink::
 
     "bk-spark.format": "raw" | "arrow"

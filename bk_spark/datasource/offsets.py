@@ -7,7 +7,7 @@ An offset names, for every log read, the next entry to read::
 ``index`` is the ledger's absolute index in the log (its place in the ledger list, never
 renumbered by truncation), ``ledger`` its id (-1: the ledger that will be added at
 ``index``, not there yet) and ``entry`` the next entry id. ``log_id`` names the incarnation
-of the log (:func:`bk_spark.core.log.log_incarnation`): a log deleted and created again
+of the log (:func:`bk_spark.log.log_incarnation`): a log deleted and created again
 under the same name has another, so an offset of the old log is never taken for a place in
 the new one (data loss). A micro-batch reads ``[start, end)``. The index orders positions
 and finds the ledger without searching.

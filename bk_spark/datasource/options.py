@@ -50,9 +50,9 @@ option                     used    meaning (default)
                                    ``BK_ZK_AUTH_FILE``).
 ``zkTlsCaCert``            all     PEM CA of ZooKeeper's ``secureClientPort``: TLS to
                                    ZooKeeper (``zkTlsCert``/``zkTlsKey``: a client cert).
-``ensembleSize``           write   bookies per new ledger (3).
-``writeQuorumSize``        write   copies of each entry (2).
-``ackQuorumSize``          write   acknowledgements awaited per entry (2).
+``ensembleSize``           write   bookies per new ledger (the log's, else 3).
+``writeQuorumSize``        write   copies of each entry (the log's, else 2).
+``ackQuorumSize``          write   acknowledgements awaited per entry (the log's, else 2).
 ``entryFormat``            write   ``raw`` (one entry per row of a ``value`` binary/string
                                    column) or ``arrow`` (rows packed as Arrow IPC record
                                    batches, schema kept in the log). (the log's recorded
@@ -145,9 +145,11 @@ option                                    used    meaning (default)
 ``zkTlsCaCert``                           all     PEM CA of ZooKeeper's ``secureClientPort``: TLS
                                                   to ZooKeeper (``zkTlsCert``/``zkTlsKey``: a
                                                   client certificate).
-``ensembleSize``                          write   bookies per new ledger (3).
-``writeQuorumSize``                       write   copies of each entry (2).
-``ackQuorumSize``                         write   acknowledgements awaited per entry (2).
+``ensembleSize``                          write   bookies per new ledger (the log's recorded
+                                                  quorums, ``bk log create -E``; else 3).
+``writeQuorumSize``                       write   copies of each entry (the log's, else 2).
+``ackQuorumSize``                         write   acknowledgements awaited per entry (the
+                                                  log's, else 2).
 ``entryFormat``                           write   ``raw`` (one entry per row of a ``value``
                                                   binary/string column) or ``arrow`` (rows packed as
                                                   Arrow IPC record batches, schema kept in the log).
@@ -167,6 +169,7 @@ a query reading several logs (``log`` list, ``logPattern``) keeps a position per
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import re
@@ -174,9 +177,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from bk_spark.core.log_format import validate_log_name
 from bk_spark.errors import InvalidConfigError
 from bk_spark.metadata_uri import parse_metadata_service_uri
+from bk_spark.protocol.log_format import validate_log_name
+from bk_spark.protocol.log_rules import resolve_quorums
 from bk_spark.security import ClientSecurity, ZkSecurity, read_secret_file
 
 EntryFormat = Literal["raw", "arrow"]
@@ -596,24 +600,38 @@ class WriteOptions:
     log: str
     password: bytes = field(default=b"", repr=False)
     security: ClientSecurity = field(default_factory=ClientSecurity)
-    ensemble_size: int = 3
-    write_quorum_size: int = 2
-    ack_quorum_size: int = 2
+    # None: the log's recorded quorums, else 3/2/2 (log_rules.log_quorums)
+    ensemble_size: int | None = None
+    write_quorum_size: int | None = None
+    ack_quorum_size: int | None = None
     entry_format: EntryFormat | None = None  # None: decided from the log (see the table)
     sink_id: str | None = None
+
+    def with_log_quorums(self, properties: Mapping[str, object]) -> WriteOptions:
+        """These options with every quorum resolved: the option given, else the log's
+        recorded quorum (its ``properties``), else 3/2/2
+        (:func:`~bk_spark.protocol.log_rules.resolve_quorums`); an impossible combination
+        is refused naming the option."""
+        e, qw, qa = resolve_quorums(
+            properties, (self.ensemble_size, self.write_quorum_size, self.ack_quorum_size))
+        if qw > e:
+            raise _fail("writeQuorumSize", f"{qw} is more than ensembleSize {e}")
+        if qa > qw:
+            raise _fail("ackQuorumSize", f"{qa} is more than writeQuorumSize {qw}")
+        return dataclasses.replace(self, ensemble_size=e, write_quorum_size=qw,
+                                   ack_quorum_size=qa)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], streaming: bool) -> WriteOptions:
         allowed = _COMMON + _WRITE + (_STREAM_WRITE if streaming else ())
         _check_names(options, allowed, "a streaming write" if streaming else "a batch write")
         (log_name,) = _logs(options, required=True, single=True)
-        e = _int(options, "ensembleSize", default=3)
-        qw = _int(options, "writeQuorumSize", default=2)
-        qa = _int(options, "ackQuorumSize", default=2)
-        assert e is not None and qw is not None and qa is not None
-        if qw > e:
+        e = _int(options, "ensembleSize")
+        qw = _int(options, "writeQuorumSize")
+        qa = _int(options, "ackQuorumSize")
+        if e is not None and qw is not None and qw > e:
             raise _fail("writeQuorumSize", f"{qw} is more than ensembleSize {e}")
-        if qa > qw:
+        if qw is not None and qa is not None and qa > qw:
             raise _fail("ackQuorumSize", f"{qa} is more than writeQuorumSize {qw}")
         fmt = _get(options, "entryFormat")
         if fmt is not None:

@@ -4,7 +4,7 @@ Runs on the driver (in Spark's planning worker). Everything it returns is plain 
 data: a :class:`Slice` is a contiguous entry range of one ledger, a :class:`ScanPartition`
 a few slices read by one task.
 
-The readable part of a log is a *consistent prefix*, as a :class:`~bk_spark.core.log.LogReader`
+The readable part of a log is a *consistent prefix*, as a :class:`~bk_spark.log.LogReader`
 sees it: closed ledgers whole, then the first ledger that is still open up to its
 last-add-confirmed (LAC), read through a non-fencing open so a live writer is never
 disturbed, and nothing after it (during a roll the writer may still be adding to that
@@ -27,18 +27,19 @@ from dataclasses import dataclass, replace
 from pyspark.sql.datasource import InputPartition
 
 from bk_spark.core.client import BookKeeper
-from bk_spark.core.log import (
-    LEDGER_LOG_KEY,
-    LogMetadataStore,
-    list_logs,
-    log_incarnation,
-    open_log_reader,
-)
-from bk_spark.core.log_format import LedgerInfo, LogMetadata, Segment
 from bk_spark.datasource.filters import Constraints
 from bk_spark.datasource.offsets import LogOffset
 from bk_spark.datasource.options import GivenPosition, ReadOptions
 from bk_spark.errors import InvalidConfigError, LogTruncatedError
+from bk_spark.log import (
+    LEDGER_LOG_KEY,
+    ledger_end,
+    list_logs,
+    log_incarnation,
+    open_log_reader,
+    open_log_view,
+)
+from bk_spark.protocol.log_format import LedgerInfo, LogMetadata
 
 log = logging.getLogger(__name__)
 
@@ -72,41 +73,23 @@ class ScanPartition(InputPartition):
 
 
 class LogView:
-    """One read of a log's metadata; spilled segments are loaded when needed."""
+    """One read of a log's metadata for planning (the log layer's
+    :class:`~bk_spark.log.LogView`, plus the log's incarnation and offsets)."""
 
     def __init__(self, bk: BookKeeper, name: str) -> None:
         self.bk = bk
         self.name = name
-        self._store = LogMetadataStore(bk.zk, bk.msu.root)
-        self.md: LogMetadata = self._store.read(name).value
+        self._view = open_log_view(bk, name)
+        self.md: LogMetadata = self._view.md
         self.incarnation = log_incarnation(self.md)
-        self._segments: dict[int, Segment] = {}
 
     def at(self, index: int) -> LedgerInfo | None:
         """The live ledger at absolute ``index`` (None: truncated or not added yet)."""
-        md = self.md
-        if not md.first_index <= index < md.end_index:
-            return None
-        if index >= md.tail_start:
-            return md.tail_ledger(index)
-        s = md.segment_for(index)
-        if s is None:
-            return None
-        if s.number not in self._segments:
-            self._segments[s.number] = self._store.read_segment(self.name, s.number)
-        return self._segments[s.number].ledgers[index - s.start]
+        return self._view.at(index)
 
     def index_of(self, ledger_id: int) -> int | None:
         """The index of live ledger ``ledger_id`` (None: not in the log)."""
-        info = self.md.find_in_tail(ledger_id)
-        if info is not None and info.index >= self.md.first_index:
-            return info.index
-        for s in self.md.live_segments:
-            for index in range(max(s.start, self.md.first_index), s.end):
-                got = self.at(index)
-                if got is not None and got.ledger_id == ledger_id:
-                    return index
-        return None
+        return self._view.index_of_ledger(ledger_id)
 
     def earliest(self) -> LogOffset:
         first = self.at(self.md.first_index)
@@ -134,16 +117,6 @@ def data_lost(what: str, fail_on_data_loss: bool, instead: str) -> None:
             f"{what}: data loss (entries not read yet are gone); failing the read "
             f"(failOnDataLoss=true). Set option failOnDataLoss=false to {instead} instead.")
     log.warning("%s: data loss; going on: %s (failOnDataLoss=false)", what, instead)
-
-
-def ledger_end(bk: BookKeeper, info: LedgerInfo, password: bytes) -> tuple[int, bool]:
-    """``(last readable entry, closed)`` of a log's ledger: from the log metadata when the
-    ledger is described, else through a non-fencing open (its LAC while open)."""
-    if info.is_described:
-        assert info.last_entry_id is not None
-        return info.last_entry_id, True
-    rh = bk.open_ledger(info.ledger_id, password, recovery=False)
-    return rh.last_add_confirmed, rh.is_closed
 
 
 def after(view: LogView, info: LedgerInfo, last_entry: int, closed: bool) -> LogOffset:

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from bk_spark.core.log_format import bisect_timestamp, decode_entry, entry_timestamp
 from bk_spark.core.reader import ReadHandle
 from bk_spark.datasource import connections
 from bk_spark.datasource.filters import Constraints
 from bk_spark.datasource.formats import conform, unpack_arrow
 from bk_spark.datasource.planning import ScanPartition, Slice
 from bk_spark.errors import LogFormatError, LogTruncatedError, NoSuchLedgerError
+from bk_spark.protocol.log_format import bisect_timestamp, decode_entry, entry_timestamp
 from bk_spark.security import ClientSecurity
 
 log = logging.getLogger(__name__)

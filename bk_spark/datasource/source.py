@@ -21,7 +21,6 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from bk_spark.core.log import log_metadata
 from bk_spark.datasource import connections
 from bk_spark.datasource.filters import Constraints
 from bk_spark.datasource.formats import (
@@ -35,6 +34,7 @@ from bk_spark.datasource.planning import logs_read
 from bk_spark.datasource.reader import reader_for_planner
 from bk_spark.datasource.scan import ScanSpec
 from bk_spark.errors import InvalidConfigError, LogNotFoundError
+from bk_spark.log import log_metadata
 
 
 @dataclass(frozen=True)

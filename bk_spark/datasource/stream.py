@@ -49,8 +49,6 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from bk_spark.core.client import BookKeeper
-from bk_spark.core.log import LogMetadataStore
-from bk_spark.core.log_format import LedgerInfo
 from bk_spark.datasource import connections
 from bk_spark.datasource.offsets import LogOffset, Offsets, from_json, to_json
 from bk_spark.datasource.options import ReadOptions
@@ -71,6 +69,8 @@ from bk_spark.datasource.planning import (
 )
 from bk_spark.datasource.scan import ScanSpec, read_partition
 from bk_spark.errors import InvalidConfigError, LogNotFoundError
+from bk_spark.log import watch_log
+from bk_spark.protocol.log_format import LedgerInfo
 
 log = logging.getLogger(__name__)
 
@@ -364,7 +364,6 @@ def wait_for_more(bk: BookKeeper, views: dict[str, LogView], ends: Offsets,
     ZooKeeper watch of its metadata (a new ledger, a close). Several logs wait
     together and the first news ends the wait."""
     waits: list[Callable[[], bool]] = []
-    store = LogMetadataStore(bk.zk, bk.msu.root)
     for name, view in views.items():
         end = ends.get(name)
         if end is None:
@@ -378,7 +377,7 @@ def wait_for_more(bk: BookKeeper, views: dict[str, LogView], ends: Offsets,
         else:
             changed = threading.Event()
             before = view.md
-            if store.read(name, watch=lambda _ev, c=changed: c.set()).value != before:
+            if watch_log(bk, name, changed.set) != before:
                 return True
             waits.append(lambda c=changed: c.wait(timeout))
     if not waits:

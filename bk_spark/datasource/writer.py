@@ -3,14 +3,14 @@
 Exactly once, for ``df.write`` and for every micro-batch of a streaming query:
 
 1. Each task writes its rows into a NEW ledger (not in the log's list yet; registered in
-   :mod:`bk_spark.datasource.pending`), closes it and returns its id, last entry and
+   :mod:`bk_spark.log.pending`), closes it and returns its id, last entry and
    timestamps in its :class:`LedgerWritten` commit message. A task with no rows creates
    no ledger.
 2. The driver's ``commit`` adds all the batch's ledgers to the log, in partition order,
    together with the batch id, in ONE compare-and-swap:
-   :func:`bk_spark.core.log.commit_ledgers`. Before its CAS it takes the log over with the
+   :func:`bk_spark.log.commit_ledgers`. Before its CAS it takes the log over with the
    seed's protocol (fence the last two ledgers of the list), so no earlier owner of the
-   log (a :class:`~bk_spark.core.log.LogWriter`, a previous instance of the query) can
+   log (a :class:`~bk_spark.log.LogWriter`, a previous instance of the query) can
    append after it.
 3. A batch id the sink already committed (a query restarted from its checkpoint replays
    its last batch with the same id, or a zombie instance commits late) commits nothing:
@@ -30,9 +30,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,10 +43,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from bk_spark.core.client import BookKeeper
-from bk_spark.core.ledger import LedgerHandle
-from bk_spark.core.log import LEDGER_LOG_KEY, ClosedLedger, commit_ledgers
-from bk_spark.core.log_format import LogMetadata, encode_entry, now_ms
-from bk_spark.datasource import connections, pending
+from bk_spark.datasource import connections
 from bk_spark.datasource.formats import (
     FORMAT_PROPERTY,
     SCHEMA_PROPERTY,
@@ -61,7 +56,16 @@ from bk_spark.datasource.formats import (
     stored_schema,
 )
 from bk_spark.datasource.options import WriteOptions
-from bk_spark.errors import BKError, InvalidConfigError, LogNotFoundError, LogOwnershipLostError
+from bk_spark.errors import InvalidConfigError, LogNotFoundError, LogOwnershipLostError
+from bk_spark.log import (
+    ClosedLedger,
+    commit_ledgers,
+    log_metadata,
+    pending,
+    unlisted_ledgers,
+    write_closed_ledger,
+)
+from bk_spark.protocol.log_format import LogMetadata
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +95,7 @@ def sink_key(sink_id: str) -> str:
 
 def _metadata(bk: BookKeeper, name: str) -> LogMetadata | None:
     try:
-        return bk.log_metadata(name)
+        return log_metadata(bk, name)
     except LogNotFoundError:
         return None
 
@@ -155,43 +159,30 @@ def write_task(o: WriteOptions, attempt: str, txn_key: str | None,
         payloads: Iterator[bytes | None] = pack_arrow(batches)
     else:
         payloads = (v for b in batches for v in raw_values(b))
-    lh: LedgerHandle | None = None
-    in_flight: deque[tuple[Future[int], int]] = deque()
-    in_flight_bytes = 0
-    first_ts = last_ts = 0
-    rows = 0
+    created: list[int] = []
+
+    def register(ledger_id: int) -> None:
+        created.append(ledger_id)
+        pending.register(bk, o.log, ledger_id, attempt, txn_key)
+
+    q = o.with_log_quorums(md.properties if md is not None else {})
+    e, qw, qa = q.ensemble_size, q.write_quorum_size, q.ack_quorum_size
     try:
-        for payload in payloads:
-            if lh is None:
-                lh = bk.create_ledger(o.ensemble_size, o.write_quorum_size,
-                                      o.ack_quorum_size, password=o.password,
-                                      custom_metadata={LEDGER_LOG_KEY: o.log,
-                                                       LEDGER_ATTEMPT_KEY: attempt})
-                pending.register(bk, o.log, lh.id, attempt, txn_key)
-            ts = max(now_ms(), ts_floor)
-            ts_floor = last_ts = ts
-            if not first_ts:
-                first_ts = ts
-            fut = lh.add_entry_async(encode_entry(payload, ts))
-            size = len(payload) if payload is not None else 0
-            in_flight.append((fut, size))
-            in_flight_bytes += size
-            rows += 1
-            while len(in_flight) > MAX_IN_FLIGHT_ENTRIES or \
-                    in_flight_bytes > MAX_IN_FLIGHT_BYTES:
-                done, size = in_flight.popleft()
-                done.result()
-                in_flight_bytes -= size
-        if lh is None:
-            return LedgerWritten(None, entry_format=fmt)
-        for fut, _size in in_flight:
-            fut.result()
-        lh.close()
+        written = write_closed_ledger(
+            bk, o.log, payloads, ensemble_size=e, write_quorum_size=qw, ack_quorum_size=qa,
+            password=o.password, ts_floor=ts_floor,
+            custom_metadata={LEDGER_ATTEMPT_KEY: attempt}, on_created=register,
+            max_in_flight_entries=MAX_IN_FLIGHT_ENTRIES,
+            max_in_flight_bytes=MAX_IN_FLIGHT_BYTES)
     except BaseException:
-        if lh is not None:
-            pending.discard(bk, o.log, [lh.id], o.password)
+        if created:
+            pending.discard(bk, o.log, created, o.password)
         raise
-    return LedgerWritten(lh.id, lh.last_add_confirmed, first_ts, last_ts, rows, fmt)
+    if written is None:
+        return LedgerWritten(None, entry_format=fmt)
+    c = written.ledger
+    return LedgerWritten(c.ledger_id, c.last_entry_id, c.first_ts_ms, c.last_ts_ms,
+                         written.entries, fmt)
 
 
 # ------------------------------------------------------------------------- driver
@@ -236,16 +227,9 @@ def commit_batch(o: WriteOptions, attempt: str, schema: StructType, overwrite: b
 
 
 def _discard_unlisted(bk: BookKeeper, name: str, ids: list[int], password: bytes) -> None:
-    """After a failed commit: delete the ledgers unless the log lists them after all (a
-    CAS whose answer was lost may have succeeded); if that cannot be told, keep them (an
-    orphan is safe, a listed ledger deleted is not)."""
-    md = None
-    try:
-        md = _metadata(bk, name)
-    except BKError:
-        return
-    listed = {lid for lid in ids if md is not None and md.find_in_tail(lid) is not None}
-    pending.discard(bk, name, [lid for lid in ids if lid not in listed], password)
+    """After a failed commit: delete the ledgers the log does not list after all
+    (:func:`~bk_spark.log.unlisted_ledgers`; unknown: keep them)."""
+    pending.discard(bk, name, unlisted_ledgers(bk, name, ids) or [], password)
 
 
 def abort_batch(o: WriteOptions, attempt: str, messages: list[WriterCommitMessage | None]
@@ -271,6 +255,7 @@ class BookKeeperBatchWriter(DataSourceArrowWriter):
         self.attempt = _new_attempt()
         # Fail on the driver, before any task, if the rows cannot go into the log.
         md = _metadata(connections.client(options.uri, options.security), options.log)
+        self.options = options = options.with_log_quorums(md.properties if md else {})
         fmt = decide_format(options, None if overwrite else md)
         check_schema(options, fmt, schema, md, overwrite)
 

@@ -43,11 +43,11 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from bk_spark.core.client import BookKeeper
-from bk_spark.core.log import log_ledgers, open_log_reader, open_log_writer
 from bk_spark.errors import LogNotFoundError, NoSuchLedgerError
 from bk_spark.faults.payloads import ledger_payload, log_payload, parse_log_payload
 from bk_spark.faults.transcript import WriterTold
 from bk_spark.faults.writers import PASSWORD
+from bk_spark.log import log_ledgers, open_log_reader, open_log_writer
 
 T = TypeVar("T")
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from kazoo.client import KazooClient
 
 from bk_spark.faults.writers import PASSWORD
-from bk_spark.registration import list_bookies
+from bk_spark.io.registration import list_bookies
 from bk_spark.sandbox import (
     BookieProcess,
     SandboxError,

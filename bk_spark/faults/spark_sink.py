@@ -33,7 +33,10 @@ from collections import Counter
 from pathlib import Path
 
 from bk_spark.core.client import BookKeeper
-from bk_spark.core.log import (
+from bk_spark.errors import BKError, LogExistsError, LogNotFoundError
+from bk_spark.faults.checker import Findings, read_log
+from bk_spark.faults.plan import Schedule
+from bk_spark.log import (
     LogWriter,
     committed_txn,
     create_log,
@@ -44,10 +47,7 @@ from bk_spark.core.log import (
     open_log_writer,
     truncate_log,
 )
-from bk_spark.core.log_format import Position
-from bk_spark.errors import BKError, LogExistsError, LogNotFoundError
-from bk_spark.faults.checker import Findings, read_log
-from bk_spark.faults.plan import Schedule
+from bk_spark.protocol.log_format import Position
 
 CATCH_UP_TIMEOUT = 600.0
 FIRST_BATCH_TIMEOUT = 180.0

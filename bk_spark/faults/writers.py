@@ -31,24 +31,25 @@ import signal
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
 
 from kazoo.protocol.states import KazooState
 
-from bk_spark.core.bookie_client import ClientConfig
 from bk_spark.core.client import BookKeeper, BookKeeperConfig
-from bk_spark.core.digest import DigestManager, master_key
-from bk_spark.core.entry import EntryCodec
+from bk_spark.core.futures import InFlightWindow
 from bk_spark.core.ledger import LedgerHandle
-from bk_spark.core.log import LogWriter, open_log_writer
-from bk_spark.core.log_format import encode_entry, now_ms
-from bk_spark.core.metadata import LedgerMetadata
-from bk_spark.core.metadata_store import Versioned
 from bk_spark.errors import LedgerFencedError, LedgerStateError, LogOwnershipLostError
 from bk_spark.faults.payloads import ledger_payload, log_payload
+from bk_spark.io.bookie_client import ClientConfig
+from bk_spark.io.entry import EntryCodec
+from bk_spark.io.metadata_store import Versioned
+from bk_spark.log import open_log_writer
+from bk_spark.protocol.digest import DigestManager, master_key
+from bk_spark.protocol.ledger_metadata import LedgerMetadata
+from bk_spark.protocol.log_format import Position, encode_entry, now_ms
 
 PASSWORD = b"fault-pw"
 STALE_ADDS = 3
@@ -160,57 +161,67 @@ class Pacer:
 # ------------------------------------------------------------------------------ ledgers
 
 
-def _drain_ledger(lh: LedgerHandle, window: deque, block: bool, state: dict,
-                  timeout: float) -> None:
-    """Report completed adds in order; block for the head when ``block``.
+class _Stuck(Exception):
+    """An add or append did not complete within the timeout: the writer abandons it."""
+
+
+def _settler(state: dict, timeout: float, lost: tuple[type[BaseException], ...],
+             lost_outcome: str, stuck: Callable[[Any], str],
+             ok: Callable[[Any, Any], str], after_failure: Callable[[Any, Any], str]
+             ) -> Callable[[Future, Any], None]:
+    """How a harness writer settles each add of its :class:`InFlightWindow`, in order.
 
     Adds complete in entry order, so once one failed no later one may succeed: a success
-    after a failed add is reported as ``ok-after-fence`` (a violation)."""
-    while window and (block or window[0][1].done()):
-        eid, fut = window[0]
+    after a failure is reported with ``after_failure`` (a violation the checker counts).
+    A timeout reports ``stuck`` and raises :class:`_Stuck` (the writer stops there)."""
+
+    def settle(fut: Future, tag: Any) -> None:
         try:
             got = fut.result(timeout)
         except FutureTimeout:
-            say(f"stuck {lh.id} {eid}")
+            say(stuck(tag))
             state["outcome"] = state["outcome"] or "stuck"
-            return
-        except (LedgerFencedError, LedgerStateError):
-            window.popleft()
-            state["outcome"] = state["outcome"] or "fenced"
+            raise _Stuck from None
+        except lost:
+            state["outcome"] = state["outcome"] or lost_outcome
             state["failed"] = True
-            continue
-        except Exception as exc:  # noqa: BLE001 - any other failure ends this ledger
-            window.popleft()
+            return
+        except Exception as exc:  # noqa: BLE001 - any other failure ends this writer
             state["outcome"] = state["outcome"] or f"fail {_name(exc)}"
             state["failed"] = True
-            continue
-        window.popleft()
-        if state["failed"]:
-            say(f"ok-after-fence {lh.id} {got}")
-        else:
-            say(f"ack {lh.id} {got}")
+            return
+        say(after_failure(tag, got) if state["failed"] else ok(tag, got))
+
+    return settle
 
 
 def write_ledger(bk: BookKeeper, lh: LedgerHandle, args: argparse.Namespace,
                  stop: threading.Event, pacer: Pacer) -> None:
     wait = 4 * args.timeout + 10
-    window: deque[tuple[int, Future[int]]] = deque()
     state: dict = {"outcome": None, "failed": False}
+    window = InFlightWindow(args.window, on_done=_settler(
+        state, wait, (LedgerFencedError, LedgerStateError), "fenced",
+        stuck=lambda eid: f"stuck {lh.id} {eid}",
+        ok=lambda _eid, got: f"ack {lh.id} {got}",
+        after_failure=lambda _eid, got: f"ok-after-fence {lh.id} {got}"))
     eid = 0
-    while state["outcome"] is None and not stop.is_set() and eid < args.entries_per_ledger:
-        try:
-            fut = lh.add_entry_async(ledger_payload(lh.id, eid))
-        except (LedgerFencedError, LedgerStateError):
-            state["outcome"] = "fenced"
-            break
-        except Exception as exc:  # noqa: BLE001
-            state["outcome"] = f"fail {_name(exc)}"
-            break
-        window.append((eid, fut))
-        eid += 1
-        _drain_ledger(lh, window, len(window) >= args.window, state, wait)
-        pacer.tick()
-    _drain_ledger(lh, window, True, state, wait)
+    try:
+        while state["outcome"] is None and not stop.is_set() and \
+                eid < args.entries_per_ledger:
+            try:
+                fut = lh.add_entry_async(ledger_payload(lh.id, eid))
+            except (LedgerFencedError, LedgerStateError):
+                state["outcome"] = "fenced"
+                break
+            except Exception as exc:  # noqa: BLE001
+                state["outcome"] = f"fail {_name(exc)}"
+                break
+            window.push(fut, tag=eid)
+            eid += 1
+            pacer.tick()
+        window.drain()
+    except _Stuck:
+        pass
     outcome = state["outcome"]
     if outcome == "stuck":
         return  # abandoned open: the checker recovers it
@@ -250,54 +261,21 @@ def ledger_writer(args: argparse.Namespace, stop: threading.Event) -> None:
 # ------------------------------------------------------------------------------ logs
 
 
-def install_roll_hook(session: list[int], pause: float) -> None:
-    """Print ``roll-cas`` once a roll's CAS succeeded, then hold the roll ``pause`` seconds."""
-    original = LogWriter._cas_add_ledger
+def roll_hook(session: list[int], pause: float) -> Callable[[int], None]:
+    """The writer's ``after_roll_cas`` hook: print ``roll-cas`` once a roll's CAS succeeded,
+    then hold the roll ``pause`` seconds (both ledgers of the writer open meanwhile)."""
 
-    def cas_then_pause(self, new_id, properties):  # type: ignore[no-untyped-def]
-        result = original(self, new_id, properties)
+    def cas_then_pause(new_id: int) -> None:
         say(f"roll-cas {session[0]} {new_id}")
         time.sleep(pause)
-        return result
 
-    LogWriter._cas_add_ledger = cas_then_pause  # type: ignore[method-assign]
-
-
-def _drain_log(window: deque, block: bool, state: dict, session: int, timeout: float) -> None:
-    """As :func:`_drain_ledger`: appends complete in append order, so a success after a
-    failed append is a violation (``ok-after-lost``). Appends made before the writer lost
-    the log may still succeed: they are acknowledged, and the checker looks for them."""
-    while window and (block or window[0][1].done()):
-        seq, fut = window[0]
-        try:
-            pos = fut.result(timeout)
-        except FutureTimeout:
-            say(f"stuck-log {session} {seq}")
-            state["outcome"] = state["outcome"] or "stuck"
-            return
-        except LogOwnershipLostError:
-            window.popleft()
-            state["outcome"] = state["outcome"] or "lost"
-            state["failed"] = True
-            continue
-        except Exception as exc:  # noqa: BLE001
-            window.popleft()
-            state["outcome"] = state["outcome"] or f"fail {_name(exc)}"
-            state["failed"] = True
-            continue
-        window.popleft()
-        if state["failed"]:
-            say(f"ok-after-lost {session} {pos.ledger_id} {pos.entry_id}")
-        else:
-            say(f"ack {session} {seq} {pos.ledger_id} {pos.entry_id} {pos.ledger_index}")
-            state["last"][pos.ledger_id] = pos.entry_id
+    return cas_then_pause
 
 
 def log_writer(args: argparse.Namespace, stop: threading.Event) -> None:
     E, Qw, Qa = args.quorum
     session = [0]
-    if args.roll_pause > 0:
-        install_roll_hook(session, args.roll_pause)
+    hook = roll_hook(session, args.roll_pause) if args.roll_pause > 0 else None
     bk = make_client(args)
     pacer = Pacer(args.rate)
     wait = 4 * args.timeout + 10
@@ -306,7 +284,7 @@ def log_writer(args: argparse.Namespace, stop: threading.Event) -> None:
         try:
             w = open_log_writer(bk, args.log, password=PASSWORD, ensemble_size=E,
                                 write_quorum_size=Qw, ack_quorum_size=Qa,
-                                roll_max_entries=args.roll_every)
+                                roll_max_entries=args.roll_every, after_roll_cas=hook)
         except Exception as exc:  # noqa: BLE001 - lost the race, no bookies, ...: retry
             say(f"open-failed {_name(exc)}")
             stop.wait(random.uniform(0.1, 0.4))
@@ -314,22 +292,36 @@ def log_writer(args: argparse.Namespace, stop: threading.Event) -> None:
         session[0] += 1
         s = session[0]
         say(f"open {s} {w.ledger_id}")
-        window: deque[tuple[int, Future]] = deque()
         state: dict = {"outcome": None, "failed": False, "last": {}}
-        while state["outcome"] is None and not stop.is_set():
-            try:
-                fut = w.append_async(log_payload(args.tag, s, seq))
-            except LogOwnershipLostError:
-                state["outcome"] = "lost"
-                break
-            except Exception as exc:  # noqa: BLE001
-                state["outcome"] = f"fail {_name(exc)}"
-                break
-            window.append((seq, fut))
-            seq += 1
-            _drain_log(window, len(window) >= args.window, state, s, wait)
-            pacer.tick()
-        _drain_log(window, True, state, s, wait)
+
+        def acked(seq: int, pos: Position, s: int = s, state: dict = state) -> str:
+            state["last"][pos.ledger_id] = pos.entry_id
+            return f"ack {s} {seq} {pos.ledger_id} {pos.entry_id} {pos.ledger_index}"
+
+        # Appends made before the writer lost the log may still succeed: they are
+        # acknowledged, and the checker looks for them; a success after a failed append is
+        # a violation (ok-after-lost).
+        window = InFlightWindow(args.window, on_done=_settler(
+            state, wait, (LogOwnershipLostError,), "lost",
+            stuck=lambda seq, s=s: f"stuck-log {s} {seq}", ok=acked,
+            after_failure=lambda _seq, pos, s=s:
+                f"ok-after-lost {s} {pos.ledger_id} {pos.entry_id}"))
+        try:
+            while state["outcome"] is None and not stop.is_set():
+                try:
+                    fut = w.append_async(log_payload(args.tag, s, seq))
+                except LogOwnershipLostError:
+                    state["outcome"] = "lost"
+                    break
+                except Exception as exc:  # noqa: BLE001
+                    state["outcome"] = f"fail {_name(exc)}"
+                    break
+                window.push(fut, tag=seq)
+                seq += 1
+                pacer.tick()
+            window.drain()
+        except _Stuck:
+            pass
         outcome = state["outcome"]
         if outcome == "lost":
             lid = w.ledger_id

@@ -20,9 +20,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from bk_spark.core.bookie_client import _varint
-from bk_spark.core.digest import master_key
+from bk_spark.io.bookie_client import _varint
 from bk_spark.proto import bookie_pb2 as pb
+from bk_spark.protocol.digest import master_key
 from bk_spark.sandbox import BookieProcess, free_port
 
 SERVICE = "/bkspark.v1.Bookie/"

@@ -94,4 +94,9 @@ def test_write_options_parse_or_name_the_bad_option(options: dict[str, str],
     except Exception as exc:  # noqa: BLE001
         check_refusal(options, exc)
     else:
-        assert parsed.ensemble_size >= parsed.write_quorum_size >= parsed.ack_quorum_size >= 1
+        given = [q for q in (parsed.ensemble_size, parsed.write_quorum_size,
+                             parsed.ack_quorum_size) if q is not None]
+        assert all(q >= 1 for q in given)
+        e, qw, qa = parsed.ensemble_size, parsed.write_quorum_size, parsed.ack_quorum_size
+        assert e is None or qw is None or e >= qw
+        assert qw is None or qa is None or qw >= qa

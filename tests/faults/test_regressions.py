@@ -9,12 +9,12 @@ import time
 
 import pytest
 
-from bk_spark.core.bookie_client import ClientConfig
 from bk_spark.core.client import BookKeeper, BookKeeperConfig
-from bk_spark.core.schedule import write_set
 from bk_spark.errors import BKError
 from bk_spark.faults.cluster import FaultCluster
 from bk_spark.faults.payloads import ledger_payload
+from bk_spark.io.bookie_client import ClientConfig
+from bk_spark.protocol.schedule import write_set
 
 PW = b"regression"
 

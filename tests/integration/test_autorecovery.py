@@ -23,10 +23,11 @@ from bk_spark.autorecovery.plan import bookies_of, entries_on_index
 from bk_spark.autorecovery.replicator import LedgerReplicator
 from bk_spark.autorecovery.underreplication import UnderReplicationManager
 from bk_spark.core.client import BookKeeper
+from bk_spark.io.registration import list_bookies
+from bk_spark.io.zk import connect_zk
+from bk_spark.log import open_log_reader, open_log_writer
 from bk_spark.metadata_uri import parse_metadata_service_uri
-from bk_spark.registration import list_bookies
 from bk_spark.sandbox import BookieProcess, free_port, wait_for_registrations
-from bk_spark.zk import connect_zk
 
 HEAL_TIMEOUT_S = 60.0
 AR_ARGS = ["--journal-file-size-mb", "8", "--entry-log-size-mb", "1",
@@ -246,8 +247,8 @@ def test_a_worker_that_dies_mid_copy_loses_its_lock_and_its_half_copy_never_coun
         urm.mark(lid, {leaving})
         rep = LedgerReplicator(doomed)
         ids = entries_on_index(0, md.last_entry_id, 0, 3, 2)
-        from bk_spark.core.digest import DigestManager, master_key
-        from bk_spark.core.entry import EntryCodec
+        from bk_spark.io.entry import EntryCodec
+        from bk_spark.protocol.digest import DigestManager, master_key
         codec = EntryCodec(lid, DigestManager(md.digest_type, b""))
         rep._copy(md, codec, master_key(b""), ids[: len(ids) // 2], target)
         assert bk.ledger_metadata(lid) == md  # the half copy is nowhere in the metadata
@@ -330,7 +331,7 @@ def test_a_bookie_lost_for_good_is_replaced_everywhere_and_a_second_loss_loses_n
         f.result(30)
     expected[open_lh.id] = open_payloads
     # a log of several ledgers
-    writer = bk.open_log_writer("healing-log", roll_max_entries=50)
+    writer = open_log_writer(bk, "healing-log", roll_max_entries=50)
     records = [f"rec-{i}".encode() for i in range(180)]
     for p in records:
         writer.append(p)
@@ -344,7 +345,7 @@ def test_a_bookie_lost_for_good_is_replaced_everywhere_and_a_second_loss_loses_n
     victim = auditor if auditor in holders and holders[auditor] else max(holders,
                                                                          key=holders.get)
     # a log writer keeps appending while the bookie dies and its data is re-replicated
-    live = bk.open_log_writer("live-log", roll_max_entries=100)
+    live = open_log_writer(bk, "live-log", roll_max_entries=100)
     appended: list[bytes] = []
     stop = threading.Event()
 
@@ -366,7 +367,7 @@ def test_a_bookie_lost_for_good_is_replaced_everywhere_and_a_second_loss_loses_n
     appender.join(30)
     live.close()
     assert len(appended) > 100
-    reader = bk.open_log_reader("live-log", "earliest")
+    reader = open_log_reader(bk, "live-log", "earliest")
     assert [r.payload for r in reader.read_available()] == appended
     reader.close()
     assert urm.auditor() not in (None, victim)
@@ -379,7 +380,7 @@ def test_a_bookie_lost_for_good_is_replaced_everywhere_and_a_second_loss_loses_n
     second = max((b for b in everyone if b != victim), key=lambda b: len(_naming(bk, b)))
     ar_cluster.by_id(second).kill()
     _read_all(bk, expected)
-    reader = bk.open_log_reader("healing-log", "earliest")
+    reader = open_log_reader(bk, "healing-log", "earliest")
     assert [r.payload for r in reader.read_available()] == records
     reader.close()
     _wait_healed(bk, {victim, second})
@@ -387,7 +388,7 @@ def test_a_bookie_lost_for_good_is_replaced_everywhere_and_a_second_loss_loses_n
 
 def test_three_racks_put_every_write_quorum_on_two_racks_including_after_bk_recover(
         cluster_factory):
-    from bk_spark.core.placement import write_quorum_racks
+    from bk_spark.protocol.placement import write_quorum_racks
 
     c = cluster_factory(0)
     for i in range(6):

@@ -12,7 +12,6 @@ from pathlib import Path
 import grpc
 import pytest
 
-from bk_spark.core.bookie_client import BookieClient, ClientConfig
 from bk_spark.errors import (
     BKError,
     InvalidRequestError,
@@ -22,8 +21,9 @@ from bk_spark.errors import (
     TooLargeError,
     UnauthorizedError,
 )
+from bk_spark.io.bookie_client import BookieClient, ClientConfig
+from bk_spark.io.registration import list_bookies
 from bk_spark.proto import bookie_pb2 as pb
-from bk_spark.registration import list_bookies
 from bk_spark.sandbox import free_port
 
 KEY = b"k" * 32

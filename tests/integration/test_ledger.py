@@ -11,11 +11,6 @@ from pathlib import Path
 import pytest
 
 from bk_spark.core import BookKeeper
-from bk_spark.core.bookie_client import BookieClient
-from bk_spark.core.digest import DigestManager, master_key
-from bk_spark.core.entry import EntryCodec
-from bk_spark.core.metadata import LedgerState
-from bk_spark.core.schedule import write_set
 from bk_spark.errors import (
     DigestMismatchError,
     InvalidConfigError,
@@ -26,6 +21,11 @@ from bk_spark.errors import (
     ReadPastLacError,
     UnauthorizedError,
 )
+from bk_spark.io.bookie_client import BookieClient
+from bk_spark.io.entry import EntryCodec
+from bk_spark.protocol.digest import DigestManager, master_key
+from bk_spark.protocol.ledger_metadata import LedgerState
+from bk_spark.protocol.schedule import write_set
 
 PROCS = Path(__file__).parent / "procs"
 

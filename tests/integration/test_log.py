@@ -18,8 +18,17 @@ from pathlib import Path
 import pytest
 
 from bk_spark.core import BookKeeper
-from bk_spark.core.bookie_client import BookieClient
-from bk_spark.core.log import (
+from bk_spark.errors import (
+    InvalidConfigError,
+    LogExistsError,
+    LogNotFoundError,
+    LogOwnershipLostError,
+    LogTruncatedError,
+    NoSuchLedgerError,
+    UnauthorizedError,
+)
+from bk_spark.io.bookie_client import BookieClient
+from bk_spark.log import (
     LogRecord,
     Position,
     create_log,
@@ -32,17 +41,8 @@ from bk_spark.core.log import (
     truncate_log,
     update_log_properties,
 )
-from bk_spark.core.log_format import LogLimits
-from bk_spark.core.metadata import LedgerState
-from bk_spark.errors import (
-    InvalidConfigError,
-    LogExistsError,
-    LogNotFoundError,
-    LogOwnershipLostError,
-    LogTruncatedError,
-    NoSuchLedgerError,
-    UnauthorizedError,
-)
+from bk_spark.protocol.ledger_metadata import LedgerState
+from bk_spark.protocol.log_format import LogLimits
 
 PROCS = Path(__file__).parent / "procs"
 PW = b"pw"

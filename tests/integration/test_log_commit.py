@@ -12,7 +12,8 @@ from collections.abc import Iterator
 import pytest
 
 from bk_spark.core import BookKeeper
-from bk_spark.core.log import (
+from bk_spark.errors import LogOwnershipLostError, NoSuchLedgerError
+from bk_spark.log import (
     ClosedLedger,
     commit_ledgers,
     committed_txn,
@@ -22,8 +23,7 @@ from bk_spark.core.log import (
     open_log_reader,
     open_log_writer,
 )
-from bk_spark.core.log_format import LogLimits, encode_entry, now_ms
-from bk_spark.errors import LogOwnershipLostError, NoSuchLedgerError
+from bk_spark.protocol.log_format import LogLimits, encode_entry, now_ms
 
 
 @pytest.fixture

@@ -9,15 +9,15 @@ from collections.abc import Iterator
 import pytest
 from kazoo.client import KazooClient
 
-from bk_spark.core.metadata import LedgerMetadata, LedgerState
-from bk_spark.core.metadata_store import LedgerMetadataStore, Versioned, ledger_path
 from bk_spark.errors import (
     LedgerStateError,
     MetadataVersionError,
     NoSuchLedgerError,
 )
+from bk_spark.io.metadata_store import LedgerMetadataStore, Versioned, ledger_path
+from bk_spark.io.zk import connect_zk
 from bk_spark.metadata_uri import MetadataServiceUri, parse_metadata_service_uri
-from bk_spark.zk import connect_zk
+from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
 
 ENSEMBLE = ("127.0.0.1:3181", "127.0.0.1:3182", "127.0.0.1:3183")
 

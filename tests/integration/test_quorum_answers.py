@@ -17,13 +17,13 @@ from collections.abc import Iterator
 import pytest
 
 from bk_spark.core import BookKeeper
-from bk_spark.core.bookie_client import ClientConfig
 from bk_spark.core.client import BookKeeperConfig
-from bk_spark.core.digest import DigestManager, master_key
-from bk_spark.core.entry import EntryCodec
 from bk_spark.core.ledger import LedgerHandle
-from bk_spark.core.metadata_store import Versioned
 from bk_spark.errors import BKError, BookieUnavailableError
+from bk_spark.io.bookie_client import ClientConfig
+from bk_spark.io.entry import EntryCodec
+from bk_spark.io.metadata_store import Versioned
+from bk_spark.protocol.digest import DigestManager, master_key
 from bk_spark.sandbox import BookieProcess, wait_for_registrations
 
 PW = b"pw"

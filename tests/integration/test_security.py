@@ -13,14 +13,15 @@ from kazoo.exceptions import NoAuthError
 from bk_spark.certs import issue_cert, make_ca
 from bk_spark.cli import main as bk_main
 from bk_spark.core import BookKeeper, BookKeeperConfig
-from bk_spark.core.bookie_client import BookieClient, ClientConfig, TlsOptions
-from bk_spark.core.digest import master_key
 from bk_spark.errors import UnauthorizedError
+from bk_spark.io.bookie_client import BookieClient, ClientConfig, TlsOptions
+from bk_spark.io.zk import connect_zk
+from bk_spark.log import open_log_writer
 from bk_spark.metadata_uri import parse_metadata_service_uri
 from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.proto import bookie_pb2_grpc
+from bk_spark.protocol.digest import master_key
 from bk_spark.security import ClientSecurity
-from bk_spark.zk import connect_zk
 
 PASSWORD = b"s3cret-ledger-password"
 
@@ -147,7 +148,7 @@ def test_zookeeper_acls_leave_an_unauthenticated_client_nothing_to_read_or_chang
         old = bk.create_ledger(3, 2, 2, password=PASSWORD)
         old.add_entry(b"before the ACLs")
         old.close()
-        with bk.open_log_writer("events") as w:
+        with open_log_writer(bk, "events") as w:
             w.append(b"logged")
     creds = tmp_path / "zk-auth"
     creds.write_text("bk-cluster:zk-s3cret\n")
@@ -157,7 +158,7 @@ def test_zookeeper_acls_leave_an_unauthenticated_client_nothing_to_read_or_chang
     with BookKeeper(metadata_uri) as bk:  # new znodes get the ACL too
         new = bk.create_ledger(3, 2, 2)
         new.add_entry(b"after the ACLs")
-        with bk.open_log_writer("events") as w:
+        with open_log_writer(bk, "events") as w:
             w.append(b"logged again")
         assert bk.open_ledger(old.id, PASSWORD).read_entries(0, 0)[0].payload == \
             b"before the ACLs"

@@ -7,9 +7,9 @@ import threading
 import time
 
 from bk_spark.core import BookKeeper
-from bk_spark.core.log import open_log_writer
 from bk_spark.datasource.planning import LogView, log_end
 from bk_spark.datasource.stream import wait_for_more
+from bk_spark.log import open_log_writer
 
 
 def _ends(bk: BookKeeper, name: str) -> tuple[dict, dict]:

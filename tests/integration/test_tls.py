@@ -14,8 +14,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from bk_spark.core import BookKeeper
-from bk_spark.core.bookie_client import BookieClient, ClientConfig, TlsOptions
 from bk_spark.errors import UnauthorizedError
+from bk_spark.io.bookie_client import BookieClient, ClientConfig, TlsOptions
 
 
 def self_signed(directory: Path, name: str) -> tuple[Path, Path]:

@@ -16,8 +16,9 @@ from kazoo.security import ACL, Id, Permissions
 from bk_spark.certs import issue_cert, make_ca
 from bk_spark.core import BookKeeper
 from bk_spark.errors import UnauthorizedError
+from bk_spark.io.registration import list_bookies
+from bk_spark.io.zk import MetadataServiceUnavailableError, connect_zk
 from bk_spark.metadata_uri import parse_metadata_service_uri
-from bk_spark.registration import list_bookies
 from bk_spark.sandbox import (
     BookieProcess,
     ZkServerTls,
@@ -26,7 +27,6 @@ from bk_spark.sandbox import (
     wait_for_registrations,
 )
 from bk_spark.security import ZkSecurity
-from bk_spark.zk import MetadataServiceUnavailableError, connect_zk
 
 
 def _bookies(uri: str, base: Path, n: int = 3) -> list[BookieProcess]:

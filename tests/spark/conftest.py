@@ -20,7 +20,7 @@ import pytest
 
 from bk_spark.core import BookKeeper
 from bk_spark.datasource import connections
-from bk_spark.registration import list_bookies
+from bk_spark.io.registration import list_bookies
 from bk_spark.sandbox import BookieProcess, ZooKeeperServer, free_port, wait_for_registrations
 
 ROOT = Path(__file__).resolve().parents[2]

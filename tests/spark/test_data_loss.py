@@ -10,8 +10,8 @@ from pyspark.errors import PySparkException
 from spark_helpers import read_log
 from test_stream import fill, run_available_now, stream
 
-from bk_spark.core.log import delete_log, log_ledgers, truncate_log
-from bk_spark.core.log_format import Position
+from bk_spark.log import delete_log, log_ledgers, truncate_log
+from bk_spark.protocol.log_format import Position
 
 
 def test_log_deleted_and_created_again_between_runs_is_never_skipped_silently(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from spark_helpers import read_log
 
-from bk_spark.core.log import open_log_reader, open_log_writer
+from bk_spark.log import open_log_reader, open_log_writer
 
 
 def values_in_log_order(df) -> list[bytes | None]:  # type: ignore[no-untyped-def]

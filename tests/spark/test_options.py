@@ -9,6 +9,7 @@ from pyspark.errors import PySparkException
 
 from bk_spark.datasource.options import GivenPosition, ReadOptions, WriteOptions
 from bk_spark.errors import InvalidConfigError
+from bk_spark.log import create_log
 
 URI = "zk://127.0.0.1:2181/ledgers"
 
@@ -134,7 +135,7 @@ def test_spark_names_the_bad_option_of_fuzzed_batch_reads(spark, uri, bk, bad):
     from bk_spark.errors import LogExistsError
 
     try:
-        bk.create_log("fuzzed-options")
+        create_log(bk, "fuzzed-options")
     except LogExistsError:
         pass
     name, value = bad

@@ -14,7 +14,7 @@ from pyspark.errors import PySparkException
 from spark_helpers import read_log
 from test_stream import fill
 
-from bk_spark.core.log import open_log_writer
+from bk_spark.log import open_log_writer
 
 
 def number(row) -> int:  # type: ignore[no-untyped-def]

@@ -10,9 +10,9 @@ import pytest
 from pyspark.errors import PySparkException
 from spark_helpers import WriterProc, read_log
 
-from bk_spark.core.log import log_ledgers, open_log_writer
 from bk_spark.datasource import BookKeeperDataSource
 from bk_spark.datasource.formats import RAW_SCHEMA
+from bk_spark.log import log_ledgers, open_log_writer
 
 
 def append_ledgers(bk, name: str, sizes: list[int], pause_s: float = 0.0):  # type: ignore[no-untyped-def]

@@ -14,18 +14,18 @@ import pytest
 from pyspark.sql.types import StringType, StructField, StructType
 from spark_helpers import PROCS, ROOT
 
-from bk_spark.core.log import (
+from bk_spark.datasource.options import WriteOptions
+from bk_spark.datasource.writer import BookKeeperStreamWriter, sink_key
+from bk_spark.errors import LogNotFoundError, LogOwnershipLostError
+from bk_spark.log import (
     LEDGER_LOG_KEY,
     committed_txn,
     log_ledgers,
     log_metadata,
     open_log_reader,
     open_log_writer,
+    pending,
 )
-from bk_spark.datasource import pending
-from bk_spark.datasource.options import WriteOptions
-from bk_spark.datasource.writer import BookKeeperStreamWriter, sink_key
-from bk_spark.errors import LogNotFoundError, LogOwnershipLostError
 
 
 def payloads(bk, name: str) -> list[bytes]:  # type: ignore[no-untyped-def]

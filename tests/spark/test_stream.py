@@ -9,12 +9,12 @@ import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
 
-from bk_spark.core.log import log_ledgers, open_log_writer, truncate_log
-from bk_spark.core.log_format import Position
 from bk_spark.datasource.options import ReadOptions
 from bk_spark.datasource.source import resolve_read_format, scan_spec
 from bk_spark.datasource.stream import BookKeeperStreamReader
 from bk_spark.errors import LogTruncatedError
+from bk_spark.log import log_ledgers, open_log_writer, truncate_log
+from bk_spark.protocol.log_format import Position
 
 
 def fill(bk, name: str, n: int, roll_every: int | None = None, close: bool = True):  # type: ignore[no-untyped-def]

@@ -30,9 +30,9 @@ from pyspark.sql.types import (
 )
 from spark_helpers import WriterProc, read_log
 
-from bk_spark.core.log import LEDGER_LOG_KEY, log_ledgers, log_metadata
 from bk_spark.datasource.formats import FORMAT_PROPERTY
 from bk_spark.errors import NoSuchLedgerError
+from bk_spark.log import LEDGER_LOG_KEY, log_ledgers, log_metadata
 
 TYPED = StructType([
     StructField("id", LongType(), False),

@@ -16,7 +16,7 @@ from bk_spark.autorecovery.plan import (
     fragment_duties,
     fragment_spans,
 )
-from bk_spark.core.metadata import LedgerMetadata, LedgerState
+from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
 
 A, B, C, D, E_, F = (f"b{i}:1" for i in range(6))
 
@@ -112,7 +112,7 @@ def test_an_under_replication_record_merges_and_removes_missing_bookies():
 
 def test_a_closed_fragment_on_one_rack_names_a_bookie_to_move_and_a_good_one_none():
     from bk_spark.autorecovery.plan import placement_misfits
-    from bk_spark.core.placement import Topology
+    from bk_spark.protocol.placement import Topology
 
     racks = {A: "/r/0", B: "/r/0", C: "/r/0", D: "/r/1", E_: "/r/1", F: "/r/2"}
     topo = Topology((A, B, C, D, E_, F), racks)
@@ -132,8 +132,8 @@ def test_re_replication_uses_the_candidate_password_whose_digest_the_metadata_ke
     from dataclasses import replace
 
     from bk_spark.autorecovery.replicator import ledger_password
-    from bk_spark.core.digest import password_digest
     from bk_spark.errors import UnauthorizedError
+    from bk_spark.protocol.digest import password_digest
 
     md = replace(_md(), password_digest=password_digest(b"s3cret"))
     assert ledger_password(md, [b"", b"s3cret"]) == b"s3cret"

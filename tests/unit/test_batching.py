@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bk_spark.core.batching import ArrivalRate, batch_wait
+from bk_spark.protocol.batching import ArrivalRate, batch_wait
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import json
 import logging
 
 from bk_spark.compat import StrEnum310
-from bk_spark.zk import quiet_kazoo_logger
+from bk_spark.io.zk import quiet_kazoo_logger
 
 
 class Color(StrEnum310):

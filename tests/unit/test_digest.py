@@ -7,13 +7,13 @@ import time
 import crc32c
 import pytest
 
-from bk_spark.core.digest import (
+from bk_spark.errors import DigestMismatchError, InvalidConfigError, UnauthorizedError
+from bk_spark.protocol.digest import (
     DigestManager,
     check_password,
     master_key,
     password_digest,
 )
-from bk_spark.errors import DigestMismatchError, InvalidConfigError, UnauthorizedError
 
 
 @pytest.mark.parametrize("digest_type,length", [("crc32c", 4), ("mac", 32), ("none", 0)])

@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from bk_spark.core.bookie_client import frame_entry
-from bk_spark.core.digest import DigestManager
-from bk_spark.core.entry import EntryCodec
+from bk_spark.io.bookie_client import frame_entry
+from bk_spark.io.entry import EntryCodec
 from bk_spark.proto import bookie_pb2 as pb
+from bk_spark.protocol.digest import DigestManager
 
 
 @pytest.mark.parametrize("digest_type", ["crc32c", "mac", "none"])
@@ -39,7 +39,7 @@ def test_frame_run_equals_encoding_entry_by_entry(digest_type: str, first: int, 
 @pytest.mark.parametrize("first,count", [(0, 300), (120, 20_000), (2**21 - 5, 10), (2**40, 5),
                                          (2**63 - 3, 3), (7, 0)])
 def test_varints_of_consecutive_ids_are_protobufs(first: int, count: int) -> None:
-    from bk_spark.core.bookie_client import _varint
-    from bk_spark.core.entry import varints
+    from bk_spark.io.bookie_client import _varint
+    from bk_spark.io.entry import varints
 
     assert varints(first, count) == [_varint(i) for i in range(first, first + count)]

@@ -1,5 +1,5 @@
 """ask_last_fragment: the answers of a ledger's last fragment, gathered up to a quorum
-coverage ((Qw - Qa) + 1 bookies of every write quorum), with test-double futures."""
+coverage ((Qw - Qa) + 1 bookies of every write quorum), with test-double bookie calls."""
 
 from __future__ import annotations
 
@@ -8,16 +8,18 @@ from types import SimpleNamespace
 
 import pytest
 
-from bk_spark.core.metadata import LedgerMetadata
 from bk_spark.core.recovery import ask_last_fragment
 from bk_spark.errors import NoSuchLedgerError, UnauthorizedError
+from bk_spark.io.bookie_client import check_response
 from bk_spark.proto import bookie_pb2 as pb
+from bk_spark.protocol.ledger_metadata import LedgerMetadata
 
 BOOKIES = ("b0:1", "b1:1", "b2:1")
 
 
 class FakeFuture:
-    """What ask_last_fragment uses of a grpc.Future: result, callbacks, cancel."""
+    """What ask_last_fragment uses of a BookieCall: result (the answer, or its typed
+    error), callbacks, cancel."""
 
     def __init__(self) -> None:
         self._value: object = None
@@ -34,6 +36,7 @@ class FakeFuture:
     def result(self) -> object:
         if self._error is not None:
             raise self._error
+        check_response(self._value, "fake")
         return self._value
 
     def add_done_callback(self, cb: Callable[[FakeFuture], None]) -> None:

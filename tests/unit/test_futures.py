@@ -8,8 +8,8 @@ from concurrent.futures import CancelledError, Future, as_completed, wait
 
 import pytest
 
-from bk_spark.core.bookie_client import _chunk_ends
-from bk_spark.core.futures import SharedConditionFuture, shared_condition
+from bk_spark.core.futures import InFlightWindow, SharedConditionFuture, shared_condition
+from bk_spark.io.bookie_client import _chunk_ends
 
 
 def test_is_a_future_and_completes() -> None:
@@ -113,7 +113,7 @@ def test_complete_in_order_runs_callbacks_in_order_and_skips_cancelled() -> None
 @pytest.mark.parametrize("value", [1, 127, 128, 300, 2**32, 2**63 - 1, -1, -(2**63)])
 def test_varint_matches_protobuf(value: int) -> None:
     """frame_entry's varint is protobuf's (negative numbers as 64-bit two's complement)."""
-    from bk_spark.core.bookie_client import _varint, frame_entry
+    from bk_spark.io.bookie_client import _varint, frame_entry
     from bk_spark.proto import bookie_pb2 as pb
 
     assert b"\x18" + _varint(value) == pb.Entry(lac=value).SerializeToString()
@@ -170,3 +170,37 @@ def test_result_of_a_done_future_needs_no_lock() -> None:
         t.start()
         t.join(5)
     assert got == [7]
+
+
+def _done(value: object) -> Future:
+    fut: Future = Future()
+    fut.set_result(value)
+    return fut
+
+
+def test_in_flight_window_settles_in_start_order_and_never_holds_more_than_its_limit() -> None:
+    seen: list[tuple[object, object]] = []
+    window = InFlightWindow(2, on_done=lambda fut, tag: seen.append((tag, fut.result())))
+    open_futs = [Future() for _ in range(3)]
+    window.push(open_futs[0], tag="a")
+    window.push(open_futs[1], tag="b")
+    assert len(window) == 2 and seen == []           # at the limit: nothing waited for
+    threading.Timer(0.05, open_futs[0].set_result, (1,)).start()
+    window.push(open_futs[2], tag="c")               # over the limit: waits for the oldest
+    assert seen == [("a", 1)] and len(window) == 2
+    open_futs[2].set_result(3)                       # done, but behind "b": not settled
+    assert [t for t, _ in seen] == ["a"]
+    threading.Timer(0.05, open_futs[1].set_result, (2,)).start()
+    window.push(_done(4), tag="d")                   # over again: waits for "b", then "c"
+    window.drain()
+    assert [t for t, _ in seen] == ["a", "b", "c", "d"] and window.settled == 4
+
+
+def test_in_flight_window_bounds_bytes_and_raises_a_failed_add() -> None:
+    window = InFlightWindow(100, max_bytes=10)
+    window.push(_done(0), size=6)
+    failed: Future = Future()
+    failed.set_exception(ValueError("add failed"))
+    with pytest.raises(ValueError):
+        window.push(failed, size=6)  # done heads are settled at once: the failure raises
+    assert len(window) == 0

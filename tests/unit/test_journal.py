@@ -288,7 +288,7 @@ def test_copying_a_journal_directory_replays_identically(tmp_path):
 def test_group_commit_does_not_wait_for_a_group_that_will_not_come(tmp_path):
     """A lone record (no arrivals to predict more) is synced at once, even with a group
     wait of an hour configured: the wait is only for records the arrival rate says come
-    within it (bk_spark.core.batching.batch_wait)."""
+    within it (bk_spark.protocol.batching.batch_wait)."""
     recorder = Recorder()
     journal = open_journal(tmp_path, recorder, max_group_wait_s=3600.0)
     journal.start()

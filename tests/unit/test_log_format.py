@@ -11,8 +11,15 @@ from dataclasses import replace
 import pytest
 
 from bk_spark.core.futures import SharedConditionFuture, shared_condition
-from bk_spark.core.log import _InOrderAcks
-from bk_spark.core.log_format import (
+from bk_spark.errors import (
+    BKError,
+    InvalidConfigError,
+    LedgerFencedError,
+    LogFormatError,
+    MetadataSerializationError,
+)
+from bk_spark.log.acks import InOrderAcks
+from bk_spark.protocol.log_format import (
     FRAME_HEADER_SIZE,
     LedgerInfo,
     LogLimits,
@@ -25,13 +32,6 @@ from bk_spark.core.log_format import (
     entry_timestamp,
     first_segment_for_timestamp,
     validate_log_name,
-)
-from bk_spark.errors import (
-    BKError,
-    InvalidConfigError,
-    LedgerFencedError,
-    LogFormatError,
-    MetadataSerializationError,
 )
 
 T0 = 1_717_000_000_000
@@ -298,14 +298,14 @@ def test_bisect_finds_the_first_entry_at_or_after_the_timestamp(target: int, exp
 # ------------------------------------------------------------------------------ acks
 
 
-def _acks() -> tuple[_InOrderAcks, list[tuple[BaseException, int]]]:
+def _acks() -> tuple[InOrderAcks, list[tuple[BaseException, int]]]:
     seen: list[tuple[BaseException, int]] = []
 
     def translate(exc: BaseException, lid: int) -> BKError:
         seen.append((exc, lid))
         return BKError(f"lost at ledger {lid}")
 
-    return _InOrderAcks(translate), seen
+    return InOrderAcks(translate), seen
 
 
 def _futures(n: int) -> list[SharedConditionFuture[Position]]:

@@ -7,21 +7,21 @@ import pickle
 
 import pytest
 
-from bk_spark.core.metadata import (
-    ALLOWED_TRANSITIONS,
-    MAX_METADATA_BYTES,
-    LedgerMetadata,
-    LedgerState,
-    check_transition,
-    validate_quorums,
-)
-from bk_spark.core.metadata_store import Versioned, metadata_update_loop
 from bk_spark.errors import (
     InvalidConfigError,
     LedgerClosedError,
     LedgerStateError,
     MetadataSerializationError,
     MetadataVersionError,
+)
+from bk_spark.io.metadata_store import Versioned, metadata_update_loop
+from bk_spark.protocol.ledger_metadata import (
+    ALLOWED_TRANSITIONS,
+    MAX_METADATA_BYTES,
+    LedgerMetadata,
+    LedgerState,
+    check_transition,
+    validate_quorums,
 )
 
 OPEN, IN_RECOVERY, CLOSED = LedgerState.OPEN, LedgerState.IN_RECOVERY, LedgerState.CLOSED

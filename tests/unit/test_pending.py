@@ -4,13 +4,25 @@ from __future__ import annotations
 
 import pytest
 
-from bk_spark.core.pending import PendingAdds
 from bk_spark.errors import InvalidConfigError
+from bk_spark.protocol.pending import PendingAdds
+from bk_spark.protocol.schedule import write_set
+
+
+def _add(adds: PendingAdds, entry_id: int) -> list[int]:
+    """Register the next entry; its write set (the writer registers whole rounds)."""
+    adds.register(entry_id)
+    return write_set(entry_id, adds.ensemble_size, adds.write_quorum_size)
+
+
+def _ack(adds: PendingAdds, entry_id: int, bookie_index: int) -> list[int]:
+    """One bookie's confirmation of one entry; the entries acknowledged by it."""
+    return list(adds.ack_many([entry_id], bookie_index))
 
 
 def test_add_returns_the_write_set_of_each_consecutive_entry():
     adds = PendingAdds(4, 3, 2)
-    assert [adds.add(e) for e in range(5)] == [
+    assert [_add(adds, e) for e in range(5)] == [
         [0, 1, 2],
         [1, 2, 3],
         [2, 3, 0],
@@ -23,70 +35,70 @@ def test_add_returns_the_write_set_of_each_consecutive_entry():
 
 def test_entry_ids_must_be_strictly_consecutive():
     adds = PendingAdds(3, 2, 2)
-    adds.add(0)
+    _add(adds, 0)
     with pytest.raises(ValueError):
-        adds.add(2)
+        _add(adds, 2)
     with pytest.raises(ValueError):
-        adds.add(0)
+        _add(adds, 0)
 
 
 def test_entry_is_acknowledged_only_after_ack_quorum_and_all_earlier_entries():
     adds = PendingAdds(4, 3, 2)
-    adds.add(0)
-    adds.add(1)
+    _add(adds, 0)
+    _add(adds, 1)
     # Entry 1 (write set [1, 2, 3]) gets its Qa=2 confirmations first: not acknowledged.
-    assert adds.ack(1, 1) == []
-    assert adds.ack(1, 2) == []
+    assert _ack(adds, 1, 1) == []
+    assert _ack(adds, 1, 2) == []
     assert adds.last_add_confirmed == -1
     # Entry 0 (write set [0, 1, 2]): one confirmation is not a quorum ...
-    assert adds.ack(0, 0) == []
+    assert _ack(adds, 0, 0) == []
     # ... the second acknowledges 0 and, with it, the waiting entry 1, in order.
-    assert adds.ack(0, 2) == [0, 1]
+    assert _ack(adds, 0, 2) == [0, 1]
     assert adds.last_add_confirmed == 1
     assert adds.unacknowledged() == []
 
 
 def test_each_entry_is_acknowledged_exactly_once():
     adds = PendingAdds(3, 3, 2)
-    adds.add(0)
-    assert adds.ack(0, 0) == []
-    assert adds.ack(0, 1) == [0]
-    assert adds.ack(0, 2) == []  # the third confirmation of an acknowledged entry
-    assert adds.ack(0, 1) == []
+    _add(adds, 0)
+    assert _ack(adds, 0, 0) == []
+    assert _ack(adds, 0, 1) == [0]
+    assert _ack(adds, 0, 2) == []  # the third confirmation of an acknowledged entry
+    assert _ack(adds, 0, 1) == []
 
 
 def test_duplicate_confirmations_from_one_bookie_count_once():
     adds = PendingAdds(3, 2, 2)
-    adds.add(0)
-    assert adds.ack(0, 0) == []
-    assert adds.ack(0, 0) == []
+    _add(adds, 0)
+    assert _ack(adds, 0, 0) == []
+    assert _ack(adds, 0, 0) == []
     assert adds.last_add_confirmed == -1
-    assert adds.ack(0, 1) == [0]
+    assert _ack(adds, 0, 1) == [0]
 
 
 def test_confirmations_from_bookies_outside_the_write_set_are_ignored():
     adds = PendingAdds(4, 2, 2)
-    adds.add(0)  # write set [0, 1]
-    assert adds.ack(0, 2) == []
-    assert adds.ack(0, 3) == []
+    _add(adds, 0)  # write set [0, 1]
+    assert _ack(adds, 0, 2) == []
+    assert _ack(adds, 0, 3) == []
     assert adds.confirmations(0) == frozenset()
-    assert adds.ack(0, 0) == [] and adds.ack(0, 1) == [0]
+    assert _ack(adds, 0, 0) == [] and _ack(adds, 0, 1) == [0]
 
 
 def test_confirming_an_entry_never_added_is_a_bug():
     adds = PendingAdds(3, 2, 2)
     with pytest.raises(ValueError):
-        adds.ack(0, 0)
-    adds.add(0)
+        _ack(adds, 0, 0)
+    _add(adds, 0)
     with pytest.raises(ValueError):
-        adds.ack(0, 7)  # no bookie index 7 in an ensemble of 3
+        _ack(adds, 0, 7)  # no bookie index 7 in an ensemble of 3
 
 
 def test_writer_resumes_after_a_known_last_add_confirmed():
     adds = PendingAdds(3, 2, 1, last_acked=41)
     assert adds.first_unacknowledged() == 42
-    assert adds.add(42) == [0, 1]
-    assert adds.ack(42, 1) == [42]
+    assert _add(adds, 42) == [0, 1]
+    assert _ack(adds, 42, 1) == [42]
     assert adds.last_add_confirmed == 42
 
 
@@ -98,52 +110,34 @@ def test_invalid_quorums_are_rejected():
 def test_ensemble_change_resends_unacknowledged_entries_whose_write_set_holds_the_bookie():
     adds = PendingAdds(4, 3, 2)
     for e in range(6):
-        adds.add(e)
-    adds.ack(0, 0)
-    adds.ack(0, 1)  # entry 0 acknowledged; lac = 0
+        _add(adds, e)
+    _ack(adds, 0, 0)
+    _ack(adds, 0, 1)  # entry 0 acknowledged; lac = 0
     assert adds.last_add_confirmed == 0
     for e in (1, 2, 3, 4, 5):
-        adds.ack(e, 3)  # bookie 3 confirmed everything it got (entries 1, 2, 3, 5)
+        _ack(adds, e, 3)  # bookie 3 confirmed everything it got (entries 1, 2, 3, 5)
     # Bookie 3 then fails (say on entry 4's write); the new fragment starts at lac + 1 = 1.
-    adds.begin_ensemble_change()
     start = adds.first_unacknowledged()
     assert start == 1
     resend = adds.replace_bookie(3, start)
     # Write sets holding index 3: 1 [1,2,3], 2 [2,3,0], 3 [3,0,1], 5 [1,2,3]; not 4 [0,1,2].
     assert resend == [1, 2, 3, 5]
     assert all(3 not in adds.confirmations(e) for e in resend)
-    assert adds.end_ensemble_change() == []
-
-
-def test_no_entry_is_acknowledged_while_the_ensemble_changes():
-    adds = PendingAdds(3, 2, 2)
-    adds.add(0)
-    adds.add(1)
-    adds.begin_ensemble_change()
-    assert adds.ack(0, 0) == []
-    assert adds.ack(0, 1) == []  # a quorum, but held back: the fragment start must not move
-    assert adds.last_add_confirmed == -1
-    assert adds.first_unacknowledged() == 0
-    assert adds.ack(1, 1) == [] and adds.ack(1, 2) == []
-    assert adds.end_ensemble_change() == [0, 1]
-    assert adds.last_add_confirmed == 1
 
 
 def test_a_replaced_bookie_counts_again_only_once_the_replacement_confirms():
     adds = PendingAdds(3, 2, 2)
-    adds.add(0)  # write set [0, 1]
-    adds.ack(0, 0)
-    adds.begin_ensemble_change()
+    _add(adds, 0)  # write set [0, 1]
+    _ack(adds, 0, 0)
     assert adds.replace_bookie(0, 0) == [0]
-    assert adds.end_ensemble_change() == []
-    assert adds.ack(0, 1) == []  # only one confirmation left (bookie 1)
-    assert adds.ack(0, 0) == [0]  # the replacement at index 0 confirms
+    assert _ack(adds, 0, 1) == []  # only one confirmation left (bookie 1)
+    assert _ack(adds, 0, 0) == [0]  # the replacement at index 0 confirms
 
 
 def test_a_new_fragment_never_starts_at_an_acknowledged_entry():
     adds = PendingAdds(3, 2, 1)
-    adds.add(0)
-    adds.ack(0, 0)
+    _add(adds, 0)
+    _ack(adds, 0, 0)
     with pytest.raises(ValueError):
         adds.replace_bookie(1, 0)
 
@@ -151,8 +145,8 @@ def test_a_new_fragment_never_starts_at_an_acknowledged_entry():
 def test_entries_before_the_fragment_start_keep_their_confirmations():
     adds = PendingAdds(3, 3, 3)
     for e in range(3):
-        adds.add(e)
-        adds.ack(e, 2)
+        _add(adds, e)
+        _ack(adds, e, 2)
     assert adds.replace_bookie(2, 2) == [2]
     assert adds.confirmations(1) == frozenset({2})
     assert adds.confirmations(2) == frozenset()
@@ -165,8 +159,8 @@ def test_ack_many_equals_acking_one_by_one_in_any_order() -> None:
     for _ in range(50):
         one, many = PendingAdds(4, 3, 2), PendingAdds(4, 3, 2)
         for e in range(40):
-            one.add(e)
-            many.add(e)
+            _add(one, e)
+            _add(many, e)
         answers = [(e, i) for e in range(40) for i in range(4)]
         rng.shuffle(answers)
         got_one: list[int] = []
@@ -174,7 +168,7 @@ def test_ack_many_equals_acking_one_by_one_in_any_order() -> None:
         for k in range(0, len(answers), 7):
             chunk = answers[k:k + 7]
             for e, i in chunk:
-                got_one += one.ack(e, i)
+                got_one += _ack(one, e, i)
             for i in range(4):
                 got_many += many.ack_many([e for e, j in chunk if j == i], i)
         assert got_one == got_many == list(range(40))

@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from bk_spark.core.placement import choose_ensemble, replace_bookie
 from bk_spark.errors import NotEnoughBookiesError
+from bk_spark.protocol.placement import choose_ensemble, replace_bookie
 
 BOOKIES = [f"127.0.0.1:{3181 + i}" for i in range(6)]
 
@@ -58,7 +58,7 @@ def test_no_replacement_left_raises_not_enough_bookies():
 
 # -- rack awareness (BookKeeper's RackawareEnsemblePlacementPolicy) -------------------------
 
-from bk_spark.core.placement import Topology, write_quorum_racks  # noqa: E402
+from bk_spark.protocol.placement import Topology, write_quorum_racks  # noqa: E402
 
 SIX = [f"10.0.0.{i}:3181" for i in range(6)]
 THREE_RACKS = {b: f"/r/rack-{i // 2}" for i, b in enumerate(SIX)}  # 3 racks x 2 bookies

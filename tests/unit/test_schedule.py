@@ -6,7 +6,8 @@ from itertools import combinations
 
 import pytest
 
-from bk_spark.core.schedule import (
+from bk_spark.errors import InvalidConfigError
+from bk_spark.protocol.schedule import (
     QuorumCoverageSet,
     RecoveryDecision,
     RecoveryReadTally,
@@ -14,7 +15,6 @@ from bk_spark.core.schedule import (
     write_quorums,
     write_set,
 )
-from bk_spark.errors import InvalidConfigError
 
 # The seed's table: E=4, Qw=3, ensemble B1..B4 -> indexes 0..3.
 SEED_WRITE_QUORUMS = {

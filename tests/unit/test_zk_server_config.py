@@ -8,9 +8,9 @@ import stat
 from pathlib import Path
 
 from bk_spark.certs import issue_cert, make_ca
+from bk_spark.io.zk import _tls_hint
 from bk_spark.sandbox import ZkServerTls, ZooKeeperServer
 from bk_spark.security import ZkSecurity
-from bk_spark.zk import _tls_hint
 
 
 def _cfg(text: str) -> dict[str, str]:

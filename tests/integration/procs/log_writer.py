@@ -26,8 +26,8 @@ import time
 from collections import deque
 
 from bk_spark.core import BookKeeper
-from bk_spark.core.log import LogWriter, open_log_writer
 from bk_spark.errors import LogOwnershipLostError
+from bk_spark.log import LogWriter, open_log_writer
 
 
 def stall_rolls_after_their_cas() -> None:

@@ -8,21 +8,13 @@ later entry.
 
 Ensemble changes ("If a node fails to acknowledge a write, the writer will create a new
 ensemble by replacing the failed node ... starting from the first message that has not been
-acknowledged to the client") go through three calls, in BookKeeper's order:
-
-1. :meth:`PendingAdds.begin_ensemble_change` holds acknowledgements back (BookKeeper: "Ensemble
-   change is in progress, don't send success callbacks"), so the last-add-confirmed, and with
-   it the new fragment's first entry :meth:`PendingAdds.first_unacknowledged`, cannot move
-   while the metadata compare-and-swap is in flight;
-2. once the new fragment is in the metadata, :meth:`PendingAdds.replace_bookie` forgets what
-   the replaced bookie confirmed from that entry on (the metadata now says the replacement
-   holds those entries) and returns the entries to resend to the replacement;
-3. :meth:`PendingAdds.end_ensemble_change` lets acknowledgements through again and returns
-   the entries that became acknowledged meanwhile.
-
-(Calling :meth:`PendingAdds.replace_bookie` before the compare-and-swap instead, and ignoring
-the failed bookie's answers from then on, is equally safe: no acknowledgement then counts the
-replaced bookie, so none needs holding back.)
+acknowledged to the client"): the writer calls :meth:`PendingAdds.replace_bookie` with
+:meth:`PendingAdds.first_unacknowledged` *before* its metadata compare-and-swap and ignores
+the failed bookie's answers from then on. That forgets what the replaced bookie confirmed
+from that entry on, so no acknowledgement counts it and none needs holding back while the
+CAS is in flight (BookKeeper instead holds acknowledgements back during the change; both
+are safe). :meth:`PendingAdds.unacknowledged_in_write_set` gives the entries to resend to
+the replacement once the new fragment is in the metadata.
 
 Bookies are named by their index in the ensemble; fragments keep E, so write sets never
 change, only which bookie sits at an index.
@@ -34,8 +26,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from bk_spark.core.metadata import validate_quorums
-from bk_spark.core.schedule import in_write_set, write_set
+from bk_spark.protocol.ledger_metadata import validate_quorums
 
 _INITIAL_WINDOW = 1024
 
@@ -43,9 +34,10 @@ _INITIAL_WINDOW = 1024
 class PendingAdds:
     """The adds of one ledger writer that are not yet acknowledged to the client.
 
-    Guarantee: :meth:`ack` and :meth:`ack_many` return an entry id exactly once, in
-    increasing entry-id order, when Qa distinct bookies of its write set confirmed it and
-    every lower entry was acknowledged (and no ensemble change is in progress).
+    Guarantee: :meth:`ack_many` returns an entry id exactly once, in increasing entry-id
+    order, when Qa distinct bookies of its write set confirmed it and every lower entry was
+    acknowledged; duplicates, bookies outside the entry's write set and confirmations of
+    entries already acknowledged are ignored.
 
     The confirmations live in numpy arrays over the window of unacknowledged entries (one
     row of flags per ensemble index, and the number of distinct confirming bookies per
@@ -68,7 +60,6 @@ class PendingAdds:
         self._base = last_acked + 1
         self._confirmed = np.zeros((ensemble_size, _INITIAL_WINDOW), dtype=bool)
         self._count = np.zeros(_INITIAL_WINDOW, dtype=np.int32)
-        self._changing_ensemble = False
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -79,12 +70,8 @@ class PendingAdds:
 
     @property
     def next_entry_id(self) -> int:
-        """The id the next :meth:`add` must register."""
+        """The id the next :meth:`register` must start at."""
         return self._next_entry_id
-
-    @property
-    def changing_ensemble(self) -> bool:
-        return self._changing_ensemble
 
     def first_unacknowledged(self) -> int:
         """``last_add_confirmed + 1``: where a new fragment starts on an ensemble change."""
@@ -105,11 +92,6 @@ class PendingAdds:
         return self._next_entry_id - self._lac - 1
 
     # -- events ----------------------------------------------------------------------------
-
-    def add(self, entry_id: int) -> list[int]:
-        """Register the next entry (ids strictly consecutive); return its write set."""
-        self.register(entry_id)
-        return write_set(entry_id, self.ensemble_size, self.write_quorum_size)
 
     def register(self, entry_id: int, count: int = 1) -> None:
         """Register entries ``entry_id .. entry_id + count - 1`` (the next ones) at once,
@@ -144,28 +126,6 @@ class PendingAdds:
                 f"bookie index {bookie_index} outside an ensemble of {self.ensemble_size}"
             )
 
-    def ack(self, entry_id: int, bookie_index: int) -> list[int]:
-        """Record that the bookie at ``bookie_index`` confirmed ``entry_id``.
-
-        Duplicates, bookies outside the entry's write set and confirmations of entries
-        already acknowledged are ignored. Returns the entry ids acknowledged to the client
-        by this call, ascending (often none, sometimes several).
-        """
-        self._check_index(bookie_index)
-        if entry_id <= self._lac:
-            return []
-        if entry_id >= self._next_entry_id:
-            raise ValueError(f"entry {entry_id} was never added")
-        if not in_write_set(entry_id, bookie_index, self.ensemble_size, self.write_quorum_size):
-            return []
-        column = entry_id - self._base
-        if not self._confirmed[bookie_index, column]:
-            self._confirmed[bookie_index, column] = True
-            self._count[column] += 1
-        if entry_id != self._lac + 1 or self._changing_ensemble:
-            return []
-        return list(self._advance())
-
     def ack_many(self, entry_ids: Iterable[int] | np.ndarray, bookie_index: int) -> range:
         """:meth:`ack` for every id of one bookie's answer to a batch, in a few array
         operations; returns the range of entry ids acknowledged by this call."""
@@ -183,8 +143,6 @@ class PendingAdds:
             row[new] = True
             # a repeated column counts once: fancy-index += adds 1 per distinct index
             self._count[new] += 1
-        if self._changing_ensemble:
-            return range(0)
         return self._advance()
 
     def _advance(self) -> range:
@@ -200,15 +158,6 @@ class PendingAdds:
         return range(start, start + k)
 
     # -- ensemble change -------------------------------------------------------------------
-
-    def begin_ensemble_change(self) -> None:
-        """Hold acknowledgements back until :meth:`end_ensemble_change` (idempotent)."""
-        self._changing_ensemble = True
-
-    def end_ensemble_change(self) -> list[int]:
-        """Let acknowledgements through again; return the entries acknowledged now."""
-        self._changing_ensemble = False
-        return list(self._advance())
 
     def replace_bookie(self, bookie_index: int, from_entry_id: int) -> list[int]:
         """The bookie at ``bookie_index`` was replaced in a fragment from ``from_entry_id``.

@@ -16,11 +16,11 @@ import ssl
 import threading
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import grpc
 
@@ -32,6 +32,11 @@ from bk_spark.errors import (
     error_for_code,
 )
 from bk_spark.proto import bookie_pb2 as pb
+
+R = TypeVar("R")
+K = TypeVar("K")
+
+READ_BATCH = 1000  # entry ids per read request to one bookie
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +233,42 @@ def tls_refusal(bookie_id: str, tls: TlsOptions | None, detail: str = "",
     return (f"bookie {bookie_id} refused this client's certificate {tls.cert} in the TLS "
             f"handshake: it is not signed by a CA the bookie trusts (its --tls-ca); use a "
             f"certificate of the cluster's CA ({_CERT_OPTIONS})")
+
+
+class BookieCall(Generic[R]):
+    """One request in flight to one bookie (``read_entries_future`` and friends).
+
+    :meth:`result` is the bookie's answer, or raises the typed :class:`BKError` it failed
+    with: a transport failure (including a cancelled call) as
+    :class:`BookieUnavailableError` with gRPC's reason (:func:`unavailable`), a typed
+    status (NoSuchLedger, Unauthorized, ...) as its own error. No gRPC type crosses this
+    line: the protocol code above waits on calls and sees only bk-spark's errors.
+    """
+
+    __slots__ = ("_fut", "bookie_id", "_tls")
+
+    def __init__(self, fut: grpc.Future, bookie_id: str, tls: TlsOptions | None = None) -> None:
+        self._fut = fut
+        self.bookie_id = bookie_id
+        self._tls = tls  # the client's: a refused TLS handshake is told apart (unavailable)
+
+    def result(self) -> R:
+        try:
+            resp = self._fut.result()
+        except grpc.RpcError as exc:
+            raise unavailable(self.bookie_id, exc, self._tls) from None
+        except grpc.FutureCancelledError:
+            raise BookieUnavailableError(
+                f"bookie {self.bookie_id}: request cancelled") from None
+        _raise_for(resp, self.bookie_id)
+        return resp
+
+    def add_done_callback(self, fn: Callable[[BookieCall[R]], None]) -> None:
+        """Run ``fn(self)`` once the call is done (on a gRPC thread, or at once)."""
+        self._fut.add_done_callback(lambda _fut: fn(self))
+
+    def cancel(self) -> None:
+        self._fut.cancel()
 
 
 class _PendingAdd:
@@ -470,15 +511,15 @@ class BookieClient:
 
     def read_entries_future(self, ledger_id: int, entry_ids: Iterable[int],
                             master_key: bytes, timeout: float | None = None, *,
-                            wait_for_ready: bool = False) -> grpc.Future:
+                            wait_for_ready: bool = False) -> BookieCall[pb.ReadResponse]:
         """Read ``entry_ids`` asynchronously with the ledger's ``master_key`` (bookies
         refuse reads without it). ``wait_for_ready``: while the channel is down
         (reconnecting after a failure), wait for it within ``timeout`` instead of failing
         at once."""
         req = pb.ReadRequest(ledger_id=ledger_id, entry_ids=list(entry_ids),
                              master_key=master_key)
-        return self._read.future(req, timeout=timeout or self.config.read_timeout_s,
-                                 wait_for_ready=wait_for_ready)
+        return self._call(self._read.future(
+            req, timeout=timeout or self.config.read_timeout_s, wait_for_ready=wait_for_ready))
 
     def read_lac(self, ledger_id: int, previous_lac: int = -1, wait_ms: int = 0
                  ) -> pb.ReadLacResponse:
@@ -499,33 +540,32 @@ class BookieClient:
         try:
             resp = self._held(req, timeout=self.config.read_timeout_s)
         except grpc.RpcError as exc:
-            raise unavailable(self.bookie_id, exc) from None
+            raise unavailable(self.bookie_id, exc, self.config.tls) from None
         _raise_for(resp, self.bookie_id)
         return list(zip(resp.range_first, resp.range_last, strict=True))
 
     def read_lac_future(self, ledger_id: int, previous_lac: int = -1, wait_ms: int = 0, *,
-                        wait_for_ready: bool = False) -> grpc.Future:
+                        wait_for_ready: bool = False) -> BookieCall[pb.ReadLacResponse]:
         """The bookie's LAC (a long poll when ``wait_ms`` > 0); ``wait_for_ready`` as in
         :meth:`read_entries_future`."""
         req = pb.ReadLacRequest(ledger_id=ledger_id, previous_lac=previous_lac, wait_ms=wait_ms)
-        return self._read_lac.future(req, timeout=self.config.read_timeout_s + wait_ms / 1000.0,
-                                     wait_for_ready=wait_for_ready)
+        return self._call(self._read_lac.future(
+            req, timeout=self.config.read_timeout_s + wait_ms / 1000.0,
+            wait_for_ready=wait_for_ready))
 
     def fence_future(self, ledger_id: int, master_key: bytes, *,
-                     wait_for_ready: bool = False) -> grpc.Future:
+                     wait_for_ready: bool = False) -> BookieCall[pb.FenceResponse]:
         """Fence the ledger on this bookie; ``wait_for_ready`` as in
         :meth:`read_entries_future`."""
         req = pb.FenceRequest(ledger_id=ledger_id, master_key=master_key)
-        return self._fence.future(req, timeout=self.config.read_timeout_s,
-                                  wait_for_ready=wait_for_ready)
+        return self._call(self._fence.future(req, timeout=self.config.read_timeout_s,
+                                             wait_for_ready=wait_for_ready))
+
+    def _call(self, fut: grpc.Future) -> BookieCall[Any]:
+        return BookieCall(fut, self.bookie_id, self.config.tls)
 
     def fence(self, ledger_id: int, master_key: bytes) -> pb.FenceResponse:
-        try:
-            resp = self.fence_future(ledger_id, master_key).result()
-        except grpc.RpcError as exc:
-            raise unavailable(self.bookie_id, exc, self.config.tls) from None
-        _raise_for(resp, self.bookie_id)
-        return resp
+        return self.fence_future(ledger_id, master_key).result()
 
     def delete_ledger(self, ledger_id: int, master_key: bytes) -> None:
         """Delete the ledger's data here; ``master_key`` must be the ledger's (or the
@@ -576,6 +616,26 @@ class BookieClientPool:
             if c is None:
                 c = self._clients[bookie_id] = BookieClient(bookie_id, self.config)
             return c
+
+    def scatter_reads(self, ledger_id: int, master_key: bytes,
+                      asks: Mapping[K, Sequence[int]], bookie: Callable[[K], str],
+                      timeout: Callable[[K], float | None] | None = None
+                      ) -> list[tuple[K, list[int], BookieCall[pb.ReadResponse]]]:
+        """Scatter one read over bookies: for each key of ``asks`` (e.g. an ensemble index
+        and a bookie), ``ReadEntries`` of its ids from ``bookie(key)``, in chunks of
+        :data:`READ_BATCH` ids, all sent before any answer is awaited. ``timeout(key)``: a
+        request timeout for that key's calls, which then also wait for a reconnecting
+        channel (None: the read timeout, failing at once on a down channel). Returns
+        ``(key, chunk, call)`` in sending order; the caller gathers the answers."""
+        calls = []
+        for key, ids in asks.items():
+            client = self.get(bookie(key))
+            t = timeout(key) if timeout is not None else None
+            for i in range(0, len(ids), READ_BATCH):
+                chunk = list(ids[i:i + READ_BATCH])
+                calls.append((key, chunk, client.read_entries_future(
+                    ledger_id, chunk, master_key, t, wait_for_ready=t is not None)))
+        return calls
 
     def close(self) -> None:
         with self._lock:

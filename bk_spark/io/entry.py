@@ -17,10 +17,10 @@ from itertools import accumulate
 import crc32c
 import numpy as np
 
-from bk_spark.core.bookie_client import _varint, frame_entry
-from bk_spark.core.digest import DigestManager
 from bk_spark.errors import DigestMismatchError
+from bk_spark.io.bookie_client import _varint, frame_entry
 from bk_spark.proto import bookie_pb2 as pb
+from bk_spark.protocol.digest import DigestManager
 
 _LEN = struct.Struct(">q")
 # What the crc32c digest covers ahead of the payload: ledger id, entry id, lac, the length of

@@ -7,7 +7,7 @@ bookie twice, so no entry ever has two copies on one bookie.
 
 Rack awareness (BookKeeper's ``RackawareEnsemblePlacementPolicy``): each bookie registers
 a rack (``/region/rack``). Entry ``e`` is stored on the write quorum of ensemble positions
-``e % E .. e % E + Qw - 1`` (:func:`bk_spark.core.schedule.write_set`), so a rack failure
+``e % E .. e % E + Qw - 1`` (:func:`bk_spark.protocol.schedule.write_set`), so a rack failure
 loses an entry only if its whole write quorum sits in that rack. The policy fills the
 positions one at a time, each with a bookie whose rack is new to the write quorums that
 contain the position (ties broken at random, which also spreads the load), and accepts an

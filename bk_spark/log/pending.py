@@ -1,4 +1,4 @@
-"""Ledgers written by Spark tasks but not committed to their log yet (a kazoo recipe).
+"""Ledgers written for a log but not committed to it yet (by Spark tasks, one each).
 
 A task registers its new ledger right after creating it::
 
@@ -23,52 +23,41 @@ registering it leaves that ledger behind; its custom metadata ``bk-spark.log`` a
 
 from __future__ import annotations
 
-import json
 import logging
+from typing import TYPE_CHECKING
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
-
-from bk_spark.core.client import BookKeeper
 from bk_spark.errors import BKError, NoSuchLedgerError
+from bk_spark.io.pending_store import PendingLedgerStore
+
+if TYPE_CHECKING:
+    from bk_spark.core.client import BookKeeper
 
 log = logging.getLogger(__name__)
 
 
-def _dir(bk: BookKeeper, log_name: str) -> str:
-    return f"{bk.msu.root}/bk-spark/pending/{log_name}"
+def _store(bk: BookKeeper) -> PendingLedgerStore:
+    return PendingLedgerStore(bk.zk, bk.msu.root)
 
 
 def register(bk: BookKeeper, log_name: str, ledger_id: int, attempt: str,
              txn_key: str | None) -> None:
-    data = json.dumps({"attempt": attempt, "txn": txn_key}).encode()
-    try:
-        bk.zk.retry(bk.zk.create, f"{_dir(bk, log_name)}/{ledger_id}", data, makepath=True)
-    except NodeExistsError:
-        pass
+    """Record a new ledger of write ``attempt`` (and sink ``txn_key``) before its first add."""
+    _store(bk).create(log_name, ledger_id, {"attempt": attempt, "txn": txn_key})
 
 
 def registered(bk: BookKeeper, log_name: str) -> list[int]:
     """Ledger ids pending for ``log_name``."""
-    try:
-        return sorted(int(c) for c in bk.zk.retry(bk.zk.get_children, _dir(bk, log_name)))
-    except NoNodeError:
-        return []
+    return _store(bk).ledger_ids(log_name)
 
 
 def claim(bk: BookKeeper, log_name: str, ledger_ids: list[int]) -> list[int]:
-    """Delete the znodes of ``ledger_ids``; returns the ids whose znode this call deleted."""
-    won = []
-    for lid in ledger_ids:
-        try:
-            bk.zk.retry(bk.zk.delete, f"{_dir(bk, log_name)}/{lid}")
-        except NoNodeError:
-            continue
-        won.append(lid)
-    return won
+    """Delete the records of ``ledger_ids``; returns the ids whose record this call deleted."""
+    store = _store(bk)
+    return [lid for lid in ledger_ids if store.delete(log_name, lid)]
 
 
 def discard(bk: BookKeeper, log_name: str, ledger_ids: list[int], password: bytes) -> None:
-    """Delete ledgers that will never be in the log (and their znodes); ``password``: the
+    """Delete ledgers that will never be in the log (and their records); ``password``: the
     ledgers' (bookies check it before deleting)."""
     for lid in ledger_ids:
         try:
@@ -86,18 +75,11 @@ def sweep(bk: BookKeeper, log_name: str, *, attempt: str, txn_key: str | None,
           password: bytes) -> list[int]:
     """Claim and delete the pending ledgers of ``attempt`` and of sink ``txn_key``; returns
     their ids."""
-    path = _dir(bk, log_name)
-    try:
-        children = bk.zk.retry(bk.zk.get_children, path)
-    except NoNodeError:
-        return []
+    store = _store(bk)
     doomed = []
-    for child in children:
-        try:
-            lid = int(child)
-            data, _stat = bk.zk.retry(bk.zk.get, f"{path}/{child}")
-            rec = json.loads(data or b"{}")
-        except (ValueError, NoNodeError):
+    for lid in store.ledger_ids(log_name):
+        rec = store.record(log_name, lid)
+        if rec is None:
             continue
         if rec.get("attempt") == attempt or (txn_key is not None and
                                              rec.get("txn") == txn_key):

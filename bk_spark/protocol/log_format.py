@@ -1,7 +1,7 @@
 """The formats of a log made of ledgers: entry framing and log metadata (pure, no I/O).
 
 Everything that another reader of the log (the Spark connector, a tool) must agree on is
-in this one file; :mod:`bk_spark.core.log` does the I/O.
+in this one file; :mod:`bk_spark.log` does the I/O.
 
 Entry framing
 -------------
@@ -32,7 +32,7 @@ Log metadata
 ------------
 ``<root>/logs/<name>`` (JSON) holds the ordered ledger list and the free-form
 ``properties``; it is only ever changed by compare-and-swap through
-:func:`bk_spark.core.metadata_store.metadata_update_loop`. Every ledger has an *absolute
+:func:`bk_spark.io.metadata_store.metadata_update_loop`. Every ledger has an *absolute
 index*: its place in the log counted from the log's first ledger ever; truncation never
 renumbers. The newest ledgers live in the main znode (the *tail*); to keep the main znode
 small for any number of ledgers, each CAS that finds more than ``LogLimits.tail_max``
@@ -77,8 +77,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from bk_spark.core.metadata import MAX_METADATA_BYTES
 from bk_spark.errors import InvalidConfigError, LogFormatError, MetadataSerializationError
+from bk_spark.protocol.ledger_metadata import MAX_METADATA_BYTES
 
 # ------------------------------------------------------------------------------- entries
 

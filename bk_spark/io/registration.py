@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
+from bk_spark.io.zk import connect_zk
 from bk_spark.metadata_uri import MetadataServiceUri, parse_metadata_service_uri
-from bk_spark.zk import connect_zk
 
 log = logging.getLogger(__name__)
 

@@ -98,3 +98,8 @@ class DigestManager:
                 f"entry {entry_id} of ledger {ledger_id}: {self.digest_type} digest mismatch "
                 f"(corrupt or foreign copy): read it from another bookie of its write quorum"
             )
+
+
+def password_bytes(password: bytes | str) -> bytes:
+    """A ledger password as bytes (a ``str`` is UTF-8 encoded): every API takes either."""
+    return password.encode() if isinstance(password, str) else bytes(password)

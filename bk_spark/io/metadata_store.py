@@ -35,13 +35,13 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import DataWatch
 
-from bk_spark.core.metadata import MAX_LEDGER_ID, LedgerMetadata
 from bk_spark.errors import (
     BKError,
     MetadataSerializationError,
     MetadataVersionError,
     NoSuchLedgerError,
 )
+from bk_spark.protocol.ledger_metadata import MAX_LEDGER_ID, LedgerMetadata
 
 log = logging.getLogger(__name__)
 

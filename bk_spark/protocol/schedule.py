@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from bk_spark.compat import StrEnum
-from bk_spark.core.metadata import validate_quorums
+from bk_spark.protocol.ledger_metadata import validate_quorums
 
 
 def _check_schedule(ensemble_size: int, write_quorum_size: int) -> None:

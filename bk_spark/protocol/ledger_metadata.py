@@ -21,7 +21,7 @@ Every state change of a ledger is listed in :data:`ALLOWED_TRANSITIONS` and chec
 
 :class:`LedgerMetadata` is immutable; every change returns a new value that the caller
 writes back with a compare-and-swap through
-:func:`bk_spark.core.metadata_store.metadata_update_loop`. The module is pure (no I/O).
+:func:`bk_spark.io.metadata_store.metadata_update_loop`. The module is pure (no I/O).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from types import MappingProxyType
 from typing import Any
 
 from bk_spark.compat import StrEnum
-from bk_spark.core.digest import DIGEST_TYPES
 from bk_spark.errors import InvalidConfigError, LedgerStateError, MetadataSerializationError
+from bk_spark.protocol.digest import DIGEST_TYPES
 
 #: Version of the serialized form written by :meth:`LedgerMetadata.to_bytes`.
 METADATA_FORMAT_VERSION = 1

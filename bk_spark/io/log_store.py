@@ -1,0 +1,133 @@
+"""The log metadata store: a log's compact tail in ``<root>/logs/<name>`` and its
+immutable spilled segments under ``<root>/logs/<name>/segments/<n>`` (kazoo), read with
+their version and written back with ``version=`` in one transaction (a recipe in the
+manner of kazoo's: conflicts surface as :class:`~bk_spark.errors.MetadataVersionError`).
+The layout is documented in :mod:`bk_spark.protocol.log_format`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
+from kazoo.protocol.states import WatchedEvent
+
+from bk_spark.errors import (
+    BKError,
+    LogExistsError,
+    LogNotFoundError,
+    LogTruncatedError,
+    MetadataVersionError,
+)
+from bk_spark.io.metadata_store import Versioned
+from bk_spark.protocol.log_format import (
+    LogMetadata,
+    Segment,
+    validate_log_name,
+)
+
+
+class LogMetadataStore:
+    """Log metadata in ZooKeeper (a kazoo recipe): versioned read, CAS write, segments.
+
+    A write that spills or drops segments commits the segment znodes and the main znode's
+    CAS in one ZooKeeper transaction, so a segment exists iff a stored main znode lists it.
+    """
+
+    def __init__(self, zk: KazooClient, root: str) -> None:
+        self._zk = zk
+        self.logs_path = f"{root.rstrip('/')}/logs"
+
+    def path(self, name: str) -> str:
+        return f"{self.logs_path}/{validate_log_name(name)}"
+
+    def segment_path(self, name: str, number: int) -> str:
+        return f"{self.path(name)}/segments/{number:010d}"
+
+    def names(self) -> list[str]:
+        try:
+            return sorted(self._zk.retry(self._zk.get_children, self.logs_path))
+        except NoNodeError:
+            return []
+
+    def create(self, name: str, md: LogMetadata) -> Versioned[LogMetadata]:
+        path = self.path(name)
+        data = md.to_bytes()
+        self._zk.retry(self._zk.ensure_path, self.logs_path)
+
+        def commit() -> list[Any]:
+            t = self._zk.transaction()
+            t.create(path, data)
+            t.create(f"{path}/segments", b"")
+            return t.commit()
+
+        results = self._zk.retry(commit)
+        if any(isinstance(r, NodeExistsError) for r in results):
+            raise LogExistsError(f"log {name!r} already exists")
+        raise_first_error(results)
+        return Versioned(md.without_pending(), 0)
+
+    def read(self, name: str, watch: Callable[[WatchedEvent], None] | None = None
+             ) -> Versioned[LogMetadata]:
+        try:
+            data, stat = self._zk.retry(self._zk.get, self.path(name), watch=watch)
+        except NoNodeError:
+            raise log_not_found(name) from None
+        return Versioned(LogMetadata.from_bytes(data), stat.version)
+
+    def write(self, name: str, md: LogMetadata, version: int) -> Versioned[LogMetadata]:
+        """Compare-and-swap the main znode (plus its pending segment creates/deletes)."""
+        path = self.path(name)
+        data = md.to_bytes()
+        segments = [(self.segment_path(name, s.number), s.to_bytes()) for s in md.new_segments]
+        dropped = [self.segment_path(name, n) for n in md.dropped_segments]
+
+        def commit() -> list[Any]:
+            t = self._zk.transaction()
+            for p, d in segments:
+                t.create(p, d)
+            for p in dropped:
+                t.delete(p)
+            t.set_data(path, data, version=version)
+            return t.commit()
+
+        results = self._zk.retry(commit)
+        failed = [r for r in results
+                  if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
+        if failed:
+            if self._zk.retry(self._zk.exists, path) is None:
+                raise log_not_found(name)
+            # A bad version, or a segment another CAS already created/deleted: both mean
+            # the main znode changed since it was read.
+            raise MetadataVersionError(
+                f"log {name!r}: metadata changed since version {version} (another client "
+                f"wrote it): re-read it and decide again")
+        return Versioned(md.without_pending(), results[-1].version)
+
+    def read_segment(self, name: str, number: int) -> Segment:
+        try:
+            data, _stat = self._zk.retry(self._zk.get, self.segment_path(name, number))
+        except NoNodeError:
+            raise LogTruncatedError(
+                f"log {name!r}: segment {number} was removed by truncation") from None
+        return Segment.from_bytes(data)
+
+    def delete_tree(self, name: str) -> None:
+        try:
+            self._zk.retry(self._zk.delete, self.path(name), recursive=True)
+        except NoNodeError:
+            pass
+
+
+def raise_first_error(results: list[Any]) -> None:
+    for r in results:
+        if isinstance(r, Exception) and not isinstance(r, RolledBackError):
+            raise BKError(f"ZooKeeper transaction failed: {r!r}")
+
+
+def log_not_found(name: str) -> LogNotFoundError:
+    return LogNotFoundError(
+        f"log {name!r} does not exist: create it (create_log) or open a writer with "
+        f"create_if_missing=True")

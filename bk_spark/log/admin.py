@@ -1,0 +1,142 @@
+"""Administering logs: list, describe, create, change properties, truncate (ledgers-to-logs:
+"the log can be truncated by removing ledgers from the start of the list": the list
+changes first by CAS, then the dropped ledgers are deleted), delete.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from bk_spark.errors import (
+    BKError,
+    LogTruncatedError,
+    NoSuchLedgerError,
+    UnauthorizedError,
+)
+from bk_spark.log.store import log_store, update_log
+from bk_spark.log.view import LogView, open_log_view
+from bk_spark.protocol import log_rules
+from bk_spark.protocol.digest import password_bytes
+from bk_spark.protocol.log_format import (
+    LedgerInfo,
+    LogMetadata,
+    Position,
+    PropertiesUpdate,
+    now_ms,
+)
+
+if TYPE_CHECKING:
+    from bk_spark.core.client import BookKeeper
+
+log = logging.getLogger(__name__)
+
+
+def delete_ledger_quietly(bk: BookKeeper, ledger_id: int, password: bytes) -> None:
+    """Delete a ledger, logging (not raising) a failure, except a wrong password: that one
+    the caller can act on, and a run again with the right one finishes the job."""
+    try:
+        bk.delete_ledger(ledger_id, password)
+    except NoSuchLedgerError:
+        pass
+    except UnauthorizedError:
+        raise
+    except BKError as exc:
+        log.warning("ledger %d: could not delete it: %s", ledger_id, exc)
+
+
+def list_logs(bk: BookKeeper) -> list[str]:
+    """Names of all logs, sorted."""
+    return log_store(bk).names()
+
+
+def log_metadata(bk: BookKeeper, name: str) -> LogMetadata:
+    """The main znode of log ``name`` (tail ledgers, segment summaries, properties)."""
+    return log_store(bk).read(name).value
+
+
+def log_incarnation(md: LogMetadata) -> str:
+    """Which incarnation of its name a log is: the log id fixed at creation, so a log
+    deleted and created again under the same name is told apart from the old one (a
+    reader's position in the old log means nothing in the new one). A log created before
+    log ids existed is named by its creation time (``ctime-<ms>``), also fixed."""
+    return md.log_id or f"ctime-{md.ctime_ms}"
+
+
+def log_ledgers(bk: BookKeeper, name: str) -> list[LedgerInfo]:
+    """Every live ledger of log ``name`` in log order (reads the spilled segments)."""
+    return open_log_view(bk, name).ledgers()
+
+
+def create_log(bk: BookKeeper, name: str, *, properties: dict[str, Any] | None = None,
+               quorums: tuple[int, int, int] | None = None) -> LogMetadata:
+    """Create an empty log (:class:`LogExistsError` if it exists) with a new random log id
+    (:func:`log_incarnation`). ``quorums`` ``(E, Qw, Qa)``: recorded in its properties for
+    the writers that give none (:func:`~bk_spark.protocol.log_rules.log_quorums`)."""
+    props = dict(properties or {})
+    if quorums is not None:
+        props.update(log_rules.quorum_properties(quorums))
+    md = LogMetadata(ctime_ms=now_ms(), log_id=uuid.uuid4().hex).with_properties(props)
+    return log_store(bk).create(name, md).value
+
+
+def update_log_properties(bk: BookKeeper, name: str, update: PropertiesUpdate
+                          ) -> dict[str, Any]:
+    """CAS the properties of log ``name`` whoever writes it (a writer that must own the log
+    uses :meth:`LogWriter.update_properties`). Returns the properties written."""
+    md = update_log(bk, name, needs_change=lambda m: True,
+                     make_change=lambda m: m.with_properties(update))
+    return dict(md.value.properties)
+
+
+def truncate_log(bk: BookKeeper, name: str, before: Position, password: bytes | str = b""
+                 ) -> list[int]:
+    """Drop the whole ledgers entirely before ``before``'s ledger, then delete them
+    (``password``: the ledgers', which their bookies check before deleting data).
+
+    The ledger list is changed first (CAS), so no reader is sent to a deleted ledger; then
+    each dropped ledger is deleted from its bookies and the metadata store, reclaiming its
+    space. A ledger that is not closed yet (and every one after it) is kept. Returns the ids
+    of the ledgers dropped.
+    """
+    password = password_bytes(password)
+    view = open_log_view(bk, name)
+    md = view.md
+    try:
+        before_index = view.index_of(before)
+    except LogTruncatedError:
+        return []  # already truncated past it
+    target = md.truncated(before_index).first_index
+    if target <= md.first_index:
+        return []
+    dropped = []
+    for index in range(md.first_index, target):
+        info = view.at(index)
+        assert info is not None
+        dropped.append(info.ledger_id)
+    update_log(bk, name, needs_change=lambda m: m.first_index < target,
+                make_change=lambda m: m.truncated(target))
+    for lid in dropped:
+        delete_ledger_quietly(bk, lid, password)
+    log.info("log %r: truncated %d ledgers before ledger #%d", name, len(dropped), target)
+    return dropped
+
+
+def delete_log(bk: BookKeeper, name: str, password: bytes | str = b"") -> list[int]:
+    """Delete log ``name`` and all its ledgers (``password``: theirs); returns the ledger ids
+    deleted.
+
+    First a CAS marks the log as being deleted (a writer's next CAS fails with
+    :class:`LogNotFoundError`), then every ledger is deleted, then the znodes. Interrupted,
+    it can be run again.
+    """
+    password = password_bytes(password)
+    store = log_store(bk)
+    md = update_log(bk, name, needs_change=lambda m: not m.deleting,
+                     make_change=lambda m: m.marked_deleting(), allow_deleting=True).value
+    ledgers = [r.ledger_id for r in LogView(store, name, md).ledgers()]
+    for lid in ledgers:
+        delete_ledger_quietly(bk, lid, password)
+    store.delete_tree(name)
+    return ledgers

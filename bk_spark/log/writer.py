@@ -1,0 +1,446 @@
+"""The log writer: appends, and the seed's "Rolling ledgers" (four steps in
+:meth:`LogWriter._roll_locked`): appends continue into the previous ledger until the CAS
+adding the next one succeeded.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from bk_spark.core.futures import (
+    SharedConditionFuture,
+    shared_condition,
+)
+from bk_spark.core.ledger import LedgerHandle
+from bk_spark.errors import (
+    BKError,
+    InvalidConfigError,
+    LedgerClosedError,
+    LedgerFencedError,
+    LedgerStateError,
+    LogNotFoundError,
+    LogOwnershipLostError,
+)
+from bk_spark.io.metadata_store import Versioned
+from bk_spark.log.acks import InOrderAcks, copy_error
+from bk_spark.log.admin import delete_ledger_quietly
+from bk_spark.log.store import LEDGER_LOG_KEY, update_log
+from bk_spark.log.view import unlisted_ledgers
+from bk_spark.protocol import log_rules
+from bk_spark.protocol.ledger_metadata import LedgerMetadata
+from bk_spark.protocol.log_format import (
+    LogLimits,
+    LogMetadata,
+    Position,
+    PropertiesUpdate,
+    encode_entry,
+    now_ms,
+)
+from bk_spark.protocol.log_rules import LogDecision
+
+if TYPE_CHECKING:
+    from bk_spark.core.client import BookKeeper
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LogWriterConfig:
+    """How a log writer creates and rolls its ledgers.
+
+    ``roll_max_entries`` / ``roll_max_bytes`` (payload bytes) / ``roll_max_age_s``: roll
+    once the current ledger reaches any of them (None: never; the age counts only for a
+    ledger with entries). ``max_open_attempts``: how often opening restarts at step 1 after
+    a lost CAS before giving up. ``limits``: when ledger rows spill into segments.
+    """
+
+    ensemble_size: int = 3
+    write_quorum_size: int = 2
+    ack_quorum_size: int = 2
+    password: bytes = b""
+    digest: str = "crc32c"
+    roll_max_entries: int | None = None
+    roll_max_bytes: int | None = None
+    roll_max_age_s: float | None = None
+    max_open_attempts: int = 30
+    close_timeout_s: float = 60.0
+    limits: LogLimits = field(default_factory=LogLimits)
+    #: Called with the new ledger's id right after a roll's CAS succeeded (step 3) and
+    #: before the previous ledger is closed (step 4), on the rolling thread: the window in
+    #: which two ledgers of one writer are open. For fault injection and tests (the fault
+    #: harness pauses there); it must not raise.
+    after_roll_cas: Callable[[int], None] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        LedgerMetadata.validate_quorums(self.ensemble_size, self.write_quorum_size,
+                                        self.ack_quorum_size)
+        if isinstance(self.password, str):
+            object.__setattr__(self, "password", self.password.encode())
+        for opt in ("roll_max_entries", "roll_max_bytes", "roll_max_age_s"):
+            value = getattr(self, opt)
+            if value is not None and (isinstance(value, bool) or value <= 0):
+                raise InvalidConfigError(f"{opt} must be > 0 or None, got {value!r}")
+        if self.max_open_attempts < 1:
+            raise InvalidConfigError(
+                f"max_open_attempts must be >= 1, got {self.max_open_attempts}")
+
+    @property
+    def rolls(self) -> bool:
+        return any(v is not None for v in
+                   (self.roll_max_entries, self.roll_max_bytes, self.roll_max_age_s))
+
+
+class LogWriter:
+    """The single writer of a log (use :func:`open_log_writer`).
+
+    ``append_async`` may have thousands of appends in flight; their futures complete in
+    append order with the :class:`Position` each entry got. If another writer takes the log
+    (fences this writer's ledger, or wins the CAS of a roll), every add not yet acknowledged
+    and every later call fails with :class:`LogOwnershipLostError`.
+    """
+
+    def __init__(self, bk: BookKeeper, name: str, config: LogWriterConfig,
+                 lh: LedgerHandle, md: Versioned[LogMetadata], ts_floor: int) -> None:
+        self._bk = bk
+        self.name = name
+        self.config = config
+        self._md = md
+        self._lh = lh
+        info = md.value.find_in_tail(lh.id)
+        assert info is not None
+        self._index = info.index
+        self._ts_floor = ts_floor
+        self._last_ts: int | None = None  # timestamp of the current ledger's last entry
+        self._entries = 0
+        self._bytes = 0
+        self._started = time.monotonic()
+        self._error: BKError | None = None
+        self._error_lock = threading.Lock()
+        self._closed = False
+        # Lock order: the acknowledgement deliverer -> _lock -> _error_lock.
+        self._lock = threading.RLock()
+        self._wakeup = threading.Condition(self._lock)
+        self._meta_lock = threading.Lock()  # one metadata-changing operation at a time
+        # closed ledgers whose (last entry, last timestamp) is not recorded yet
+        self._ends_to_record: dict[int, tuple[int, int | None]] = {}
+        self._acks = InOrderAcks(self._on_add_failed)
+        self._segment = self._acks.open_segment(lh.id, self._index)
+        lh.complete_runs_with(self._segment.complete_run)
+        self._futures_condition = shared_condition()  # see core/futures.py
+        c = config
+        self._roll_entries = c.roll_max_entries if c.roll_max_entries is not None else math.inf
+        self._roll_bytes = c.roll_max_bytes if c.roll_max_bytes is not None else math.inf
+        self._roller: threading.Thread | None = None
+        if config.rolls:
+            self._roller = threading.Thread(target=self._roll_loop, daemon=True,
+                                            name=f"log-roller-{name}")
+            self._roller.start()
+
+    # ----------------------------------------------------------------- state
+    @property
+    def ledger_id(self) -> int:
+        """The ledger new appends go to."""
+        return self._lh.id
+
+    @property
+    def metadata(self) -> LogMetadata:
+        """The log metadata as this writer last wrote or read it."""
+        return self._md.value
+
+    @property
+    def properties(self) -> dict[str, Any]:
+        return dict(self._md.value.properties)
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def _check_usable(self) -> None:
+        if self._error is not None:
+            raise copy_error(self._error)
+        if self._closed:
+            raise LedgerClosedError(f"the writer of log {self.name!r} is closed: open a new one")
+
+    def _set_error(self, err: BKError) -> BKError:
+        """Stop the writer with ``err`` (the first error wins); returns the error kept."""
+        with self._error_lock:
+            if self._error is None:
+                self._error = err
+            kept = self._error
+        with self._lock:
+            self._wakeup.notify_all()
+        return kept
+
+    def _lost_by_fencing(self, ledger_id: int) -> LogOwnershipLostError:
+        return LogOwnershipLostError(
+            f"log {self.name!r}: another writer took over the log (ledger {ledger_id} was "
+            f"fenced); this writer has stopped. Appends not acknowledged may or may not be "
+            f"in the log; open a new writer to continue.")
+
+    def _on_add_failed(self, exc: BaseException, ledger_id: int) -> BKError:
+        if isinstance(exc, LedgerFencedError):
+            err: BKError = self._lost_by_fencing(ledger_id)
+        elif isinstance(exc, BKError):
+            err = exc
+        else:
+            err = BKError(f"log {self.name!r}: add to ledger {ledger_id} failed: {exc!r}")
+        return self._set_error(err)
+
+    # ----------------------------------------------------------------- appending
+    def append(self, payload: bytes | None, timeout: float | None = None) -> Position:
+        """Append one entry; returns its position once it is acknowledged.
+
+        ``payload=None`` appends a null value: readers get ``LogRecord.payload is None``
+        (``b""`` is an empty value, a different entry; see log_format.py's framing).
+        """
+        return self.append_async(payload).result(timeout)
+
+    def append_async(self, payload: bytes | None) -> Future[Position]:
+        """Start appending one entry; the future yields its position when acknowledged.
+
+        The entry is stamped ``max(now, last timestamp of the log)`` (log_format.py).
+        ``None`` is a null value (:meth:`append`).
+        """
+        if payload is not None:
+            payload = bytes(payload)
+        with self._lock:
+            if self._error is not None or self._closed:
+                self._check_usable()  # raises
+            ts = time.time_ns() // 1_000_000  # now_ms(), inlined: the hot path
+            if ts < self._ts_floor:
+                ts = self._ts_floor
+            self._ts_floor = ts
+            lh = self._lh
+            fut: Future[Position] = SharedConditionFuture(self._futures_condition)
+            try:
+                lh.add_entry_token(encode_entry(payload, ts), fut)  # completed by _segment
+            except LedgerFencedError:
+                raise copy_error(self._set_error(self._lost_by_fencing(lh.id))) from None
+            self._segment.appended += 1
+            self._last_ts = ts
+            self._entries += 1
+            if payload is not None:
+                self._bytes += len(payload)
+            # (rolling by age is the roller's own timer)
+            if self._entries >= self._roll_entries or self._bytes >= self._roll_bytes:
+                self._wakeup.notify_all()
+        return fut
+
+    # ----------------------------------------------------------------- rolling
+    def _roll_due(self) -> bool:
+        c = self.config
+        return (c.roll_max_entries is not None and self._entries >= c.roll_max_entries) or \
+            (c.roll_max_bytes is not None and self._bytes >= c.roll_max_bytes) or \
+            (c.roll_max_age_s is not None and self._entries > 0
+             and time.monotonic() - self._started >= c.roll_max_age_s)
+
+    def _roll_loop(self) -> None:
+        """Background rolling by entry count, bytes and age."""
+        age = self.config.roll_max_age_s
+        while True:
+            with self._lock:
+                while not (self._closed or self._error or self._roll_due()):
+                    wait = None
+                    if age is not None:
+                        wait = max(0.01, self._started + age - time.monotonic()) \
+                            if self._entries else age
+                    self._wakeup.wait(wait)
+                if self._closed or self._error:
+                    return
+            try:
+                with self._meta_lock:
+                    with self._lock:
+                        due = self._roll_due() and not self._closed
+                    if due:
+                        self._roll_locked(None)
+            except (LogOwnershipLostError, LogNotFoundError):
+                return
+            except Exception as exc:  # e.g. no bookies or ZooKeeper away for now
+                log.warning("log %r: rolling failed, retrying in 1s: %s", self.name, exc)
+                with self._lock:
+                    self._wakeup.wait(1.0)
+
+    def roll(self, properties: PropertiesUpdate | None = None) -> int:
+        """Roll to a new ledger; returns its id. Appends continue meanwhile.
+
+        ``properties`` (see :meth:`LogMetadata.with_properties`) are changed in the same CAS.
+        """
+        with self._meta_lock:
+            return self._roll_locked(properties)
+
+    def _roll_locked(self, properties: PropertiesUpdate | None) -> int:
+        """The seed's "Rolling ledgers":
+
+        1. Create a new ledger
+        2. Add the new ledger to the ledger list
+        3. Write the new ledger list to the datastore using CAS
+        4. Close the previous ledger
+
+        "By deferring the closing of the previous ledger until step 4, we can continue
+        writing to the log while we perform metadata update operations to add the new
+        ledger." Appends switch to the new ledger right after step 3. Then the previous
+        ledger's last entry and timestamp are recorded for seeks (one more CAS).
+        """
+        self._check_usable()
+        # Step 1: create a new ledger.
+        new = create_log_ledger(self._bk, self.name, self.config)
+        # Steps 2 and 3: add it to the ledger list; write the list back with a CAS.
+        try:
+            md, first_ts = self._cas_add_ledger(new.id, properties)
+        except BaseException as exc:
+            self._forget_unlisted_ledger(new.id)
+            if isinstance(exc, LogOwnershipLostError | LogNotFoundError):
+                self._set_error(exc)
+            raise
+        self._md = md
+        if self.config.after_roll_cas is not None:
+            self.config.after_roll_cas(new.id)
+        with self._acks.lock, self._lock:  # (lock order: see InOrderAcks.lock)
+            prev, prev_last_ts = self._lh, self._last_ts
+            info = md.value.find_in_tail(new.id)
+            assert info is not None
+            self._segment = self._acks.open_segment(new.id, info.index)
+            new.complete_runs_with(self._segment.complete_run)
+            self._lh, self._index = new, info.index
+            self._ts_floor = max(self._ts_floor, first_ts)
+            self._last_ts, self._entries, self._bytes = None, 0, 0
+            self._started = time.monotonic()
+        # Step 4: close the previous ledger (waits for its outstanding adds).
+        self._close_ledger(prev)
+        self._record_description(prev.id, prev.last_add_confirmed, prev_last_ts)
+        return new.id
+
+    def _ownership_check(self, m: LogMetadata, ledger_id: int) -> None:
+        if not log_rules.owns(m, ledger_id):
+            last = m.last_ledger
+            raise LogOwnershipLostError(
+                f"log {self.name!r}: another writer took over the log (its last ledger is "
+                f"{last.ledger_id if last else None}, not this writer's {ledger_id}); this "
+                f"writer has stopped. Appends not acknowledged may or may not be in the log; "
+                f"open a new writer to continue.")
+
+    def _cas_add_ledger(self, new_id: int, properties: PropertiesUpdate | None
+                        ) -> tuple[Versioned[LogMetadata], int]:
+        current_id = self._lh.id
+        first_ts = [0]
+
+        def needs_change(m: LogMetadata) -> bool:
+            decision = log_rules.roll(m, current_id, new_id)
+            if decision is LogDecision.LOST:
+                self._ownership_check(m, current_id)
+            return decision is LogDecision.CHANGE  # DONE: our own CAS landed
+
+        def make_change(m: LogMetadata) -> LogMetadata:
+            m = self._apply_descriptions(m)
+            first_ts[0] = max(now_ms(), self._ts_floor, m.max_known_ts_ms)
+            m = m.with_ledger_added(new_id, first_ts[0])
+            if properties is not None:
+                m = m.with_properties(properties)
+            return m.spilled(self.config.limits)
+
+        md = update_log(self._bk, self.name, needs_change=needs_change,
+                         make_change=make_change, current=self._md)
+        return md, first_ts[0] or max(now_ms(), self._ts_floor)
+
+    def _forget_unlisted_ledger(self, ledger_id: int) -> None:
+        """Delete a ledger whose CAS failed, unless the log lists it after all."""
+        for lid in unlisted_ledgers(self._bk, self.name, [ledger_id]) or []:
+            delete_ledger_quietly(self._bk, lid, self.config.password)
+
+    def _close_ledger(self, lh: LedgerHandle) -> None:
+        try:
+            lh.close(self.config.close_timeout_s)
+        except (LedgerFencedError, LedgerStateError):
+            raise copy_error(self._set_error(self._lost_by_fencing(lh.id))) from None
+        except BKError as exc:
+            # The previous ledger must be closed before the next roll makes it third to
+            # last (a new owner fences only the last two): stop this writer.
+            raise copy_error(self._set_error(BKError(
+                f"log {self.name!r}: could not close ledger {lh.id} ({exc}); this writer "
+                f"has stopped, open a new one"))) from None
+
+    def _apply_descriptions(self, m: LogMetadata) -> LogMetadata:
+        for lid, (last, ts) in self._ends_to_record.items():
+            m = m.with_ledger_described(lid, last, ts)
+        return m
+
+    def _record_description(self, ledger_id: int, last_entry: int, last_ts: int | None
+                            ) -> None:
+        """Record a closed ledger's last entry and timestamp in the log metadata (any client
+        may: they are facts of a closed ledger); on failure the next CAS carries them."""
+        self._ends_to_record[ledger_id] = (last_entry, last_ts if last_entry >= 0 else None)
+        try:
+            self._md = update_log(
+                self._bk, self.name,
+                needs_change=lambda m: any(m.undescribed(lid) for lid in self._ends_to_record),
+                make_change=self._apply_descriptions, current=self._md)
+        except BKError as exc:
+            log.warning("log %r: could not record the end of ledger %d yet: %s",
+                        self.name, ledger_id, exc)
+            return
+        self._ends_to_record.clear()
+
+    # ----------------------------------------------------------------- properties
+    def update_properties(self, update: PropertiesUpdate) -> dict[str, Any]:
+        """CAS the log properties, only while this writer still owns the log.
+
+        ``update``: a mapping merged in (None removes a key) or a function from the current
+        properties to the new ones. Returns the properties written.
+        """
+        with self._meta_lock:
+            self._check_usable()
+            current_id = self._lh.id
+
+            def make_change(m: LogMetadata) -> LogMetadata:
+                self._ownership_check(m, current_id)
+                return self._apply_descriptions(m).with_properties(update)
+
+            try:
+                self._md = update_log(self._bk, self.name, needs_change=lambda m: True,
+                                       make_change=make_change, current=self._md)
+            except (LogOwnershipLostError, LogNotFoundError) as exc:
+                raise copy_error(self._set_error(exc)) from None
+            self._ends_to_record.clear()
+            return dict(self._md.value.properties)
+
+    # ----------------------------------------------------------------- closing
+    def close(self) -> None:
+        """Wait for outstanding appends, close the current ledger, record its end.
+
+        A writer that lost the log closes quietly (its adds already failed).
+        """
+        with self._meta_lock:
+            with self._lock:
+                if self._closed:
+                    return
+                self._closed = True
+                self._wakeup.notify_all()
+                lh, last_ts, error = self._lh, self._last_ts, self._error
+            if error is None:
+                try:
+                    lh.close(self.config.close_timeout_s)
+                except (LedgerFencedError, LedgerStateError):
+                    log.info("log %r: ledger %d was fenced before close", self.name, lh.id)
+                else:
+                    self._record_description(lh.id, lh.last_add_confirmed, last_ts)
+        if self._roller is not None and self._roller is not threading.current_thread():
+            self._roller.join(5.0)
+
+    def __enter__(self) -> LogWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def create_log_ledger(bk: BookKeeper, name: str, config: LogWriterConfig) -> LedgerHandle:
+    return bk.create_ledger(config.ensemble_size, config.write_quorum_size,
+                            config.ack_quorum_size, config.digest, config.password,
+                            custom_metadata={LEDGER_LOG_KEY: name})
