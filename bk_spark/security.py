@@ -92,33 +92,6 @@ class ZkSecurity:
     def enabled(self) -> bool:
         return self.digest is not None or self.tls_ca is not None
 
-    def acl(self) -> list | None:
-        """The ACL of every znode this client creates (None: ZooKeeper's open default)."""
-        if self.digest is None:
-            return None
-        from kazoo.security import ACL, Id, Permissions, make_digest_acl
-
-        user, _, password = self.digest.partition(":")
-        if self.sasl:
-            return [ACL(Permissions.ALL, Id("sasl", user))]
-        return [make_digest_acl(user, password, all=True)]
-
-    def kazoo_kwargs(self) -> dict:
-        """Keyword arguments of ``KazooClient`` for this security (empty when off)."""
-        kw: dict = {}
-        if self.digest is not None:
-            if self.sasl:
-                user, _, password = self.digest.partition(":")
-                kw["sasl_options"] = {"mechanism": "DIGEST-MD5", "username": user,
-                                      "password": password}
-            else:
-                kw["auth_data"] = [("digest", self.digest)]
-            kw["default_acl"] = self.acl()
-        if self.tls_ca is not None:
-            kw.update(use_ssl=True, ca=self.tls_ca, verify_certs=True,
-                      certfile=self.tls_cert, keyfile=self.tls_key)
-        return kw
-
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ZkSecurity:
         """From ``BK_ZK_AUTH_FILE`` / ``BK_ZK_AUTH`` and ``BK_ZK_TLS_*`` (all optional)."""

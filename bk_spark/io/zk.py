@@ -9,6 +9,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import AuthFailedError, NoAuthError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
+from kazoo.security import ACL, Id, Permissions, make_digest_acl
 
 from bk_spark.errors import BKError, UnauthorizedError
 from bk_spark.metadata_uri import MetadataServiceUri
@@ -37,6 +38,34 @@ def quiet_kazoo_logger() -> None:
         kazoo_log.setLevel(os.environ.get(KAZOO_LOG_LEVEL_ENV, "ERROR").upper())
 
 
+def zk_acl(security: ZkSecurity) -> list | None:
+    """The ACL of every znode a client with ``security`` creates: all rights to its user
+    (digest or SASL), none to anyone else; None: ZooKeeper's open default."""
+    if security.digest is None:
+        return None
+    user, _, password = security.digest.partition(":")
+    if security.sasl:
+        return [ACL(Permissions.ALL, Id("sasl", user))]
+    return [make_digest_acl(user, password, all=True)]
+
+
+def kazoo_kwargs(security: ZkSecurity) -> dict:
+    """Keyword arguments of ``KazooClient`` for ``security`` (empty when off)."""
+    kw: dict = {}
+    if security.digest is not None:
+        if security.sasl:
+            user, _, password = security.digest.partition(":")
+            kw["sasl_options"] = {"mechanism": "DIGEST-MD5", "username": user,
+                                  "password": password}
+        else:
+            kw["auth_data"] = [("digest", security.digest)]
+        kw["default_acl"] = zk_acl(security)
+    if security.tls_ca is not None:
+        kw.update(use_ssl=True, ca=security.tls_ca, verify_certs=True,
+                  certfile=security.tls_cert, keyfile=security.tls_key)
+    return kw
+
+
 def connect_zk(msu: MetadataServiceUri, timeout: float = 15.0,
                session_timeout: float = 10.0, security: ZkSecurity | None = None
                ) -> KazooClient:
@@ -53,7 +82,7 @@ def connect_zk(msu: MetadataServiceUri, timeout: float = 15.0,
         timeout=session_timeout,
         connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
         command_retry=KazooRetry(max_tries=5, delay=0.1, max_delay=1.0),
-        **security.kazoo_kwargs(),
+        **kazoo_kwargs(security),
     )
     try:
         client.start(timeout=timeout)

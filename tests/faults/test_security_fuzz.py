@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from bk_spark.datasource.options import _SECURITY, ReadOptions
 from bk_spark.errors import InvalidConfigError
+from bk_spark.io.zk import kazoo_kwargs, zk_acl
 from bk_spark.security import ClientSecurity
 from bookie_server.access import ADMIN, BOOKIE, CLIENT, AccessPolicy
 from bookie_server.config import BookieConfig
@@ -79,7 +80,7 @@ def test_client_security_from_the_environment_never_shows_a_secret(env) -> None:
     for v in secret_values:
         assert v not in repr(sec)  # logs and exceptions print reprs
     if sec.zk.digest is not None:
-        assert sec.zk.acl() and sec.zk.kazoo_kwargs()["default_acl"] == sec.zk.acl()
+        assert zk_acl(sec.zk) and kazoo_kwargs(sec.zk)["default_acl"] == zk_acl(sec.zk)
 
 
 @FUZZ

@@ -10,7 +10,8 @@ import sys
 
 import bookie_server
 
-ABOVE = ("bk_spark.cli", "bk_spark.shell", "bk_spark.autorecovery", "bk_spark.datasource")
+ABOVE = ("bk_spark.cli", "bk_spark.autorecovery", "bk_spark.datasource", "bk_spark.log",
+         "bk_spark.core")
 
 
 def test_no_bookie_server_module_imports_the_cli_or_autorecovery():

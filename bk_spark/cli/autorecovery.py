@@ -1,14 +1,13 @@
-"""``bk autorecovery``, ``bk ledger underreplicated``, ``bk recover``, ``bk bookie decommission``.
-
-:mod:`bk_spark.cli` adds these commands to its app with :func:`register`.
+"""``bk autorecovery``, ``bk ledger underreplicated``, ``bk recover``,
+``bk bookie decommission``.
 """
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 import time
-from datetime import datetime
 from typing import Annotated
 
 import typer
@@ -18,36 +17,41 @@ from bk_spark.autorecovery.auditor import ledgers_naming, mark_ledgers_of
 from bk_spark.autorecovery.replicator import LedgerReplicator
 from bk_spark.autorecovery.service import AutoRecoveryConfig, AutoRecoveryService
 from bk_spark.autorecovery.underreplication import UnderReplicationManager
-from bk_spark.cli import JsonOpt, UriOpt, _print_json, bookie_app, console, err_console
+from bk_spark.cli.common import (
+    JsonOpt,
+    UriOpt,
+    connect,
+    console,
+    err_console,
+    format_time,
+    print_json,
+    progress_bar,
+)
 from bk_spark.core.client import BookKeeper
-from bk_spark.errors import BKError, InvalidConfigError
+from bk_spark.errors import (
+    BKError,
+    InvalidConfigError,
+)
 from bk_spark.io.registration import clear_decommissioning, mark_decommissioning
-from bk_spark.shell import _connect, _progress, ledger_app
 
 autorecovery_app = typer.Typer(
     invoke_without_command=True,
     help="AutoRecovery: run it standalone (no subcommand), or status / enable / disable.")
 
+
 DelayOpt = Annotated[float, typer.Option(
     "--lost-bookie-recovery-delay",
     help="seconds a bookie may be gone before its ledgers are re-replicated")]
+
+
 GraceOpt = Annotated[float, typer.Option(
     "--open-ledger-grace",
     help="seconds without adds before an open ledger's last fragment is recovered")]
+
+
 PasswordsOpt = Annotated[list[str] | None, typer.Option(
     "--recovery-password", envvar="BK_RECOVERY_PASSWORD",
     help="a ledger password re-replication may use (repeatable; the empty one always is)")]
-
-
-def register(app: typer.Typer) -> None:
-    app.add_typer(autorecovery_app, name="autorecovery")
-    ledger_app.command("underreplicated")(ledger_underreplicated)
-    app.command("recover")(recover)
-    bookie_app.command("decommission")(decommission)
-
-
-def _time(ms: int | None) -> str:
-    return datetime.fromtimestamp(ms / 1000).isoformat(sep=" ", timespec="seconds") if ms else "-"
 
 
 @autorecovery_app.callback()
@@ -65,7 +69,6 @@ def autorecovery(
     """Run an Auditor contender and a Replication Worker in the foreground (Ctrl-C stops)."""
     if ctx.invoked_subcommand is not None:
         return
-    import logging
 
     from prometheus_client import start_http_server
 
@@ -92,7 +95,7 @@ def autorecovery(
 @autorecovery_app.command("status")
 def autorecovery_status(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False) -> None:
     """Who is the Auditor, which workers run, the last audit, the under-replicated count."""
-    with _connect(metadata_service_uri) as bk:
+    with connect(metadata_service_uri) as bk:
         urm = UnderReplicationManager(bk.zk, bk.msu.root)
         status = urm.status()
         out = {"enabled": urm.is_enabled(), "auditor": urm.auditor(), "workers": urm.workers(),
@@ -101,7 +104,7 @@ def autorecovery_status(metadata_service_uri: UriOpt = None, as_json: JsonOpt = 
                "last_bookie_check_ms": status.get("last_bookie_check_ms"),
                "lost_bookies": status.get("lost_bookies", [])}
     if as_json:
-        _print_json(out)
+        print_json(out)
         return
     t = Table("", "", show_header=False)
     t.add_row("enabled", "yes" if out["enabled"] else "NO (bk autorecovery enable)")
@@ -109,14 +112,14 @@ def autorecovery_status(metadata_service_uri: UriOpt = None, as_json: JsonOpt = 
     t.add_row("workers", ", ".join(out["workers"]) or "none")
     t.add_row("under-replicated ledgers", str(out["under_replicated"]))
     t.add_row("lost bookies", ", ".join(out["lost_bookies"]) or "none")
-    t.add_row("last full check", _time(out["last_check_ms"]))
+    t.add_row("last full check", format_time(out["last_check_ms"]))
     console.print(t)
 
 
 @autorecovery_app.command("enable")
 def autorecovery_enable(metadata_service_uri: UriOpt = None) -> None:
     """Let Replication Workers run again."""
-    with _connect(metadata_service_uri) as bk:
+    with connect(metadata_service_uri) as bk:
         UnderReplicationManager(bk.zk, bk.msu.root).set_enabled(True)
     console.print("autorecovery enabled")
 
@@ -124,7 +127,7 @@ def autorecovery_enable(metadata_service_uri: UriOpt = None) -> None:
 @autorecovery_app.command("disable")
 def autorecovery_disable(metadata_service_uri: UriOpt = None) -> None:
     """Pause Replication Workers (e.g. during a rolling restart); marks still accumulate."""
-    with _connect(metadata_service_uri) as bk:
+    with connect(metadata_service_uri) as bk:
         UnderReplicationManager(bk.zk, bk.msu.root).set_enabled(False)
     console.print("autorecovery disabled: `bk autorecovery enable` resumes it")
 
@@ -132,18 +135,18 @@ def autorecovery_disable(metadata_service_uri: UriOpt = None) -> None:
 def ledger_underreplicated(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False
                            ) -> None:
     """List under-replicated ledgers: missing bookies and the worker holding each."""
-    with _connect(metadata_service_uri) as bk:
+    with connect(metadata_service_uri) as bk:
         urm = UnderReplicationManager(bk.zk, bk.msu.root)
         rows = [{"ledger": r.ledger_id, "missing": sorted(r.missing),
                  "lock_holder": urm.lock_holder(r.ledger_id), "marked_ms": r.marked_ms}
                 for r in urm.list()]
     if as_json:
-        _print_json(rows)
+        print_json(rows)
         return
     t = Table("ledger", "missing bookies", "worker", "marked")
     for r in rows:
         t.add_row(str(r["ledger"]), ", ".join(r["missing"]), r["lock_holder"] or "-",
-                  _time(r["marked_ms"]))
+                  format_time(r["marked_ms"]))
     console.print(t)
     console.print(f"{len(rows)} under-replicated ledgers")
 
@@ -163,7 +166,7 @@ def recover(
 ) -> None:
     """Re-replicate a dead bookie's data now, in the foreground, with progress."""
     bookie = _check_bookie_id(bookie)
-    with _connect(metadata_service_uri) as bk:
+    with connect(metadata_service_uri) as bk:
         urm = UnderReplicationManager(bk.zk, bk.msu.root)
         replicator = LedgerReplicator(
             bk, passwords=(b"", *(p.encode() for p in recovery_password or ())),
@@ -171,7 +174,7 @@ def recover(
         todo = mark_ledgers_of(bk, urm, [bookie])
         copied = 0
         started = time.monotonic()
-        with _progress(f"re-replicating {bookie}", len(todo)) as advance:
+        with progress_bar(f"re-replicating {bookie}", len(todo)) as advance:
             for _attempt in range(600):
                 left = []
                 for lid in todo:
@@ -215,7 +218,7 @@ def decommission(
     again."""
     bookie = _check_bookie_id(bookie)
     started = time.monotonic()
-    with _connect(metadata_service_uri) as bk:
+    with connect(metadata_service_uri) as bk:
         urm = UnderReplicationManager(bk.zk, bk.msu.root)
         if not urm.workers():
             err_console.print("WARNING: no replication worker is running: start bookies with "
@@ -240,7 +243,7 @@ def _wait_decommissioned(bk: BookKeeper, urm: UnderReplicationManager, bookie: s
     returns how many ledgers were moved."""
     total = len(mark_ledgers_of(bk, urm, [bookie]))
     done = 0
-    with _progress(f"decommissioning {bookie}", total) as advance:
+    with progress_bar(f"decommissioning {bookie}", total) as advance:
         while True:
             left = ledgers_naming(bk, bookie)
             if not left:

@@ -1,0 +1,90 @@
+"""The ``bk`` command: one module per command group (see the README's layout table).
+
+:mod:`.common` (console, shared options, connecting, errors as one line), :mod:`.sandbox`,
+:mod:`.bookie` (a bookie, the bookie list), :mod:`.ledger`, :mod:`.log`, :mod:`.checks`
+(simpletest, bookie-sanity), :mod:`.admin` (spark-check, zk-acl), :mod:`.autorecovery`
+(autorecovery, underreplicated, recover, decommission).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from bk_spark.cli import admin, autorecovery, bookie, checks, ledger, log, sandbox
+from bk_spark.cli.common import err_console
+from bk_spark.errors import BKError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="bk-spark: a replicated, durable log in the design of Apache BookKeeper.")
+
+
+# The command groups, each in its own module; they import nothing from here.
+app.add_typer(sandbox.sandbox_app, name="sandbox")
+app.add_typer(bookie.bookie_app, name="bookie")
+app.add_typer(ledger.ledger_app, name="ledger")
+app.add_typer(log.log_app, name="log")
+app.add_typer(autorecovery.autorecovery_app, name="autorecovery")
+app.command("bookies")(bookie.bookies)
+app.command("spark-check")(admin.spark_check)
+app.command("zk-acl")(admin.zk_acl)
+app.command("simpletest")(checks.simpletest)
+app.command("bookie-sanity")(checks.bookie_sanity)
+app.command("recover")(autorecovery.recover)
+ledger.ledger_app.command("underreplicated")(autorecovery.ledger_underreplicated)
+bookie.bookie_app.command("decommission")(autorecovery.decommission)
+
+
+@app.callback()
+def _client_security(
+    tls_ca: Annotated[Path | None, typer.Option(
+        "--tls-ca", envvar="BK_TLS_CA", help="client: PEM CA of the bookies' certificates "
+                                             "(turns TLS to bookies on)")] = None,
+    tls_cert: Annotated[Path | None, typer.Option(
+        "--tls-cert", envvar="BK_TLS_CERT",
+        help="client: PEM certificate for bookies that require one")] = None,
+    tls_key: Annotated[Path | None, typer.Option(
+        "--tls-key", envvar="BK_TLS_KEY", help="client: its PEM private key file")] = None,
+    zk_auth_file: Annotated[Path | None, typer.Option(
+        "--zk-auth-file", envvar="BK_ZK_AUTH_FILE",
+        help="file holding ZooKeeper credentials user:password (or env BK_ZK_AUTH)")] = None,
+) -> None:
+    # Given before the command (`bk --tls-ca ca.pem ledger list`), they reach every client
+    # the command opens through the environment (bk_spark.security.ClientSecurity.from_env).
+    for env, value in (("BK_TLS_CA", tls_ca), ("BK_TLS_CERT", tls_cert),
+                       ("BK_TLS_KEY", tls_key), ("BK_ZK_AUTH_FILE", zk_auth_file)):
+        if value is not None:
+            os.environ[env] = str(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``bk``: typed errors become one line and exit code 1."""
+    try:
+        rv = app(args=argv, prog_name="bk", standalone_mode=False)
+        if isinstance(rv, int):  # click returns typer.Exit's code in this mode
+            return rv
+    except typer.Exit as exc:
+        return int(exc.exit_code or 0)
+    except typer.Abort:
+        err_console.print("aborted")
+        return 130
+    except KeyboardInterrupt:
+        return 130
+    except BKError as exc:
+        if os.environ.get("BK_DEBUG"):
+            raise
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        return 1
+    except Exception as exc:
+        if hasattr(exc, "show") and hasattr(exc, "exit_code"):  # click usage errors
+            exc.show()
+            return int(exc.exit_code)
+        if os.environ.get("BK_DEBUG"):
+            raise
+        err_console.print(f"[bold red]error:[/] {type(exc).__name__}: {exc} "
+                          f"(BK_DEBUG=1 shows the traceback)", highlight=False, soft_wrap=True)
+        return 1
+    return 0
