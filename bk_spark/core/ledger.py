@@ -97,6 +97,9 @@ class LedgerHandle:
         self._error: BKError | None = None
         self._closed = False
         self._changing: set[int] = set()  # ensemble indexes being replaced
+        # Bookies that failed an add of this ledger since the last acknowledgement: never
+        # chosen again as a replacement until the ledger makes progress (see _change_ensemble)
+        self._failed_since_progress: set[str] = set()
         self._change_lock = threading.Lock()
         self._lac_sent = -1
         self._lac_wakeup = threading.Condition(self._lock)
@@ -275,6 +278,7 @@ class LedgerHandle:
             del self._ends[:k]
             self._unacked_first += k
             self._deliveries.append((acked.start, targets, None))
+            self._failed_since_progress.clear()
             if not self._targets:  # idle: close may go on, the LAC thread may send the LAC
                 self._drained.notify_all()
                 self._lac_wakeup.notify_all()
@@ -331,13 +335,22 @@ class LedgerHandle:
 
     # ------------------------------------------------------------------ ensemble change
     def _change_ensemble(self, index: int, failed: str, cause: BKError) -> None:
-        """Replace the bookie at ``index``: new fragment, CAS, resend (seed: ensemble change)."""
+        """Replace the bookie at ``index``: new fragment, CAS, resend (seed: ensemble change).
+
+        Bounded: a bookie that failed an add of this ledger is not chosen again as a
+        replacement until an add is acknowledged (BookKeeper quarantines failed bookies).
+        Without that rule a writer cut from every spare bookie (a partition: its adds time
+        out, the bookies stay registered) swapped cut bookies in and out of its ensemble
+        forever; with it, each bookie costs at most one add timeout, then the adds fail
+        with :class:`NotEnoughBookiesError`.
+        """
         with self._lock:
             if self._error is not None or self._ensemble[index] != failed:
                 return
             if index in self._changing:
                 return
             self._changing.add(index)
+            self._failed_since_progress.add(failed)
             first = self._pending.first_unacknowledged()
             # From here on no answer of the failed bookie counts: the entries of the
             # new fragment must be confirmed by bookies of the new ensemble.
@@ -374,6 +387,7 @@ class LedgerHandle:
         topology = self._bk.topology()
         with self._lock:
             current = [b for b in self._ensemble if b is not None]
+            failed_before = sorted(self._failed_since_progress - {failed})
 
         def needs_change(m: LedgerMetadata) -> bool:
             if m.state != LedgerState.OPEN:
@@ -387,12 +401,16 @@ class LedgerHandle:
             if ensemble[index] != failed:  # our own earlier attempt already landed
                 return m
             try:
-                ensemble[index] = topology.replace_bookie(ensemble, index, self._Qw,
-                                                          exclude=[failed, *current])
+                ensemble[index] = topology.replace_bookie(
+                    ensemble, index, self._Qw, exclude=[failed, *current, *failed_before])
             except NotEnoughBookiesError as exc:
+                tried = (f"; bookies that already failed it since its last acknowledged "
+                         f"add are not tried again: {', '.join(failed_before)}"
+                         if failed_before else "")
                 raise NotEnoughBookiesError(
                     f"ledger {self.id}: bookie {failed} failed and no other writable bookie "
-                    f"is available to replace it ({exc})") from None
+                    f"is available to replace it ({exc}){tried}; check the network between "
+                    f"this client and the bookies") from None
             return m.with_ensemble_change(first, tuple(ensemble))
 
         return self._bk.metadata_store.update(self.id, needs_change, make_change,

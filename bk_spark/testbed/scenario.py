@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import sys
 import textwrap
 import time
@@ -187,6 +188,47 @@ def simpletest(bed: TestBed, entries: int = 1000) -> str:
         raise ScenarioError(f"bk simpletest failed:\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
     return f"simpletest OK ({entries} entries written, read back, verified) in " \
            f"{time.monotonic() - t0:.1f}s"
+
+
+@dataclass
+class CutWriterRun:
+    """What :func:`writer_cut_from_most_bookies` saw."""
+
+    cut: list[str]
+    seconds: float
+    returncode: int
+    output: str
+
+
+def writer_cut_from_most_bookies(bed: TestBed, n_cut: int = 3, timeout: float = 150.0
+                                 ) -> CutWriterRun:
+    """``bk simpletest`` (E=3, Qw=Qa=2) from a writer silently cut from ``n_cut`` of the
+    bookies: with fewer reachable bookies than the ensemble size it must end (with
+    NotEnoughBookiesError) within a bounded time, not swap cut bookies in and out of its
+    ensemble forever. Cut by a partition on namespaces, by SIGSTOP on loopback hosts (both
+    leave the bookies registered and their connections hanging). Undone before returning.
+    """
+    net = bed.network
+    assert net is not None
+    live = [n for n in bed.procs if n.startswith("bk") and bed.procs[n].alive()]
+    cut = live[:n_cut]
+    for n in cut:
+        if net.faults:
+            net.partition(bed.client, bed.host(n))
+        else:
+            bed.procs[n].popen.send_signal(signal.SIGSTOP)
+    t0 = time.monotonic()
+    try:
+        res = bed.run([bk_command(), "simpletest", "-m", bed.metadata_service_uri,
+                       "-n", "200"], timeout=timeout, check=False)
+    finally:
+        for n in cut:
+            if net.faults:
+                net.heal(bed.client, bed.host(n))
+            else:
+                bed.procs[n].popen.send_signal(signal.SIGCONT)
+    return CutWriterRun(cut, time.monotonic() - t0, res.returncode,
+                        (res.stdout + res.stderr).strip())
 
 
 def _wait(what: str, cond, timeout: float) -> float:
