@@ -65,6 +65,7 @@ class TestBedConfig:
     #: Namespaces only: a link (:mod:`bk_spark.testbed.link`, a TCP relay that can add delay
     #: and lose connections) in front of every bookie, on the bookie's host and address.
     links: bool = False
+    bookie_args: list[str] = field(default_factory=list)  # more `bookie_server` arguments
 
 
 @dataclass
@@ -293,7 +294,8 @@ class TestBed:
             addr = ["--host", host.address]
         argv = [sys.executable, "-m", "bookie_server", *addr, "--port", str(BOOKIE_PORT),
                 "--metadata-service-uri", self.metadata_service_uri,
-                "--data-dir", str(self.base / f"bk{i}"), "--journal-file-size-mb", "8"]
+                "--data-dir", str(self.base / f"bk{i}"), "--journal-file-size-mb", "8",
+                *self.config.bookie_args]
         if self.rack_flag:
             argv += ["--rack", f"/rack-{(i - 1) % self.config.racks + 1}"]
         return self._spawn(f"bk{i}", host, argv)
