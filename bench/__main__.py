@@ -475,6 +475,11 @@ def main() -> None:
                 f"{rr['add_entries_per_s']:,.0f} e/s ledger add", f"{rr['ratio']:.2f}x")
         res.add("bookie stopped -> zero under-replicated ledgers (delay 0)",
                 f"{rr['death_to_zero_s']:.1f} s", "-", "-")
+        if "--no-cluster" not in sys.argv:  # namespaces only; says so otherwise
+            print("== beyond one machine: the multi-host test bed (bench/cluster_bench.py)")
+            from bench.cluster_bench import cluster_bench
+
+            cluster_bench(res, quick=quick)
         if "--no-tls" not in sys.argv:  # after the sandbox above stopped: nothing competes
             print("== mutual TLS (secure sandbox vs plain sandbox, alternating)")
             from bench.tls_bench import tls_bench
