@@ -100,7 +100,7 @@ class TestBed:
     config: TestBedConfig = field(default_factory=TestBedConfig)
 
     def __post_init__(self) -> None:
-        self.base = Path(self.config.base_dir or tempfile.mkdtemp(prefix="bktb-"))
+        self.base = Path(self.config.base_dir or tempfile.mkdtemp(prefix="bktb-")).resolve()
         self.base.mkdir(parents=True, exist_ok=True)
         (self.base / "logs").mkdir(exist_ok=True)
         self.network: Network | None = None
