@@ -23,6 +23,7 @@ from bk_spark.testbed.network import remove_leftovers
 from bk_spark.testbed.scenario import (
     connect_batch_read,
     examples_through_standalone_master,
+    log_ensembles,
     network_faults,
     simpletest,
     streaming_through_leader_kill_and_rolling_restart,
@@ -81,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--- killed ZooKeeper leader {run.killed_leader} (new leader {run.new_leader})"
               f" and bookie {run.killed_bookie}; executors ran on "
               + ", ".join(f"{w}: {' '.join(a)}" for w, a in run.executor_apps.items()))
+        print("--- the ensembles of log 'events' (bk log show, bk ledger show):")
+        print("\n".join(log_ensembles(bed, "events")))
         step(f"restart {run.killed_leader} and {run.killed_bookie}")
         bed.restart(run.killed_leader)
         bed.restart(run.killed_bookie)

@@ -57,6 +57,18 @@ def bookie_holding(bed: TestBed, log_name: str) -> str:
     raise ScenarioError(f"bookie {ensemble[0]} of ledger {last} is not one of the bed's")
 
 
+def log_ensembles(bed: TestBed, log_name: str) -> list[str]:
+    """Per ledger of the log: its fragments' ensembles (``bk log show`` / ``bk ledger show``
+    from the client host), for the demo's output."""
+    out = []
+    for info in _bk_json(bed, "log", "show", log_name)["ledgers"]:
+        lid = info["ledger_id"]
+        frags = _bk_json(bed, "ledger", "show", str(lid))["fragments"]
+        out.append(f"ledger {lid}: " + "; ".join(
+            f"from entry {f['first_entry']}: {' '.join(f['ensemble'])}" for f in frags))
+    return out
+
+
 def _wait_for_line(proc: Proc, pattern: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not re.search(pattern, proc.log_path.read_text(errors="replace")):
