@@ -82,6 +82,7 @@ class Link:
         self.listen, self.target, self.control = listen, target, control
         self.settings = read_control(control)
         self._rng = random.Random()
+        self._conns: set[asyncio.Task] = set()
 
     async def _poll(self) -> None:
         while True:
@@ -135,6 +136,10 @@ class Link:
 
     async def _serve(self, c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter
                      ) -> None:
+        me = asyncio.current_task()
+        if me is not None:
+            self._conns.add(me)
+            me.add_done_callback(self._conns.discard)
         try:
             b_reader, b_writer = await asyncio.open_connection(*self.target)
         except OSError:
@@ -159,6 +164,9 @@ class Link:
                 await server.serve_forever()
         finally:
             poll.cancel()
+            for t in list(self._conns):
+                t.cancel()
+            await asyncio.gather(poll, *self._conns, return_exceptions=True)
 
 
 def _addr(text: str) -> tuple[str, int]:
