@@ -464,13 +464,16 @@ class TestBed:
         for name in sorted(self.procs, key=lambda n: order.index(n) if n in order else -1):
             _stop_group(self.procs[name])
         if self.network is not None:
+            me = os.getpid()  # a harness that entered the client host (faults/netcluster)
             for pid in self.network.pids():  # executors, Python workers, anything left
+                if pid == me:
+                    continue
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
             deadline = time.monotonic() + 10
-            while self.network.pids() and time.monotonic() < deadline:
+            while set(self.network.pids()) - {me} and time.monotonic() < deadline:
                 time.sleep(0.1)
             self.network.remove()
         atexit.unregister(self.stop)
