@@ -5,7 +5,8 @@ PY     := $(VENV)/bin/python
 BK     := $(VENV)/bin/bk
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo cluster-demo test test-unit test-integration bench lint proto faults clean java
+.PHONY: install demo cluster-demo test test-unit test-integration bench lint proto faults \
+	faults-network clean java
 
 install: $(STAMP)
 
@@ -49,6 +50,16 @@ bench: install
 # independent checker. Prints a summary; a failing schedule prints the command replaying it.
 faults: install
 	$(PY) -m bk_spark.faults --schedules 200
+	$(MAKE) faults-network
+
+# Network faults on the multi-host test bed (namespaces; says so and passes without them):
+# 24 long schedules of partitions (writer | bookie, bookie | ZooKeeper, ZooKeeper leader |
+# followers on the minority and the majority side) and link delay / connection loss, mixed
+# with bookie and writer faults; then a live Spark streaming query on the standalone cluster
+# through a ZooKeeper leader kill and a rolling restart of every bookie (exactly once).
+faults-network: install
+	$(PY) -m bk_spark.faults --network --schedules 24
+	$(PY) -m bk_spark.testbed --streaming-only
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -480,6 +480,11 @@ def main() -> None:
         res.add(f"bookie with {rr['gb_on_bookie']:.2f} GB stopped -> zero under-replicated "
                 f"ledgers (delay 0)", f"{rr['gb_death_to_zero_s']:.1f} s",
                 f"{rr['gb_mb_per_s']:.0f} MB/s", "-")
+        if "--no-cluster" not in sys.argv:  # namespaces only; says so otherwise
+            print("== beyond one machine: the multi-host test bed (bench/cluster_bench.py)")
+            from bench.cluster_bench import cluster_bench
+
+            cluster_bench(res, quick=quick)
         if "--no-tls" not in sys.argv:  # after the sandbox above stopped: nothing competes
             print("== mutual TLS (secure sandbox vs plain sandbox, alternating)")
             from bench.tls_bench import tls_bench

@@ -107,6 +107,40 @@ def stream_latency(spark: Any, uri: str, tmpdir: Path, trigger_s: float | None =
     return lat
 
 
+def write_bk(frame: Any, uri: str, log: str, **options: Any) -> None:
+    w = frame.write.format("bookkeeper").mode("append") \
+        .option("metadataServiceUri", uri).option("log", log)
+    for k, v in options.items():
+        w = w.option(k, v)
+    w.save()
+
+
+def bench_frame(spark: Any, rows: int) -> Any:
+    """The rows every batch figure writes: 5 columns, 2 partitions."""
+    return spark.range(0, rows, 1, 2).selectExpr(
+        "id", "id % 1000 AS user", "CAST(id AS DOUBLE) * 0.5 AS amount",
+        "CONCAT('event-', id) AS name", "TIMESTAMP_SECONDS(1700000000 + id) AS ts")
+
+
+def batch_vs_parquet(spark: Any, uri: str, df: Any, log: str, parquet: str
+                     ) -> dict[str, float]:
+    """Seconds to write ``df`` to arrow log ``log`` and to Parquet at ``parquet``, and the
+    best of two reads of each into Spark's ``noop`` sink (after a warm-up of both paths).
+    Used by the local[2] figures and by the cluster's (bench/cluster_bench.py)."""
+    rows = df.count()
+    write_bk(df.limit(1000), uri, f"{log}-warm")  # the Python workers and both paths
+    _noop(_bk(spark, uri, f"{log}-warm"))
+    df.limit(1000).write.mode("overwrite").parquet(parquet)
+    _noop(spark.read.parquet(parquet))
+    out = {"bk_write": _timed(lambda: write_bk(df, uri, log)),
+           "pq_write": _timed(lambda: df.write.mode("overwrite").parquet(parquet))}
+    n_bk = _bk(spark, uri, log).count()
+    assert n_bk == rows, (n_bk, rows)
+    out["bk_read"] = min(_timed(lambda: _noop(_bk(spark, uri, log))) for _ in range(2))
+    out["pq_read"] = min(_timed(lambda: _noop(spark.read.parquet(parquet))) for _ in range(2))
+    return out
+
+
 def spark_bench(uri: str, tmpdir: Path, results: ResultSink, rows: int = 2_000_000,
                 raw_rows: int = 200_000) -> dict[str, list[float]]:
     """Record the Spark figures into ``results`` (see the module docstring); returns the
@@ -116,39 +150,20 @@ def spark_bench(uri: str, tmpdir: Path, results: ResultSink, rows: int = 2_000_0
     tmpdir = Path(tmpdir)
     stamp = int(time.time())
     arrow_log, raw_log = f"bench-arrow-{stamp}", f"bench-raw-{stamp}"
-    df = spark.range(0, rows, 1, 2).selectExpr(
-        "id", "id % 1000 AS user", "CAST(id AS DOUBLE) * 0.5 AS amount",
-        "CONCAT('event-', id) AS name", "TIMESTAMP_SECONDS(1700000000 + id) AS ts")
+    df = bench_frame(spark, rows)
     parquet = str(tmpdir / "bench.parquet")
 
-    def write_bk(frame: Any, log: str, **options: Any) -> None:
-        w = frame.write.format("bookkeeper").mode("append") \
-            .option("metadataServiceUri", uri).option("log", log)
-        for k, v in options.items():
-            w = w.option(k, v)
-        w.save()
-
-    # Warm up the Python workers and both paths on a few rows.
-    write_bk(df.limit(1000), f"{arrow_log}-warm")
-    _noop(_bk(spark, uri, f"{arrow_log}-warm"))
-    df.limit(1000).write.mode("overwrite").parquet(parquet)
-    _noop(spark.read.parquet(parquet))
-
-    t_bk_w = _timed(lambda: write_bk(df, arrow_log))
-    t_pq_w = _timed(lambda: df.write.mode("overwrite").parquet(parquet))
+    t = batch_vs_parquet(spark, uri, df, arrow_log, parquet)
+    t_bk_r = t["bk_read"]
     results.add(f"Spark batch write, arrow log ({rows:,} rows, 5 cols)",
-                f"{rows / t_bk_w:,.0f} rows/s", f"{rows / t_pq_w:,.0f} rows/s parquet",
-                f"{t_pq_w / t_bk_w:.2f}x")
-
-    n_bk = _bk(spark, uri, arrow_log).count()
-    assert n_bk == rows, (n_bk, rows)
-    t_bk_r = min(_timed(lambda: _noop(_bk(spark, uri, arrow_log))) for _ in range(2))
-    t_pq_r = min(_timed(lambda: _noop(spark.read.parquet(parquet))) for _ in range(2))
+                f"{rows / t['bk_write']:,.0f} rows/s",
+                f"{rows / t['pq_write']:,.0f} rows/s parquet",
+                f"{t['pq_write'] / t['bk_write']:.2f}x")
     results.add("Spark batch read, arrow log -> noop", f"{rows / t_bk_r:,.0f} rows/s",
-                f"{rows / t_pq_r:,.0f} rows/s parquet", f"{t_pq_r / t_bk_r:.2f}x")
+                f"{rows / t['pq_read']:,.0f} rows/s parquet", f"{t['pq_read'] / t_bk_r:.2f}x")
 
     raw = spark.range(0, raw_rows, 1, 2).selectExpr("CAST(REPEAT('r', 100) AS BINARY) AS value")
-    write_bk(raw, raw_log, entryFormat="raw")
+    write_bk(raw, uri, raw_log, entryFormat="raw")
     t_raw = min(_timed(lambda: _noop(_bk(spark, uri, raw_log))) for _ in range(2))
     results.add("Spark batch read, raw log (1 entry = 1 row of 100 B)",
                 f"{raw_rows / t_raw:,.0f} rows/s", f"{rows / t_bk_r:,.0f} rows/s arrow log",

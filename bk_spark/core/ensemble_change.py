@@ -27,7 +27,8 @@ from bk_spark.protocol.ledger_rules import Decision
 
 def cas_new_fragment(bk: ClientContext, md: Versioned[LedgerMetadata], first: int,
                      replace: Mapping[int, str], decide: Callable[[LedgerMetadata], Decision],
-                     exclude: Collection[str] = ()) -> Versioned[LedgerMetadata]:
+                     exclude: Collection[str] = (), note: str = ""
+                     ) -> Versioned[LedgerMetadata]:
     """Write a new fragment from entry ``first`` in which each bookie of ``replace``
     (ensemble index -> bookie) still named in the last fragment is replaced; returns the
     metadata written (or found, when ``decide`` says DONE).
@@ -35,7 +36,7 @@ def cas_new_fragment(bk: ClientContext, md: Versioned[LedgerMetadata], first: in
     ``decide(metadata)`` runs on every metadata read (the first, and after each lost CAS):
     CHANGE writes, DONE returns it as it is, NOT_OPEN raises :class:`LedgerFencedError`
     (a recoverer took the ledger over). :class:`NotEnoughBookiesError` when no writable
-    bookie outside the ensemble and ``exclude`` is left.
+    bookie outside the ensemble and ``exclude`` is left (``note`` is added to its message).
     """
     topology = bk.topology()
     lid = md.value.ledger_id
@@ -58,7 +59,7 @@ def cas_new_fragment(bk: ClientContext, md: Versioned[LedgerMetadata], first: in
             except NotEnoughBookiesError as exc:
                 raise NotEnoughBookiesError(
                     f"ledger {lid}: bookie {bookie} failed and no other writable bookie is "
-                    f"available to replace it ({exc})") from None
+                    f"available to replace it ({exc}){note}") from None
         return m.with_ensemble_change(max(first, m.ensembles[-1][0]), ensemble)
 
     return bk.metadata_store.update(lid, needs_change, make_change, current=md)

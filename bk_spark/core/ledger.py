@@ -93,6 +93,9 @@ class LedgerHandle:
         self._error: BKError | None = None
         self._closed = False
         self._changing: set[int] = set()  # ensemble indexes being replaced
+        # Bookies that failed an add of this ledger since the last acknowledgement: never
+        # chosen again as a replacement until the ledger makes progress (see _change_ensemble)
+        self._failed_since_progress: set[str] = set()
         self._change_lock = threading.Lock()
         self._lac_sent = -1
         self._lac_wakeup = threading.Condition(self._lock)
@@ -279,6 +282,7 @@ class LedgerHandle:
             del self._ends[:k]
             self._unacked_first += k
             self._deliveries.append((acked.start, targets, None))
+            self._failed_since_progress.clear()
             if not self._targets:  # idle: close may go on, the LAC thread may send the LAC
                 self._drained.notify_all()
                 self._lac_wakeup.notify_all()
@@ -335,13 +339,22 @@ class LedgerHandle:
 
     # ------------------------------------------------------------------ ensemble change
     def _change_ensemble(self, index: int, failed: str, cause: BKError) -> None:
-        """Replace the bookie at ``index``: new fragment, CAS, resend (seed: ensemble change)."""
+        """Replace the bookie at ``index``: new fragment, CAS, resend (seed: ensemble change).
+
+        Bounded: a bookie that failed an add of this ledger is not chosen again as a
+        replacement until an add is acknowledged (BookKeeper quarantines failed bookies).
+        Without that rule a writer cut from every spare bookie (a partition: its adds time
+        out, the bookies stay registered) swapped cut bookies in and out of its ensemble
+        forever; with it, each bookie costs at most one add timeout, then the adds fail
+        with :class:`NotEnoughBookiesError`.
+        """
         with self._lock:
             if self._error is not None or self._ensemble[index] != failed:
                 return
             if index in self._changing:
                 return
             self._changing.add(index)
+            self._failed_since_progress.add(failed)
             first = self._pending.first_unacknowledged()
             # From here on no answer of the failed bookie counts: the entries of the
             # new fragment must be confirmed by bookies of the new ensemble.
@@ -377,10 +390,14 @@ class LedgerHandle:
     def _cas_new_fragment(self, index: int, failed: str, first: int) -> Versioned:
         with self._lock:
             current = [b for b in self._ensemble if b is not None]
+            failed_before = sorted(self._failed_since_progress - {failed})
+        tried = (f"; bookies that already failed it since its last acknowledged add are not "
+                 f"tried again: {', '.join(failed_before)}" if failed_before else "")
         return cas_new_fragment(
             self._bk, self._md, first, {index: failed},
             lambda m: ledger_rules.writer_ensemble_change(m, index, failed),
-            exclude=[failed, *current])
+            exclude=[failed, *current, *failed_before],
+            note=f"{tried}; check the network between this client and the bookies")
 
     # ------------------------------------------------------------------ explicit LAC
     def _ensure_lac_thread(self) -> None:

@@ -4,6 +4,7 @@
     python -m bk_spark.faults --seed 1234              # replay one schedule
     python -m bk_spark.faults --seed 7 --mode short    # replay a schedule of make test
     python -m bk_spark.faults --seed 7 --mode short --spark    # ... with the Spark sink
+    python -m bk_spark.faults --network --schedules 24 # make faults-network: the test bed
 
 Exit code 0 when every schedule kept every invariant, 1 otherwise.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -41,7 +43,20 @@ def main(argv: list[str] | None = None) -> int:
                    help="where processes keep data and logs (default: a temporary directory, "
                         "removed unless a schedule failed)")
     p.add_argument("--quiet", action="store_true", help="print only failures and the summary")
+    p.add_argument("--network", action="store_true",
+                   help="network faults on the multi-host test bed (3 ZooKeepers, bookies on "
+                        "their own hosts behind links): partitions, link delay and loss; "
+                        "needs network namespaces (root), else says so and exits 0")
     args = p.parse_args(argv)
+    if args.network:
+        from bk_spark.faults.netcluster import network_faults_available
+
+        ok, why = network_faults_available()
+        if not ok:
+            print(f"network fault schedules skipped: network namespaces unavailable ({why})")
+            return 0
+        if args.spark:
+            p.error("--network schedules run no Spark sink")
     if args.bookies < 4:
         p.error("--bookies must be >= 4")
     if args.seed is not None:
@@ -49,10 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         first = args.first_seed if args.first_seed is not None else int(time.time()) % 1_000_000
         seeds = list(range(first, first + args.schedules))
-        print(f"fault schedules: seeds {seeds[0]}..{seeds[-1]} ({args.mode} mode)", flush=True)
+        print(f"fault schedules: seeds {seeds[0]}..{seeds[-1]} ({args.mode} mode"
+              + (", network faults on the test bed)" if args.network else ")"), flush=True)
     from bk_spark.faults.spark_sink import spark_sink_available
 
-    spark_ok = spark_sink_available() and (args.spark or (
+    spark_ok = not args.network and spark_sink_available() and (args.spark or (
         args.mode == "long" and args.spark_every > 0))
     if args.spark and not spark_ok:
         p.error("--spark: the bookkeeper Spark data source cannot be imported")
@@ -61,8 +77,16 @@ def main(argv: list[str] | None = None) -> int:
     # The harness's own clients log every ZooKeeper restart and dead bookie: to a file.
     logging.basicConfig(filename=work / "harness.log", level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    cluster = FaultCluster(work / "cluster", n_bookies=args.bookies)
-    summary = Summary(mode=args.mode)
+    if args.network:
+        from bk_spark.faults.netcluster import NetFaultCluster
+
+        cluster: FaultCluster | NetFaultCluster = NetFaultCluster(work / "bed",
+                                                                  n_bookies=args.bookies)
+        # SIGTERM unwinds like Ctrl-C: the bed stops its processes and removes namespaces
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    else:
+        cluster = FaultCluster(work / "cluster", n_bookies=args.bookies)
+    summary = Summary(mode=args.mode + (", network" if args.network else ""))
     runner = Runner(cluster, work / "schedules",
                     log=lambda text: print(text, flush=True) if not args.quiet
                     or "FAILED" in text else None)
@@ -71,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         for n, seed in enumerate(seeds):
             spark = spark_ok and (args.spark if args.seed is not None else
                                   n % args.spark_every == args.spark_every - 1)
-            summary.add(runner.run(generate(seed, args.mode, args.bookies, spark=spark)))
+            summary.add(runner.run(generate(seed, args.mode, args.bookies, spark=spark,
+                                            network=args.network)))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
     finally:

@@ -70,18 +70,28 @@ class FaultKind(StrEnum):
     # AutoRecovery (the healing kinds, drawn apart: see HEALING_KINDS)
     BOOKIE_LOST = "bookie-lost-forever"  # kill -9, its data dir removed, never back
     BOOKIE_WIPED = "bookie-wiped"  # kill -9, data dir emptied, restarted at the same address
+    # Network faults (the test bed, bk_spark.faults.netcluster; `make faults-network`)
+    PARTITION_WRITER_BOOKIE = "partition-writer-bookie"  # writers' host | one bookie
+    PARTITION_BOOKIE_ZK = "partition-bookie-zk"  # a bookie | every ZooKeeper server
+    PARTITION_ZK_LEADER_MINORITY = "partition-zk-leader-minority"  # leader | both followers
+    PARTITION_ZK_LEADER_MAJORITY = "partition-zk-leader-majority"  # leader | one follower
+    LINK_DELAY = "link-delay"  # what clients send a bookie arrives delay_ms later
+    LINK_LOSS = "link-loss"  # a bookie's connections reset with loss_pct per chunk
 
 
 BOOKIE_KINDS = frozenset({
     FaultKind.BOOKIE_KILL, FaultKind.BOOKIE_KILL_FOREVER, FaultKind.BOOKIE_PAUSE,
     FaultKind.BOOKIE_DISK_FULL, FaultKind.ENTRY_LOG_CORRUPTION,
     FaultKind.JOURNAL_TAIL_TRUNCATION, FaultKind.ZK_EXPIRE_BOOKIE,
+    FaultKind.PARTITION_WRITER_BOOKIE, FaultKind.PARTITION_BOOKIE_ZK, FaultKind.LINK_DELAY,
+    FaultKind.LINK_LOSS,
 })
 #: Bookie faults that make the bookie refuse writes while they last.
 UNAVAILABLE_KINDS = frozenset({
     FaultKind.BOOKIE_KILL, FaultKind.BOOKIE_KILL_FOREVER, FaultKind.BOOKIE_PAUSE,
     FaultKind.BOOKIE_DISK_FULL, FaultKind.JOURNAL_TAIL_TRUNCATION, FaultKind.BOOKIE_LOST,
-    FaultKind.BOOKIE_WIPED,
+    FaultKind.BOOKIE_WIPED, FaultKind.PARTITION_WRITER_BOOKIE, FaultKind.PARTITION_BOOKIE_ZK,
+    FaultKind.LINK_LOSS,
 })
 #: Faults that destroy or corrupt a bookie's copies: only the damaged bookie gets them.
 DAMAGING_KINDS = frozenset({FaultKind.BOOKIE_KILL_FOREVER, FaultKind.ENTRY_LOG_CORRUPTION,
@@ -102,9 +112,20 @@ LEDGER_WRITER_KINDS = frozenset({FaultKind.FENCE_DELETE})
 #: Faults of the Spark workload: every Spark schedule has one of each.
 SPARK_KINDS = frozenset({FaultKind.SPARK_DRIVER_KILL, FaultKind.SPARK_LOG_TRUNCATE,
                          FaultKind.SPARK_LOG_RECREATE})
+#: Faults only the multi-host test bed can make (``generate(..., network=True)``).
+NETWORK_KINDS: tuple[FaultKind, ...] = (
+    FaultKind.PARTITION_WRITER_BOOKIE, FaultKind.PARTITION_BOOKIE_ZK,
+    FaultKind.PARTITION_ZK_LEADER_MINORITY, FaultKind.PARTITION_ZK_LEADER_MAJORITY,
+    FaultKind.LINK_DELAY, FaultKind.LINK_LOSS)
 #: The kinds :func:`generate` draws (the Spark faults only with a Spark workload).
-GENERAL_KINDS: tuple[FaultKind, ...] = tuple(k for k in FaultKind
-                                             if k not in SPARK_KINDS | HEALING_KINDS)
+GENERAL_KINDS: tuple[FaultKind, ...] = tuple(
+    k for k in FaultKind if k not in SPARK_KINDS | HEALING_KINDS and k not in NETWORK_KINDS)
+#: What a network schedule draws: the network faults and the process faults the bed makes
+#: (no disk, journal, entry log or single-ZooKeeper faults: those are the default suite's).
+NETWORK_SCHEDULE_KINDS: tuple[FaultKind, ...] = (*NETWORK_KINDS, *(
+    FaultKind.BOOKIE_KILL, FaultKind.BOOKIE_PAUSE, FaultKind.ZK_EXPIRE_WRITER,
+    FaultKind.WRITER_KILL, FaultKind.WRITER_KILL_MID_ROLL, FaultKind.WRITER_PAUSE_FENCE,
+    FaultKind.FENCE, FaultKind.FENCE_DELETE))
 #: Target of the faults on the log the Spark side query reads (failOnDataLoss=false).
 SPARK_SIDE = "spark-side"
 
@@ -180,6 +201,7 @@ class Schedule:
     faults: tuple[Fault, ...]
     damaged_bookie: int
     spark: bool = False
+    network: bool = False
 
     @property
     def writer_names(self) -> list[str]:
@@ -191,6 +213,7 @@ class Schedule:
 
     def describe(self) -> str:
         lines = [f"schedule seed={self.seed} ({self.mode}, {self.n_bookies} bookies, "
+                 + ("network, " if self.network else "") +
                  f"{self.duration:.1f}s, damaged bookie-{self.damaged_bookie})"]
         for w in self.ledger_writers:
             lines.append(f"  ledger writer {w.name}: E={w.ensemble} Qw={w.write_quorum} "
@@ -273,6 +296,8 @@ def _duration_for(kind: FaultKind, rng: random.Random, mode: Mode) -> float:
         return round(rng.uniform(0.2, 1.0) * scale, 2)
     if kind == FaultKind.ZK_RESTART:
         return round(rng.uniform(0.3, 2.5) * scale, 2)
+    if kind in NETWORK_KINDS:  # a bookie's ZooKeeper session (10 s) may or may not expire
+        return round(rng.uniform(1.0, 6.0) * scale, 2)
     if kind in (FaultKind.WRITER_KILL, FaultKind.WRITER_KILL_MID_ROLL,
                 FaultKind.SPARK_DRIVER_KILL):
         return round(rng.uniform(0.2, 1.2) * scale, 2)  # until the replacement starts
@@ -287,6 +312,10 @@ def _params(kind: FaultKind, rng: random.Random) -> tuple[tuple[str, float | int
     if kind == FaultKind.JOURNAL_TAIL_TRUNCATION:
         return (("tear", rng.choice(("cut", "torn-record", "garbage"))),
                 ("salt", rng.randrange(1 << 30)))
+    if kind == FaultKind.LINK_DELAY:
+        return (("delay_ms", rng.choice((5, 10, 50, 200))),)
+    if kind == FaultKind.LINK_LOSS:
+        return (("loss_pct", rng.choice((1, 5, 20))),)
     return ()
 
 
@@ -307,9 +336,14 @@ def _targets(kind: FaultKind, n_bookies: int, damaged: int, writers: list[str],
     return [ZOOKEEPER]
 
 
-def generate(seed: int, mode: Mode = "short", n_bookies: int = 5, spark: bool = False
-             ) -> Schedule:
-    """The schedule of ``seed`` (deterministic; see the module docstring)."""
+def generate(seed: int, mode: Mode = "short", n_bookies: int = 5, spark: bool = False,
+             network: bool = False) -> Schedule:
+    """The schedule of ``seed`` (deterministic; see the module docstring). With
+    ``network``, a schedule for the test bed: its first fault is network kind
+    ``seed mod len(NETWORK_KINDS)``, the others are drawn from
+    :data:`NETWORK_SCHEDULE_KINDS` (and no Spark workload)."""
+    if network and spark:
+        raise ValueError("network schedules run no Spark sink")
     if n_bookies < 4:
         raise ValueError("the fault schedules need at least 4 bookies")
     rng = random.Random(seed)
@@ -320,7 +354,9 @@ def generate(seed: int, mode: Mode = "short", n_bookies: int = 5, spark: bool = 
     damaged = rng.randrange(n_bookies)
     occ = _Occupancy(n_bookies, max_unavailable=2 if n_bookies >= 5 else 1)
     n_faults = rng.randint(2, 4) if mode == "short" else rng.randint(3, 9)
-    kinds = [k for k in GENERAL_KINDS
+    # network schedules: the network kinds drawn twice as often as the process kinds
+    pool = (*NETWORK_KINDS, *NETWORK_SCHEDULE_KINDS) if network else GENERAL_KINDS
+    kinds = [k for k in pool
              if (k != FaultKind.WRITER_KILL_MID_ROLL or log_writers)
              and (k not in LEDGER_WRITER_KINDS or ledgers)]
     faults: list[Fault] = []
@@ -329,7 +365,8 @@ def generate(seed: int, mode: Mode = "short", n_bookies: int = 5, spark: bool = 
         faults.append(Fault(FaultKind.SPARK_DRIVER_KILL, at,
                             _duration_for(FaultKind.SPARK_DRIVER_KILL, rng, mode), "spark",
                             (("after_commit_s", round(rng.uniform(0.0, 2.0), 2)),)))
-    first = GENERAL_KINDS[seed % len(GENERAL_KINDS)]
+    first = (NETWORK_KINDS[seed % len(NETWORK_KINDS)] if network
+             else GENERAL_KINDS[seed % len(GENERAL_KINDS)])
     for i in range(n_faults):
         for _attempt in range(30):
             kind = first if i == 0 and first in kinds else rng.choice(kinds)
@@ -354,14 +391,15 @@ def generate(seed: int, mode: Mode = "short", n_bookies: int = 5, spark: bool = 
         faults.append(Fault(FaultKind.SPARK_LOG_RECREATE,
                             round(rng.uniform(duration * 0.5, duration * 0.85), 2), 0.0,
                             SPARK_SIDE))
-    healing = _healing_fault(seed, mode, duration, damaged, occ,
-                             (*ledgers, *logs))
+    # network schedules get no healing fault: the test bed's runner does not check healing
+    healing = None if network else _healing_fault(seed, mode, duration, damaged, occ,
+                                                  (*ledgers, *logs))
     if healing is not None:
         faults.append(healing)
     faults.sort(key=lambda f: (f.at, f.kind.value, f.target))
     return Schedule(seed=seed, mode=mode, n_bookies=n_bookies, duration=duration,
                     ledger_writers=ledgers, log_writers=logs, faults=tuple(faults),
-                    damaged_bookie=damaged, spark=spark)
+                    damaged_bookie=damaged, spark=spark, network=network)
 
 
 def _healing_fault(seed: int, mode: Mode, duration: float, damaged: int, occ: _Occupancy,

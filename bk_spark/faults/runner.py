@@ -33,6 +33,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bk_spark.autorecovery.auditor import bookies_lacking_entries
 from bk_spark.autorecovery.plan import fragment_duties
@@ -45,6 +46,7 @@ from bk_spark.faults.checker import FencedLedger, Findings, LogRecordRead
 from bk_spark.faults.cluster import FaultCluster, FaultInjectionError, signal_pid
 from bk_spark.faults.plan import (
     HEALING_KINDS,
+    NETWORK_KINDS,
     Fault,
     FaultKind,
     LedgerWriterSpec,
@@ -60,6 +62,9 @@ from bk_spark.log import delete_log, open_log_reader, open_log_writer
 from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.protocol.digest import master_key
 
+if TYPE_CHECKING:
+    from bk_spark.faults.netcluster import NetFaultCluster
+
 WRONG_PASSWORD = b"not-the-password"
 #: Seconds, from the end of the check, within which every ledger is back to full
 #: replication after a healing fault (the cluster's lost-bookie delay is 6 s, its full
@@ -69,9 +74,11 @@ WRITER_STOP_TIMEOUT = 40.0  # a writer drains adds (<= 18 s each when stuck) and
 ROLL_WAIT = 3.0
 
 
-def replay_command(seed: int, mode: str = "long", spark: bool = False) -> str:
+def replay_command(seed: int, mode: str = "long", spark: bool = False,
+                   network: bool = False) -> str:
     """The one command that replays the schedule of ``seed``."""
-    extra = (" --mode short" if mode == "short" else "") + (" --spark" if spark else "")
+    extra = ((" --mode short" if mode == "short" else "") + (" --spark" if spark else "")
+             + (" --network" if network else ""))
     return f"PYTHONPATH=. python -m bk_spark.faults --seed {seed}{extra}"
 
 
@@ -304,7 +311,7 @@ class ScheduleResult:
         lines = [head, s.describe(), "  findings:"]
         lines += [f"    {m}" for m in self.findings.messages]
         lines += ["  events:"] + [f"    {e}" for e in self.events[-60:]]
-        lines.append(f"  replay: {replay_command(s.seed, s.mode, s.spark)}")
+        lines.append(f"  replay: {replay_command(s.seed, s.mode, s.spark, s.network)}")
         return "\n".join(lines)
 
 
@@ -327,7 +334,7 @@ class Summary:
         if not r.ok:
             self.failed.append(r.schedule.seed)
             s = r.schedule
-            self.replays.append(replay_command(s.seed, s.mode, s.spark))
+            self.replays.append(replay_command(s.seed, s.mode, s.spark, s.network))
         self.injected.update(r.injected)
         self.skipped.update(r.skipped)
         self.findings.merge(r.findings)
@@ -383,7 +390,7 @@ class Summary:
 class Runner:
     """Runs schedules on one shared cluster (see the module docstring)."""
 
-    def __init__(self, cluster: FaultCluster, work_dir: Path,
+    def __init__(self, cluster: FaultCluster | NetFaultCluster, work_dir: Path,
                  log: Callable[[str], None] | None = None) -> None:
         self.cluster = cluster
         self.work_dir = Path(work_dir)
@@ -578,6 +585,8 @@ class _ScheduleRun:
                 raise FaultInjectionError("no spark workload")
             self._background("spark-driver-kill", lambda: self._spark_kill(f))
             return "(once the driver committed a batch)"
+        elif k in NETWORK_KINDS:
+            return self._inject_network(f)
         elif k in (FaultKind.SPARK_LOG_TRUNCATE, FaultKind.SPARK_LOG_RECREATE):
             if self.spark is None:
                 raise FaultInjectionError("no spark workload")
@@ -587,9 +596,46 @@ class _ScheduleRun:
             return f"(log {side.name}, read with failOnDataLoss=false)"
         return None
 
+    def _net(self) -> NetFaultCluster:
+        from bk_spark.faults.netcluster import NetFaultCluster
+
+        if not isinstance(self.cluster, NetFaultCluster):
+            raise FaultInjectionError("network faults need the test bed (--network)")
+        return self.cluster
+
+    def _inject_network(self, f: Fault) -> str:
+        c = self._net()
+        k = f.kind
+        if k == FaultKind.PARTITION_WRITER_BOOKIE:
+            return c.cut_writer_from(bookie_index(f.target))
+        if k == FaultKind.PARTITION_BOOKIE_ZK:
+            return c.cut_bookie_from_zk(bookie_index(f.target))
+        if k in (FaultKind.PARTITION_ZK_LEADER_MINORITY, FaultKind.PARTITION_ZK_LEADER_MAJORITY):
+            return c.cut_zk_leader(majority=k == FaultKind.PARTITION_ZK_LEADER_MAJORITY)
+        if k == FaultKind.LINK_DELAY:
+            return c.set_link(bookie_index(f.target), delay_ms=float(f.param("delay_ms", 10)))
+        if k == FaultKind.LINK_LOSS:
+            return c.set_link(bookie_index(f.target), loss_pct=float(f.param("loss_pct", 1)))
+        raise FaultInjectionError(f"not a network fault: {k.value}")
+
+    def _undo_network(self, f: Fault) -> None:
+        c = self._net()
+        k = f.kind
+        if k == FaultKind.PARTITION_WRITER_BOOKIE:
+            c.heal_writer_from(bookie_index(f.target))
+        elif k == FaultKind.PARTITION_BOOKIE_ZK:
+            c.heal_bookie_from_zk(bookie_index(f.target))
+        elif k in (FaultKind.LINK_DELAY, FaultKind.LINK_LOSS):
+            c.set_link(bookie_index(f.target))
+        else:
+            c.heal_zk()
+
     def _undo(self, f: Fault) -> str | None:
         c = self.cluster
         k = f.kind
+        if k in NETWORK_KINDS:
+            self._undo_network(f)
+            return None
         if k in (FaultKind.BOOKIE_KILL, FaultKind.JOURNAL_TAIL_TRUNCATION):
             i = bookie_index(f.target)
             if c.slots[i].state == "killed":

@@ -2,6 +2,7 @@
 
     python -m bk_spark.faults.spark_driver URI SRC DST CHECKPOINT [--max-entries N]
                                            [--available-now] [--side SRC2 DST2 CKPT2]
+                                           [--cluster]
 
 Reads log SRC (raw entries, from the earliest) at most N entries per micro-batch and writes
 every entry's ``value`` to log DST through the ``bookkeeper`` sink, with CHECKPOINT as its
@@ -9,7 +10,8 @@ checkpoint location. Prints ``started`` once the query runs and ``done`` when it
 (``--available-now``: after everything SRC holds now). ``--side``: a second query in the
 same session copies SRC2 (a log the harness truncates, deletes and creates again while it
 runs) into DST2 with ``failOnDataLoss=false``, so every loss is a logged warning and
-nothing else is skipped. The harness kills it with ``kill -9``
+nothing else is skipped. ``--cluster``: spark-submit's ``--master`` (the test bed's
+standalone master) instead of ``local[2]``. The harness kills it with ``kill -9``
 (its process group: the JVM and the Python workers die with it) and starts it again.
 """
 
@@ -29,13 +31,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-entries", type=int, default=200)
     p.add_argument("--available-now", action="store_true")
     p.add_argument("--side", nargs=3, metavar=("SRC2", "DST2", "CKPT2"))
+    p.add_argument("--cluster", action="store_true",
+                   help="run on spark-submit's --master (a cluster) instead of local[2]")
     args = p.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("bk-faults-sink")
+    builder = SparkSession.builder if args.cluster else SparkSession.builder.master("local[2]")
+    spark = (builder.appName("bk-faults-sink")
              .config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", "2").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")

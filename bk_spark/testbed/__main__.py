@@ -23,8 +23,10 @@ from bk_spark.testbed.network import remove_leftovers
 from bk_spark.testbed.scenario import (
     connect_batch_read,
     examples_through_standalone_master,
+    log_ensembles,
     network_faults,
     simpletest,
+    streaming_through_leader_kill_and_rolling_restart,
 )
 
 
@@ -35,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="use loopback addresses even where namespaces are available")
     p.add_argument("--rows", type=int, default=2000, help="events per produced batch")
     p.add_argument("--no-connect", action="store_true", help="skip the Spark Connect read")
+    p.add_argument("--streaming-only", action="store_true",
+                   help="only the streaming scenario (a live query through a ZooKeeper "
+                        "leader kill and a rolling restart of every bookie; make faults)")
     p.add_argument("--keep", action="store_true",
                    help="keep the bed's logs and data directory after a successful run")
     p.add_argument("--clean", action="store_true",
@@ -52,13 +57,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n== {title}", flush=True)
 
     t0 = time.monotonic()
-    bed = TestBed(TestBedConfig(use_namespaces=False if args.loopback else None))
+    bed = TestBed(TestBedConfig(use_namespaces=False if args.loopback else None, links=True))
     prefix = ""
     with bed:
         assert bed.network is not None
         prefix = bed.network.prefix
         step(f"test bed up in {time.monotonic() - t0:.0f}s (logs and data: {bed.base})")
         print(bed.describe())
+        if args.streaming_only:
+            _streaming(bed, step)
+            step("tear down")
+            bed.stop()
+            return _teardown_report(bed, prefix, args, t0)
         step("bk bookies (from the client host)")
         print(bed.run([bk_command(), "bookies", "-m", bed.metadata_service_uri]).stdout.rstrip())
         step("bk simpletest")
@@ -72,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--- killed ZooKeeper leader {run.killed_leader} (new leader {run.new_leader})"
               f" and bookie {run.killed_bookie}; executors ran on "
               + ", ".join(f"{w}: {' '.join(a)}" for w, a in run.executor_apps.items()))
+        print("--- the ensembles of log 'events' (bk log show, bk ledger show):")
+        print("\n".join(log_ensembles(bed, "events")))
         step(f"restart {run.killed_leader} and {run.killed_bookie}")
         bed.restart(run.killed_leader)
         bed.restart(run.killed_bookie)
@@ -84,7 +96,23 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_connect:
             step("batch read through Spark Connect (SparkSession.builder.remote)")
             print(connect_batch_read(bed, "events", expect_rows=args.rows * 3))
+        _streaming(bed, step)
         step("tear down")
+    return _teardown_report(bed, prefix, args, t0)
+
+
+def _streaming(bed: TestBed, step) -> None:
+    step("a live streaming query (spark-submit --master spark://...) through a ZooKeeper "
+         "leader killed and a rolling restart of every bookie")
+    s = streaming_through_leader_kill_and_rolling_restart(bed)
+    c = s.counts
+    print(f"killed ZooKeeper leader {s.killed_leader} (new leader {s.new_leader}), restarted "
+          f"one by one: {' '.join(s.restarted)}; driver runs: {s.driver_runs}")
+    print(f"exactly once: input {c['input']} rows, output {c['output']} rows, missing "
+          f"{c['missing']}, duplicates {c['duplicates']} ({s.seconds:.0f}s)")
+
+
+def _teardown_report(bed: TestBed, prefix: str, args: argparse.Namespace, t0: float) -> int:
     left = [ns for ns in leftover_namespaces() if ns.startswith(prefix)]
     alive = [p.name for p in bed.procs.values() if p.alive()]
     print(f"stopped {len(bed.procs)} processes by PID; namespaces left: {left or 'none'}; "

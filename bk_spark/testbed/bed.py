@@ -62,6 +62,10 @@ class TestBedConfig:
     zk_heap_mb: int = 256
     spark_daemon_memory: str = "256m"
     root: str = "/ledgers"
+    #: Namespaces only: a link (:mod:`bk_spark.testbed.link`, a TCP relay that can add delay
+    #: and lose connections) in front of every bookie, on the bookie's host and address.
+    links: bool = False
+    bookie_args: list[str] = field(default_factory=list)  # more `bookie_server` arguments
 
 
 @dataclass
@@ -96,7 +100,7 @@ class TestBed:
     config: TestBedConfig = field(default_factory=TestBedConfig)
 
     def __post_init__(self) -> None:
-        self.base = Path(self.config.base_dir or tempfile.mkdtemp(prefix="bktb-"))
+        self.base = Path(self.config.base_dir or tempfile.mkdtemp(prefix="bktb-")).resolve()
         self.base.mkdir(parents=True, exist_ok=True)
         (self.base / "logs").mkdir(exist_ok=True)
         self.network: Network | None = None
@@ -140,25 +144,28 @@ class TestBed:
                                f"{res.returncode}:\n{res.stdout[-2000:]}\n{res.stderr[-3000:]}")
         return res
 
-    def listening(self, host: Host, port: int) -> bool:
-        """Whether something on ``host`` listens on TCP ``port`` (its address or all)."""
+    def listening(self, host: Host, port: int, address: str | None = None) -> bool:
+        """Whether something on ``host`` listens on TCP ``port`` (on ``address``, default
+        the host's address, or on all)."""
+        address = address or host.address
         res = subprocess.run(host.wrap(["ss", "-Hltn", f"sport = :{port}"]),
                              capture_output=True, text=True)
         for line in res.stdout.splitlines():
             parts = line.split()
             if len(parts) >= 4:
                 addr = parts[3].rsplit(":", 1)[0]
-                if addr in (host.address, "0.0.0.0", "*", "[::]", f"[::ffff:{host.address}]"):
+                if addr in (address, "0.0.0.0", "*", "[::]", f"[::ffff:{address}]"):
                     return True
         return False
 
-    def wait_listening(self, proc: Proc, port: int, timeout: float = 60.0) -> None:
+    def wait_listening(self, proc: Proc, port: int, timeout: float = 60.0,
+                       address: str | None = None) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not proc.alive():
                 raise TestBedError(f"{proc.name} exited with {proc.popen.returncode} while "
                                    f"starting:\n{proc.log_tail()}")
-            if self.listening(proc.host, port):
+            if self.listening(proc.host, port, address):
                 return
             time.sleep(0.25)
         raise TestBedError(f"{proc.name} does not listen on {proc.host.address}:{port} after "
@@ -227,7 +234,7 @@ class TestBed:
             self.wait_listening(proc, ZK_CLIENT_PORT)
         elif name.startswith("bk"):
             proc = self._start_bookie(i)
-            self.wait_listening(proc, BOOKIE_PORT)
+            self.wait_listening(proc, BOOKIE_PORT, address=self._bookie_listen(proc.host))
         else:
             raise TestBedError(f"cannot restart {name}: only zkN and bkN")
         return proc
@@ -244,15 +251,51 @@ class TestBed:
                              capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
         return "--rack" in res.stdout
 
+    @property
+    def linked(self) -> bool:
+        """Whether every bookie sits behind a link (:attr:`TestBedConfig.links`)."""
+        return self.config.links and self.network is not None and self.network.namespaces
+
+    def _bookie_listen(self, host: Host) -> str:
+        return "127.0.0.1" if self.linked else host.address
+
+    def link_control(self, name: str) -> Path:
+        """The control file of bookie ``name``'s link."""
+        return self.base / "links" / f"{name}.json"
+
+    def set_link(self, name: str, delay_ms: float = 0.0, loss_pct: float = 0.0) -> None:
+        """Delay / lose connections on the link in front of bookie ``name`` (0, 0: clean)."""
+        from bk_spark.testbed.link import LinkSettings, write_control
+
+        if not self.linked:
+            raise TestBedError("links need namespaces and TestBedConfig(links=True)")
+        write_control(self.link_control(name), LinkSettings(delay_ms, loss_pct))
+
+    def _start_link(self, i: int) -> Proc:
+        host = self.host(f"bk{i}")
+        control = self.link_control(host.name)
+        control.parent.mkdir(exist_ok=True)
+        if not control.exists():
+            self.set_link(host.name)
+        argv = [sys.executable, "-m", "bk_spark.testbed.link",
+                "--listen", f"{host.address}:{BOOKIE_PORT}",
+                "--target", f"127.0.0.1:{BOOKIE_PORT}", "--control", str(control)]
+        proc = self._spawn(f"link-bk{i}", host, argv)
+        self.wait_listening(proc, BOOKIE_PORT)
+        return proc
+
     def _start_bookie(self, i: int) -> Proc:
         host = self.host(f"bk{i}")
-        if host.netns:  # its own host: listen everywhere, register the host's address
+        if self.linked:  # behind its link: listen on the host's loopback, register the link
+            addr = ["--host", "127.0.0.1", "--advertised-address", host.address]
+        elif host.netns:  # its own host: listen everywhere, register the host's address
             addr = ["--host", "0.0.0.0", "--advertised-address", host.address]
         else:  # loopback hosts share one network: listen on the host's address only
             addr = ["--host", host.address]
         argv = [*BOOKIE_COMMAND, *addr, "--port", str(BOOKIE_PORT),
                 "--metadata-service-uri", self.metadata_service_uri,
-                "--data-dir", str(self.base / f"bk{i}"), "--journal-file-size-mb", "8"]
+                "--data-dir", str(self.base / f"bk{i}"), "--journal-file-size-mb", "8",
+                *self.config.bookie_args]
         if self.rack_flag:
             argv += ["--rack", f"/rack-{(i - 1) % self.config.racks + 1}"]
         return self._spawn(f"bk{i}", host, argv)
@@ -383,6 +426,8 @@ class TestBed:
                 self.wait_zk_leader()
             self.rack_flag = self._bookie_supports_rack()
             for i in range(1, cfg.bookies + 1):
+                if self.linked:
+                    self._start_link(i)
                 self._start_bookie(i)
             self.wait_bookies(cfg.bookies, timeout=90)
             if cfg.spark:
@@ -414,17 +459,21 @@ class TestBed:
             return
         self._stopped = True
         order = ["connect", *(f"worker{i}" for i in range(1, 10)), "master",
-                 *(f"bk{i}" for i in range(1, 20)), *(f"zk{i}" for i in range(1, 10))]
+                 *(f"bk{i}" for i in range(1, 20)), *(f"link-bk{i}" for i in range(1, 20)),
+                 *(f"zk{i}" for i in range(1, 10))]
         for name in sorted(self.procs, key=lambda n: order.index(n) if n in order else -1):
             _stop_group(self.procs[name])
         if self.network is not None:
+            me = os.getpid()  # a harness that entered the client host (faults/netcluster)
             for pid in self.network.pids():  # executors, Python workers, anything left
+                if pid == me:
+                    continue
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
             deadline = time.monotonic() + 10
-            while self.network.pids() and time.monotonic() < deadline:
+            while set(self.network.pids()) - {me} and time.monotonic() < deadline:
                 time.sleep(0.1)
             self.network.remove()
         atexit.unregister(self.stop)

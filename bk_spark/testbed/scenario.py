@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import sys
 import textwrap
 import time
@@ -54,6 +55,18 @@ def bookie_holding(bed: TestBed, log_name: str) -> str:
         if name.startswith("bk") and bed.host(name).address == address:
             return name
     raise ScenarioError(f"bookie {ensemble[0]} of ledger {last} is not one of the bed's")
+
+
+def log_ensembles(bed: TestBed, log_name: str) -> list[str]:
+    """Per ledger of the log: its fragments' ensembles (``bk log show`` / ``bk ledger show``
+    from the client host), for the demo's output."""
+    out = []
+    for info in _bk_json(bed, "log", "show", log_name)["ledgers"]:
+        lid = info["ledger_id"]
+        frags = _bk_json(bed, "ledger", "show", str(lid))["fragments"]
+        out.append(f"ledger {lid}: " + "; ".join(
+            f"from entry {f['first_entry']}: {' '.join(f['ensemble'])}" for f in frags))
+    return out
 
 
 def _wait_for_line(proc: Proc, pattern: str, timeout: float) -> None:
@@ -189,6 +202,141 @@ def simpletest(bed: TestBed, entries: int = 1000) -> str:
            f"{time.monotonic() - t0:.1f}s"
 
 
+@dataclass
+class CutWriterRun:
+    """What :func:`writer_cut_from_most_bookies` saw."""
+
+    cut: list[str]
+    seconds: float
+    returncode: int
+    output: str
+
+
+def writer_cut_from_most_bookies(bed: TestBed, n_cut: int = 3, timeout: float = 150.0
+                                 ) -> CutWriterRun:
+    """``bk simpletest`` (E=3, Qw=Qa=2) from a writer silently cut from ``n_cut`` of the
+    bookies: with fewer reachable bookies than the ensemble size it must end (with
+    NotEnoughBookiesError) within a bounded time, not swap cut bookies in and out of its
+    ensemble forever. Cut by a partition on namespaces, by SIGSTOP on loopback hosts (both
+    leave the bookies registered and their connections hanging). Undone before returning.
+    """
+    net = bed.network
+    assert net is not None
+    live = [n for n in bed.procs if n.startswith("bk") and bed.procs[n].alive()]
+    cut = live[:n_cut]
+    for n in cut:
+        if net.faults:
+            net.partition(bed.client, bed.host(n))
+        else:
+            bed.procs[n].popen.send_signal(signal.SIGSTOP)
+    t0 = time.monotonic()
+    try:
+        res = bed.run([bk_command(), "simpletest", "-m", bed.metadata_service_uri,
+                       "-n", "200"], timeout=timeout, check=False)
+    finally:
+        for n in cut:
+            if net.faults:
+                net.heal(bed.client, bed.host(n))
+            else:
+                bed.procs[n].popen.send_signal(signal.SIGCONT)
+    return CutWriterRun(cut, time.monotonic() - t0, res.returncode,
+                        (res.stdout + res.stderr).strip())
+
+
+@dataclass
+class StreamingRun:
+    """What :func:`streaming_through_leader_kill_and_rolling_restart` saw."""
+
+    killed_leader: str = ""
+    new_leader: str = ""
+    restarted: list[str] = field(default_factory=list)
+    driver_runs: int = 0
+    counts: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def streaming_through_leader_kill_and_rolling_restart(bed: TestBed, rate: float = 40.0,
+                                                      timeout: float = 300.0) -> StreamingRun:
+    """A live streaming query on the standalone cluster through a ZooKeeper leader killed
+    mid-stream and a rolling restart of every bookie, with exactly-once output.
+
+    1. ``bk_spark.faults.spark_driver --cluster`` (spark-submit to the master) copies log
+       ``stream-in`` into ``stream-out`` through the bookkeeper sink (trigger: as fast as it
+       can, 200 entries per batch, a checkpoint directory);
+    2. a producer on the client host appends to ``stream-in`` at ``rate`` rows/s;
+    3. once the query committed a batch: kill -9 the ZooKeeper leader, wait for a new one,
+       start the old one again; then every bookie in turn stopped (SIGTERM) and started
+       again, waiting until it registered before the next;
+    4. the producer stops; the query must catch up. If the driver exits, it is started
+       again from its checkpoint (counted in ``driver_runs``);
+    5. ``stream-out`` must hold every row of ``stream-in`` exactly once (multisets).
+    """
+    t0 = time.monotonic()
+    seen = StreamingRun()
+    uri = bed.metadata_service_uri
+    ckpt = bed.base / "checkpoints" / "stream-copy"
+    stop = bed.base / "stream-produce.stop"
+    stop.unlink(missing_ok=True)
+    driver_py = CHECKOUT / "bk_spark" / "faults" / "spark_driver.py"
+    # the input log exists before the query plans its first batch
+    producer = bed.spawn_client("stream_produce", [
+        sys.executable, "-m", "bk_spark.testbed.streaming", "produce", uri, "stream-in",
+        str(stop), "--rate", str(rate)])
+
+    def start_driver() -> Proc:
+        seen.driver_runs += 1
+        return bed.spawn_client(f"stream_driver{seen.driver_runs}", bed.submit_argv(
+            driver_py, uri, "stream-in", "stream-out", str(ckpt), "--max-entries", "200",
+            "--cluster"))
+
+    def counts() -> dict:
+        res = bed.run([sys.executable, "-m", "bk_spark.testbed.streaming", "compare", uri,
+                       "stream-in", "stream-out"], timeout=120)
+        return json.loads(res.stdout.strip().splitlines()[-1])
+
+    def keep_driver(driver: Proc) -> Proc:
+        return driver if driver.alive() else start_driver()
+
+    time.sleep(2.0)
+    driver = start_driver()
+    try:
+        _wait_for_line(driver, r"(?m)^started", 180)
+        _wait("the query's first output", lambda: counts()["output"] > 0, 180)
+        seen.killed_leader = bed.kill_zk_leader()
+        seen.new_leader = bed.wait_zk_leader()
+        time.sleep(2.0)
+        bed.restart(seen.killed_leader)
+        bed.wait_zk_leader()
+        for i in range(1, bed.config.bookies + 1):
+            name = f"bk{i}"
+            driver = keep_driver(driver)
+            bed.stop_process(name)
+            bed.restart(name)
+            bed.wait_bookies(bed.config.bookies)
+            seen.restarted.append(name)
+        stop.touch()
+        if producer.popen.wait(120) != 0:
+            raise ScenarioError(f"the producer failed:\n{producer.log_tail(20)}")
+        deadline = time.monotonic() + timeout
+        while True:
+            driver = keep_driver(driver)
+            seen.counts = counts()
+            if seen.counts["output"] >= seen.counts["input"] or time.monotonic() > deadline:
+                break
+            time.sleep(2.0)
+        time.sleep(3.0)  # a batch being committed lands; then nothing more may come
+        seen.counts = counts()
+    finally:
+        stop.touch()
+        bed.stop_process(driver.name)
+        bed.stop_process(producer.name)
+    c = seen.counts
+    if c["missing"] or c["duplicates"] or c["input"] == 0:
+        raise ScenarioError(f"streaming output is not the input exactly once: {c}")
+    seen.seconds = time.monotonic() - t0
+    return seen
+
+
 def _wait(what: str, cond, timeout: float) -> float:
     t0 = time.monotonic()
     while not cond():
@@ -205,9 +353,10 @@ def network_faults(bed: TestBed) -> list[str]:
        writer replaces them in the ensemble; 2. a bookie cut from every ZooKeeper: its
        session expires, it leaves the bookie list, and it registers again once healed;
     3. the ZooKeeper leader cut from its followers: the majority side elects a new leader
-       and serves, the old leader rejoins as a follower once healed. Delay and loss
-       (``tc netem``) run when the kernel has netem. Every process must be up: restart what
-       earlier scenarios killed first.
+       and serves, the old leader rejoins as a follower once healed; 4. delay and
+       connection loss through the bookies' links (:mod:`bk_spark.testbed.link`) when the
+       bed has them, else ``tc netem`` when the kernel has it. Every process must be up:
+       restart what earlier scenarios killed first.
     """
     net = bed.network
     assert net is not None
@@ -258,7 +407,17 @@ def network_faults(bed: TestBed) -> list[str]:
     _wait("the old leader rejoins", lambda: bed.zk_leader() is not None, 60)
     out.append(line)
     # 4. delay and loss
-    if net.netem_available():
+    if bed.linked:  # the links in front of the bookies (this kernel has no netem)
+        slow, lossy = live[1], live[2]
+        bed.set_link(slow, delay_ms=10)
+        bed.set_link(lossy, loss_pct=1)
+        try:
+            out.append(f"link faults: 10 ms delay to {slow}, 1% connection loss to "
+                       f"{lossy}: {simpletest(bed)}")
+        finally:
+            bed.set_link(slow)
+            bed.set_link(lossy)
+    elif net.netem_available():
         for h in (client, bed.host(live[1])):
             net.shape(h, delay_ms=10, loss_pct=1)
         try:
@@ -268,5 +427,6 @@ def network_faults(bed: TestBed) -> list[str]:
             for h in (client, bed.host(live[1])):
                 net.unshape(h)
     else:
-        out.append("netem delay/loss skipped: this kernel has no sch_netem qdisc")
+        out.append("delay/loss skipped: this kernel has no sch_netem qdisc and the bed has "
+                   "no links (TestBedConfig(links=True))")
     return out

@@ -10,6 +10,8 @@ from bk_spark.faults.plan import (
     DAMAGING_KINDS,
     GENERAL_KINDS,
     HEALING_KINDS,
+    NETWORK_KINDS,
+    NETWORK_SCHEDULE_KINDS,
     SHORT_MODE_SEEDS,
     UNAVAILABLE_KINDS,
     FaultKind,
@@ -86,3 +88,19 @@ def test_every_spark_schedule_has_the_log_writer_the_sink_reads(mode: str) -> No
     for seed in [*SEEDS, 1049]:
         s = generate(seed, mode, spark=True)  # type: ignore[arg-type]
         assert any(g.name == "G0" for g in s.log_writers), s.describe()
+
+
+def test_network_schedules_inject_every_network_fault_in_any_six_consecutive_seeds() -> None:
+    for first in (0, 7, 1000):
+        seeds = range(first, first + len(NETWORK_KINDS))
+        scheds = [generate(seed, "long", network=True) for seed in seeds]
+        assert {f.kind for s in scheds for f in s.faults} >= set(NETWORK_KINDS)
+        for s in scheds:
+            assert s.network and not s.spark
+            assert {f.kind for f in s.faults} <= set(NETWORK_SCHEDULE_KINDS)
+
+
+def test_default_schedules_never_draw_a_network_fault() -> None:
+    for seed in SEEDS:
+        for mode in ("short", "long"):
+            assert not {f.kind for f in generate(seed, mode).faults} & set(NETWORK_KINDS)

@@ -13,7 +13,11 @@ import pytest
 
 from bk_spark.sandbox import pid_alive
 from bk_spark.testbed import TestBed, TestBedConfig, leftover_namespaces
-from bk_spark.testbed.scenario import examples_through_standalone_master, network_faults
+from bk_spark.testbed.scenario import (
+    examples_through_standalone_master,
+    network_faults,
+    writer_cut_from_most_bookies,
+)
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +61,18 @@ def test_partitions_between_hosts_leave_the_cluster_writable_and_its_entries_rea
     assert summary[0].startswith("partition writer | ") and "simpletest OK" in summary[0]
     assert "unregistered after" in summary[1] and "registered again" in summary[1]
     assert "elected in" in summary[2] and "simpletest OK" in summary[2]
+
+
+def test_a_writer_cut_from_most_bookies_fails_with_not_enough_bookies_within_bounded_time(
+        bed: TestBed):
+    # 2 of 5 bookies reachable, ensemble 3: every ensemble holds a cut bookie. Each cut
+    # bookie may cost one add timeout (10 s) before it is excluded; then the adds fail.
+    bed.wait_bookies(5)
+    run = writer_cut_from_most_bookies(bed, n_cut=3, timeout=150)
+    assert run.returncode == 1, run.output
+    assert "error:" in run.output and "no other writable bookie" in run.output, run.output
+    assert run.seconds < 75, (run.seconds, run.output)
+    bed.wait_bookies(5)
 
 
 def test_a_failing_test_still_stops_every_process_and_removes_the_namespaces(tmp_path):
