@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import AuthFailedError, NoAuthError, NoNodeError
+from kazoo.exceptions import AuthFailedError, ConnectionLoss, NoAuthError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import KazooState, KeeperState
 from kazoo.retry import KazooRetry
 from kazoo.security import ACL, Id, Permissions, make_digest_acl
 
@@ -66,6 +68,10 @@ def kazoo_kwargs(security: ZkSecurity) -> dict:
     return kw
 
 
+#: Connection attempts before a SASL refusal is believed (see :func:`connect_zk`).
+SASL_ATTEMPTS = 3
+
+
 def connect_zk(msu: MetadataServiceUri, timeout: float = 15.0,
                session_timeout: float = 10.0, security: ZkSecurity | None = None
                ) -> KazooClient:
@@ -77,32 +83,64 @@ def connect_zk(msu: MetadataServiceUri, timeout: float = 15.0,
     this client may not read fails here, with what to do."""
     security = ZkSecurity.from_env() if security is None else security
     quiet_kazoo_logger()
-    client = KazooClient(
-        hosts=msu.hosts,
-        timeout=session_timeout,
-        connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
-        command_retry=KazooRetry(max_tries=5, delay=0.1, max_delay=1.0),
-        **kazoo_kwargs(security),
-    )
-    try:
-        client.start(timeout=timeout)
-        if client.exists(msu.root):
-            client.get_children(msu.root)
-    except KazooTimeoutError as exc:
-        client.close()
-        raise MetadataServiceUnavailableError(
-            f"cannot reach ZooKeeper at {msu.hosts} (metadata service {msu.uri}) within "
-            f"{timeout:.0f}s: is it running? `bk sandbox start` runs one locally. "
-            + _tls_hint(security)) from exc
-    except (NoAuthError, AuthFailedError):
-        client.stop()
-        client.close()
-        who = f"as user {security.user!r}" if security.user else "without credentials"
-        raise UnauthorizedError(
-            f"ZooKeeper refuses access to {msu.root} {who}: give the cluster's ZooKeeper "
-            f"credentials (user:password) in the file named by BK_ZK_AUTH_FILE "
-            f"(or BK_ZK_AUTH)") from None
-    return client
+    # kazoo reports a session CONNECTED before its SASL exchange, and takes an exchange cut
+    # by a slow server (a loaded machine) for a refusal: with SASL, a refusal is believed
+    # only when it repeats.
+    sasl = security.sasl and security.digest is not None
+    attempts = SASL_ATTEMPTS if sasl else 1
+    for attempt in range(1, attempts + 1):
+        client = KazooClient(
+            hosts=msu.hosts,
+            timeout=session_timeout,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
+            command_retry=KazooRetry(max_tries=5, delay=0.1, max_delay=1.0),
+            **kazoo_kwargs(security),
+        )
+        # The session's states: kazoo reports CONNECTED before the SASL exchange, and LOST
+        # once a refused exchange closed the session (its state is then CLOSED, not
+        # AUTH_FAILED, and kazoo connects no more)
+        states: list[KazooState] = []
+        client.add_listener(states.append)
+        refused = False
+        try:
+            client.start_async()
+            deadline = time.monotonic() + timeout
+            while not client.connected and time.monotonic() < deadline and \
+                    not (sasl and KazooState.LOST in states):
+                time.sleep(0.02)
+            if (sasl and KazooState.LOST in states) or \
+                    client.client_state == KeeperState.AUTH_FAILED:
+                raise AuthFailedError()
+            if not client.connected:
+                raise KazooTimeoutError("Connection time-out")
+            if client.exists(msu.root):
+                client.get_children(msu.root)
+            return client
+        except KazooTimeoutError as exc:
+            client.stop()
+            client.close()
+            raise MetadataServiceUnavailableError(
+                f"cannot reach ZooKeeper at {msu.hosts} (metadata service {msu.uri}) within "
+                f"{timeout:.0f}s: is it running? `bk sandbox start` runs one locally. "
+                + _tls_hint(security)) from exc
+        except (NoAuthError, AuthFailedError):
+            refused = True
+        except ConnectionLoss:
+            if not sasl:  # a plain session lost at once: as any lost connection
+                raise
+            refused = True  # ZooKeeper drops a session whose SASL exchange it refused
+        if refused:
+            client.stop()
+            client.close()
+            if attempt < attempts:
+                time.sleep(0.5 * attempt)
+                continue
+            who = f"as user {security.user!r}" if security.user else "without credentials"
+            raise UnauthorizedError(
+                f"ZooKeeper refuses access to {msu.root} {who}: give the cluster's ZooKeeper "
+                f"credentials (user:password) in the file named by BK_ZK_AUTH_FILE "
+                f"(or BK_ZK_AUTH)") from None
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _tls_hint(security: ZkSecurity) -> str:

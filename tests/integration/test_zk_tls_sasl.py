@@ -127,4 +127,4 @@ def test_sasl_clients_create_sasl_protected_znodes_that_others_cannot_change(
         owner.close()
     # Wrong SASL credentials: refused, and told what to set.
     with pytest.raises(UnauthorizedError, match="'bk-cluster'"):
-        connect_zk(msu, timeout=5, security=ZkSecurity(digest="bk-cluster:wrong", sasl=True))
+        connect_zk(msu, timeout=30, security=ZkSecurity(digest="bk-cluster:wrong", sasl=True))
