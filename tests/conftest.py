@@ -19,6 +19,18 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
+@pytest.fixture(autouse=True)
+def _bk_environment_restored() -> Iterator[None]:
+    """Each test sees the environment the session started with: ``bk``'s global options
+    (``--zk-auth-file``, ``--tls-*``) set ``BK_*`` variables in the process that runs it,
+    and a test calling ``bk`` in-process must not hand its credentials to the next test."""
+    saved = {k: v for k, v in os.environ.items() if k.startswith("BK_")}
+    yield
+    for k in [k for k in os.environ if k.startswith("BK_") and k not in saved]:
+        del os.environ[k]
+    os.environ.update(saved)
+
+
 def small_journals(extra_args: list[str] | None) -> list[str]:
     """Test bookies preallocate 8 MiB journal files, not 64 MiB: a session starts about a
     hundred bookies, and preallocated journals once filled 15 GB of the disk per run."""
