@@ -228,8 +228,15 @@ def test_a_bookie_that_lost_entries_in_the_middle_of_a_fragment_is_found_and_ref
         victim.start()
         wait_for_registrations(ar_cluster.uri, 5)
         urm.mark_replicated(lh.id, {victim.bookie_id})  # undo the lost-bookie rule's mark
-        held = bk.bookies.get(victim.bookie_id).held_entries(lh.id, 0, len(payloads) - 1)
-        # its highest entry is still there: only asking which entries it holds shows the gap
+        # its highest entry is still there (once the restarted bookie has replayed its
+        # journal): only asking which entries it holds shows the gap
+        deadline = time.monotonic() + 30
+        while True:
+            held = bk.bookies.get(victim.bookie_id).held_entries(lh.id, 0,
+                                                                 len(payloads) - 1)
+            if held and held[-1][1] == len(payloads) - 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         assert held[-1][1] == len(payloads) - 1
         assert sum(b - a + 1 for a, b in held) < len(payloads)
     finally:
