@@ -91,6 +91,13 @@ def wait_for(predicate, timeout: float = 120.0) -> None:  # type: ignore[no-unty
         time.sleep(0.2)
 
 
+def _end_offsets(progress: list) -> dict:
+    """The per-log end offsets of the last progress (empty: none yet)."""
+    if not progress or not progress[-1]["sources"][0].get("endOffset"):
+        return {}
+    return json.loads(progress[-1]["sources"][0]["endOffset"])
+
+
 def test_running_query_by_pattern_picks_up_new_logs_and_shows_its_lag(
         spark, bk, uri, log_name, tmp_path):
     a, b = log_name("a"), log_name("b")
@@ -112,6 +119,8 @@ def test_running_query_by_pattern_picks_up_new_logs_and_shows_its_lag(
         wait_for(lambda: len(got) >= 20 or q.exception() is not None)
         fill(bk, b, 5)  # a new log matching the pattern, found by the running query
         wait_for(lambda: len(got) >= 25 or q.exception() is not None)
+        # a batch's rows reach the sink before its progress reaches recentProgress
+        wait_for(lambda: b in _end_offsets(q.recentProgress) or q.exception() is not None)
         assert q.exception() is None
         progress = q.recentProgress
     finally:
