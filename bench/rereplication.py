@@ -103,8 +103,8 @@ def rereplication_bench(n_entries: int = 50_000, size: int = KiB, gb: float = 1.
                         ) -> dict[str, float]:
     """Run steps 1-5; returns the figures (also printed)."""
     from bk_spark.autorecovery.replicator import LedgerReplicator
-    from bk_spark.autorecovery.underreplication import UnderReplicationManager
     from bk_spark.core.client import BookKeeper
+    from bk_spark.io.underreplication import UnderReplicationManager
     from bk_spark.sandbox import BookieProcess, ZooKeeperServer, free_port, wait_for_registrations
 
     out: dict[str, float] = {}

@@ -1,4 +1,5 @@
-"""The Auditor (BookKeeper's ``Auditor``): one per cluster, elected with kazoo's Election.
+"""The Auditor (BookKeeper's ``Auditor``): one per cluster, elected with ZooKeeper's
+election recipe (kazoo's ``Election`` on the client's own session).
 
 Every process running AutoRecovery contends in ``<root>/underreplication/auditor``; the
 winner audits until its session is lost or it stops, then the next contender takes over.
@@ -10,16 +11,16 @@ While elected, each tick:
    a fragment naming it is marked under-replicated for it (once; again if it comes back
    and goes away again).
 2. The periodic check, every ``audit_interval_s``: for every ledger and every bookie of
-   its closed fragments (:func:`~bk_spark.autorecovery.plan.fragment_duties`), a
+   its closed fragments (:func:`~bk_spark.protocol.recovery_plan.fragment_duties`), a
    registered bookie is asked which entries of the fragment it holds (``HeldEntries``:
    ranges of ids, from its index, one call per fragment); one that knows nothing of the
    ledger or lacks any entry its write sets give it (a wiped bookie, a truncated one, or
    one that lost an entry log in the middle of a fragment:
-   :func:`~bk_spark.autorecovery.plan.first_missing`) gets the ledger marked for it.
+   :func:`~bk_spark.protocol.recovery_plan.first_missing`) gets the ledger marked for it.
    Bookies missing for longer than the delay are marked too (a bookie that died while no
    Auditor ran), and so is a bookie whose move would bring a closed fragment's write
    quorums onto more racks
-   (:func:`~bk_spark.autorecovery.plan.placement_misfits`).
+   (:func:`~bk_spark.protocol.recovery_plan.placement_misfits`).
 3. The status (auditor, last checks, under-replicated count) is written for operators.
 """
 
@@ -30,21 +31,19 @@ import threading
 import time
 from collections.abc import Collection, Iterable
 
-from kazoo.client import KazooState
-from kazoo.exceptions import KazooException
-
 from bk_spark.autorecovery.metrics import AutoRecoveryMetrics
-from bk_spark.autorecovery.plan import (
+from bk_spark.core.client import BookKeeper
+from bk_spark.errors import BKError, NoSuchLedgerError
+from bk_spark.io.registration import list_bookies
+from bk_spark.io.underreplication import UnderReplicationManager
+from bk_spark.io.zk import ZooKeeperError, session_interrupted
+from bk_spark.protocol.ledger_metadata import LedgerMetadata
+from bk_spark.protocol.recovery_plan import (
     bookies_of,
     first_missing,
     fragment_duties,
     placement_misfits,
 )
-from bk_spark.autorecovery.underreplication import UnderReplicationManager
-from bk_spark.core.client import BookKeeper
-from bk_spark.errors import BKError, NoSuchLedgerError
-from bk_spark.io.registration import list_bookies
-from bk_spark.protocol.ledger_metadata import LedgerMetadata
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +75,7 @@ class Auditor:
             try:
                 self._lost_session.clear()
                 election.run(self._lead, stop)
-            except (KazooException, BKError) as exc:
+            except (ZooKeeperError, BKError) as exc:
                 log.warning("auditor election: %s", exc)
                 stop.wait(1.0)
             except Exception:  # kazoo raises its own errors on a closed client
@@ -86,7 +85,7 @@ class Auditor:
                 stop.wait(1.0)
 
     def _on_state(self, state: str) -> None:
-        if state in (KazooState.LOST, KazooState.SUSPENDED):
+        if session_interrupted(state):
             self._lost_session.set()
 
     def _lead(self, stop: threading.Event) -> None:
@@ -145,7 +144,7 @@ class Auditor:
                 if current != written:  # one write per change, not per tick
                     self.urm.write_status(current)
                     written = current
-            except (KazooException, BKError) as exc:
+            except (ZooKeeperError, BKError) as exc:
                 log.warning("auditor: %s", exc)
             stop.wait(self.tick_s)
 

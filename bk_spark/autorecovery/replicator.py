@@ -1,8 +1,8 @@
 """Re-replicating one ledger (BookKeeper's ``LedgerFragmentReplicator``).
 
 For one under-replicated ledger whose lock the caller holds, and each fragment naming a
-missing bookie (:func:`~bk_spark.autorecovery.plan.affected_fragments`), in the order of
-:data:`~bk_spark.autorecovery.plan.FRAGMENT_ACTIONS`:
+missing bookie (:func:`~bk_spark.protocol.recovery_plan.affected_fragments`), in the order of
+:data:`~bk_spark.protocol.recovery_plan.FRAGMENT_ACTIONS`:
 
 1. Choose a replacement with the placement policy (:mod:`bk_spark.protocol.placement`):
    never a bookie of the fragment's ensemble nor a missing one.
@@ -34,14 +34,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from bk_spark.autorecovery.plan import (
-    AffectedFragment,
-    FragmentAction,
-    affected_fragments,
-    entries_on_index,
-    fragment_action,
-    fragment_spans,
-)
 from bk_spark.core.client import BookKeeper
 from bk_spark.core.reader import fetch_entries
 from bk_spark.errors import BKError, NoSuchLedgerError, UnauthorizedError
@@ -49,6 +41,14 @@ from bk_spark.io.bookie_client import frame_entry
 from bk_spark.io.entry import EntryCodec
 from bk_spark.protocol.digest import DigestManager, master_key, password_digest
 from bk_spark.protocol.ledger_metadata import LedgerMetadata
+from bk_spark.protocol.recovery_plan import (
+    AffectedFragment,
+    FragmentAction,
+    affected_fragments,
+    entries_on_index,
+    fragment_action,
+    fragment_spans,
+)
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,10 @@ from prometheus_client import CollectorRegistry
 from bk_spark.autorecovery.auditor import Auditor
 from bk_spark.autorecovery.metrics import AutoRecoveryMetrics
 from bk_spark.autorecovery.replicator import LedgerReplicator
-from bk_spark.autorecovery.underreplication import UnderReplicationManager
 from bk_spark.autorecovery.worker import ReplicationWorker
 from bk_spark.core.client import BookKeeper, BookKeeperConfig
 from bk_spark.errors import InvalidConfigError
+from bk_spark.io.underreplication import UnderReplicationManager
 from bk_spark.security import ClientSecurity
 
 log = logging.getLogger(__name__)

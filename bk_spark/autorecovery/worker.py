@@ -18,12 +18,11 @@ import random
 import threading
 import time
 
-from kazoo.exceptions import KazooException
-
 from bk_spark.autorecovery.metrics import AutoRecoveryMetrics
 from bk_spark.autorecovery.replicator import LedgerReplicator
-from bk_spark.autorecovery.underreplication import UnderReplicationManager
 from bk_spark.errors import BKError
+from bk_spark.io.underreplication import UnderReplicationManager
+from bk_spark.io.zk import ZooKeeperError
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +48,7 @@ class ReplicationWorker:
             try:
                 self.urm.register_worker(self.worker_id, {"started_ms": started})
                 worked = self.urm.is_enabled() and self.run_once(stop)
-            except (BKError, KazooException) as exc:
+            except (BKError, ZooKeeperError) as exc:
                 log.warning("replication worker %s: %s", self.worker_id, exc)
                 worked = False
             if not worked:
@@ -81,7 +80,7 @@ class ReplicationWorker:
         started = time.monotonic()
         try:
             result = self.replicator.replicate(ledger_id, set(rec.missing))
-        except (BKError, KazooException) as exc:
+        except (BKError, ZooKeeperError) as exc:
             log.warning("ledger %d: re-replication failed (%s); retrying in %.0fs",
                         ledger_id, exc, self.retry_s)
             self._retry_at[ledger_id] = time.monotonic() + self.retry_s

@@ -16,7 +16,6 @@ from rich.table import Table
 from bk_spark.autorecovery.auditor import ledgers_naming, mark_ledgers_of
 from bk_spark.autorecovery.replicator import LedgerReplicator
 from bk_spark.autorecovery.service import AutoRecoveryConfig, AutoRecoveryService
-from bk_spark.autorecovery.underreplication import UnderReplicationManager
 from bk_spark.cli.common import (
     JsonOpt,
     UriOpt,
@@ -33,6 +32,7 @@ from bk_spark.errors import (
     InvalidConfigError,
 )
 from bk_spark.io.registration import clear_decommissioning, mark_decommissioning
+from bk_spark.io.underreplication import UnderReplicationManager
 
 autorecovery_app = typer.Typer(
     invoke_without_command=True,

@@ -36,8 +36,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bk_spark.autorecovery.auditor import bookies_lacking_entries
-from bk_spark.autorecovery.plan import fragment_duties
-from bk_spark.autorecovery.underreplication import UnderReplicationManager
 from bk_spark.core.client import BookKeeper, BookKeeperConfig
 from bk_spark.core.reader import ReadHandle
 from bk_spark.errors import BKError, NoSuchLedgerError, UnauthorizedError
@@ -58,9 +56,11 @@ from bk_spark.faults.transcript import WriterTold, parse
 from bk_spark.faults.writers import PASSWORD
 from bk_spark.io.bookie_client import ClientConfig
 from bk_spark.io.registration import list_bookies
+from bk_spark.io.underreplication import UnderReplicationManager
 from bk_spark.log import delete_log, open_log_reader, open_log_writer
 from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.protocol.digest import master_key
+from bk_spark.protocol.recovery_plan import fragment_duties
 
 if TYPE_CHECKING:
     from bk_spark.faults.netcluster import NetFaultCluster

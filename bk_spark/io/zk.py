@@ -7,7 +7,13 @@ import os
 import time
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import AuthFailedError, ConnectionLoss, NoAuthError, NoNodeError
+from kazoo.exceptions import (
+    AuthFailedError,
+    ConnectionLoss,
+    KazooException,
+    NoAuthError,
+    NoNodeError,
+)
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState, KeeperState
 from kazoo.retry import KazooRetry
@@ -20,6 +26,18 @@ from bk_spark.security import ZkSecurity
 
 class MetadataServiceUnavailableError(BKError):
     """ZooKeeper could not be reached at the metadata service URI."""
+
+
+#: What a ZooKeeper operation raises besides :class:`BKError` (kazoo's own root): a
+#: long-running service above the adapters (AutoRecovery) catches these without importing
+#: kazoo.
+ZooKeeperError = KazooException
+
+
+def session_interrupted(state: str) -> bool:
+    """Whether a session state reported to a ``client.add_listener`` callback means the
+    session is suspended (connection lost, may come back) or lost (ephemeral znodes gone)."""
+    return state in (KazooState.LOST, KazooState.SUSPENDED)
 
 
 #: Level of kazoo's own logger (``kazoo.client``) unless the application configured it.

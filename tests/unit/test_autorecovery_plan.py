@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bk_spark.autorecovery.plan import (
+from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
+from bk_spark.protocol.recovery_plan import (
     FRAGMENT_ACTIONS,
     FragmentAction,
     FragmentDuty,
@@ -16,7 +17,6 @@ from bk_spark.autorecovery.plan import (
     fragment_duties,
     fragment_spans,
 )
-from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
 
 A, B, C, D, E_, F = (f"b{i}:1" for i in range(6))
 
@@ -111,8 +111,8 @@ def test_an_under_replication_record_merges_and_removes_missing_bookies():
 
 
 def test_a_closed_fragment_on_one_rack_names_a_bookie_to_move_and_a_good_one_none():
-    from bk_spark.autorecovery.plan import placement_misfits
     from bk_spark.protocol.placement import Topology
+    from bk_spark.protocol.recovery_plan import placement_misfits
 
     racks = {A: "/r/0", B: "/r/0", C: "/r/0", D: "/r/1", E_: "/r/1", F: "/r/2"}
     topo = Topology((A, B, C, D, E_, F), racks)

@@ -28,11 +28,10 @@ LAYERS = [
 ]
 #: Third-party I/O libraries and who may import them: the adapters, the bookie, and (as
 #: tools that start, probe and break real processes) the sandbox, the fault harness and
-#: the test bed. AutoRecovery still holds its own ZooKeeper recipe (under-replication
-#: records, the Auditor's election): the one package above the adapters that does.
+#: the test bed.
 IO_LIBRARIES = ("grpc", "google.protobuf", "kazoo")
 IO_IMPORTERS = ("bk_spark.io", "bk_spark.proto", "bookie_server", "bk_spark.sandbox",
-                "bk_spark.faults", "bk_spark.testbed", "bk_spark.autorecovery")
+                "bk_spark.faults", "bk_spark.testbed")
 
 
 def _modules() -> dict[str, Path]:

@@ -34,7 +34,6 @@ from collections.abc import Iterable, Iterator
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from bk_spark.autorecovery.plan import UnderReplicated
 from bk_spark.errors import MetadataVersionError
 from bk_spark.io.metadata_store import (
     Versioned,
@@ -42,6 +41,7 @@ from bk_spark.io.metadata_store import (
     list_ledger_ids,
     metadata_update_loop,
 )
+from bk_spark.protocol.recovery_plan import UnderReplicated
 
 _ABSENT = -1  # the "version" of a record that does not exist
 
