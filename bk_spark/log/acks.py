@@ -11,6 +11,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 from bk_spark.core.futures import (
+    SharedConditionFuture,
     complete_in_order,
     complete_results,
 )
@@ -34,7 +35,7 @@ class AckSegment:
 
     def __init__(self, acks: InOrderAcks, ledger_id: int, index: int) -> None:
         self.acks, self.ledger_id, self.index = acks, ledger_id, index
-        self.appended = 0  # adds started (the writer counts them under its lock)
+        self.appended = 0  # adds started: set when the segment is sealed (open_segment)
         self.completed = 0  # adds completed
         self.sealed = False  # no more appends: the writer moved on to the next ledger
         self.held: list[tuple[list[Future[Position]], int, BaseException | None]] = []
@@ -63,10 +64,13 @@ class InOrderAcks:
         self._translate = translate
         self._error: BKError | None = None
 
-    def open_segment(self, ledger_id: int, index: int) -> AckSegment:
-        """Appends go to ``ledger_id`` (the ledger at ``index`` of the log) from now on."""
+    def open_segment(self, ledger_id: int, index: int, appended_before: int = 0
+                     ) -> AckSegment:
+        """Appends go to ``ledger_id`` (the ledger at ``index`` of the log) from now on;
+        ``appended_before``: how many appends the previous segment got (it is sealed)."""
         with self.lock:
             if self._segments:
+                self._segments[-1].appended = appended_before
                 self._segments[-1].sealed = True
             segment = AckSegment(self, ledger_id, index)
             self._segments.append(segment)
@@ -99,11 +103,32 @@ class InOrderAcks:
         if error is not None and self._error is None:
             self._error = self._translate(error, segment.ledger_id)
         if self._error is None:
-            lid, index = segment.ledger_id, segment.index
-            complete_results(futures, [Position(lid, e, index)
-                                       for e in range(first, first + len(futures))])
+            # each AppendFuture gets its entry id and builds its Position when asked
+            complete_results(futures, range(first, first + len(futures)))
         else:
             complete_in_order([(f, None, copy_error(self._error)) for f in futures])
+
+
+class AppendFuture(SharedConditionFuture[Position]):
+    """The future of one append: a ``concurrent.futures.Future`` whose result is the
+    :class:`Position` of the entry.
+
+    Completing thousands of appends per second, the acknowledgement path gives each future
+    only its entry id; the Position (ledger id and index from the segment the append went
+    to) is built on the first :meth:`result` and kept, so a caller that never asks (a
+    pipeline that only waits) never pays for it.
+    """
+
+    def __init__(self, condition: threading.Condition, segment: AckSegment) -> None:
+        SharedConditionFuture.__init__(self, condition)
+        self._segment = segment
+
+    def result(self, timeout: float | None = None) -> Position:
+        r = SharedConditionFuture.result(self, timeout)
+        if r.__class__ is int:  # the entry id: build the Position once
+            s = self._segment
+            r = self._result = Position(s.ledger_id, r, s.index)
+        return r
 
 
 def copy_error(err: BKError) -> BKError:

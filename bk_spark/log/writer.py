@@ -14,10 +14,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from bk_spark.core.futures import (
-    SharedConditionFuture,
-    shared_condition,
-)
+from bk_spark.core.futures import shared_condition
 from bk_spark.core.ledger import LedgerHandle
 from bk_spark.errors import (
     BKError,
@@ -29,7 +26,7 @@ from bk_spark.errors import (
     LogOwnershipLostError,
 )
 from bk_spark.io.metadata_store import Versioned
-from bk_spark.log.acks import InOrderAcks, copy_error
+from bk_spark.log.acks import AppendFuture, InOrderAcks, copy_error
 from bk_spark.log.admin import delete_ledger_quietly
 from bk_spark.log.store import LEDGER_LOG_KEY, update_log
 from bk_spark.log.view import unlisted_ledgers
@@ -41,6 +38,7 @@ from bk_spark.protocol.log_format import (
     Position,
     PropertiesUpdate,
     encode_entry,
+    frame_header,
     now_ms,
 )
 from bk_spark.protocol.log_rules import LogDecision
@@ -116,9 +114,11 @@ class LogWriter:
         info = md.value.find_in_tail(lh.id)
         assert info is not None
         self._index = info.index
+        # Every entry is stamped max(now, floor) and raises the floor to its stamp, so while
+        # the current ledger has entries the floor is its last entry's timestamp.
         self._ts_floor = ts_floor
-        self._last_ts: int | None = None  # timestamp of the current ledger's last entry
-        self._entries = 0
+        self._header = frame_header(ts_floor)  # always frame_header(self._ts_floor)
+        self._entries = 0  # entries appended to the current ledger
         self._bytes = 0
         self._started = time.monotonic()
         self._error: BKError | None = None
@@ -161,6 +161,10 @@ class LogWriter:
     @property
     def is_closed(self) -> bool:
         return self._closed
+
+    def _last_ts(self) -> int | None:
+        """The timestamp of the current ledger's last entry (None: it has none)."""
+        return self._ts_floor if self._entries else None
 
     def _check_usable(self) -> None:
         if self._error is not None:
@@ -208,26 +212,26 @@ class LogWriter:
         The entry is stamped ``max(now, last timestamp of the log)`` (log_format.py).
         ``None`` is a null value (:meth:`append`).
         """
-        if payload is not None:
+        if payload is not None and payload.__class__ is not bytes:
             payload = bytes(payload)
         with self._lock:
             if self._error is not None or self._closed:
                 self._check_usable()  # raises
-            ts = time.time_ns() // 1_000_000  # now_ms(), inlined: the hot path
-            if ts < self._ts_floor:
-                ts = self._ts_floor
-            self._ts_floor = ts
+            now = time.time_ns() // 1_000_000  # now_ms(), inlined: the hot path
+            if now > self._ts_floor:  # else stamped with the floor: never going back
+                self._ts_floor = now
+                self._header = frame_header(now)
             lh = self._lh
-            fut: Future[Position] = SharedConditionFuture(self._futures_condition)
-            try:
-                lh.add_entry_token(encode_entry(payload, ts), fut)  # completed by _segment
+            fut = AppendFuture(self._futures_condition, self._segment)
+            try:  # the future is completed by the segment (complete_runs_with)
+                if payload is None:
+                    eid = lh.add_entry_token(encode_entry(None, self._ts_floor), fut)
+                else:
+                    eid = lh.add_entry_token(self._header + payload, fut)  # one copy
+                    self._bytes += len(payload)
             except LedgerFencedError:
                 raise copy_error(self._set_error(self._lost_by_fencing(lh.id))) from None
-            self._segment.appended += 1
-            self._last_ts = ts
-            self._entries += 1
-            if payload is not None:
-                self._bytes += len(payload)
+            self._entries = eid + 1  # the writer's ledgers start empty
             # (rolling by age is the roller's own timer)
             if self._entries >= self._roll_entries or self._bytes >= self._roll_bytes:
                 self._wakeup.notify_all()
@@ -303,14 +307,15 @@ class LogWriter:
         if self.config.after_roll_cas is not None:
             self.config.after_roll_cas(new.id)
         with self._acks.lock, self._lock:  # (lock order: see InOrderAcks.lock)
-            prev, prev_last_ts = self._lh, self._last_ts
+            prev, prev_last_ts = self._lh, self._last_ts()
             info = md.value.find_in_tail(new.id)
             assert info is not None
-            self._segment = self._acks.open_segment(new.id, info.index)
+            self._segment = self._acks.open_segment(new.id, info.index, self._entries)
             new.complete_runs_with(self._segment.complete_run)
             self._lh, self._index = new, info.index
-            self._ts_floor = max(self._ts_floor, first_ts)
-            self._last_ts, self._entries, self._bytes = None, 0, 0
+            if first_ts > self._ts_floor:
+                self._ts_floor, self._header = first_ts, frame_header(first_ts)
+            self._entries, self._bytes = 0, 0
             self._started = time.monotonic()
         # Step 4: close the previous ledger (waits for its outstanding adds).
         self._close_ledger(prev)
@@ -422,7 +427,7 @@ class LogWriter:
                     return
                 self._closed = True
                 self._wakeup.notify_all()
-                lh, last_ts, error = self._lh, self._last_ts, self._error
+                lh, last_ts, error = self._lh, self._last_ts(), self._error
             if error is None:
                 try:
                     lh.close(self.config.close_timeout_s)

@@ -99,6 +99,13 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def frame_header(timestamp_ms: int) -> bytes:
+    """The bytes :func:`encode_entry` puts before a non-null payload stamped
+    ``timestamp_ms``: ``frame_header(ts) + payload == encode_entry(payload, ts)`` (a writer
+    appending many entries in one millisecond frames each with one concatenation)."""
+    return _FRAME.pack(FRAME_VERSION, timestamp_ms)
+
+
 def encode_entry(payload: bytes | None, timestamp_ms: int) -> bytes:
     """The ledger entry of one log record: version byte, 8-byte timestamp, payload.
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from bk_spark.core.futures import SharedConditionFuture, shared_condition
+from bk_spark.core.futures import shared_condition
 from bk_spark.errors import (
     BKError,
     InvalidConfigError,
@@ -18,7 +18,7 @@ from bk_spark.errors import (
     LogFormatError,
     MetadataSerializationError,
 )
-from bk_spark.log.acks import InOrderAcks
+from bk_spark.log.acks import AckSegment, AppendFuture, InOrderAcks
 from bk_spark.protocol.log_format import (
     FRAME_HEADER_SIZE,
     LedgerInfo,
@@ -31,6 +31,7 @@ from bk_spark.protocol.log_format import (
     encode_entry,
     entry_timestamp,
     first_segment_for_timestamp,
+    frame_header,
     validate_log_name,
 )
 
@@ -46,6 +47,11 @@ def test_entry_frame_carries_the_append_timestamp_and_the_payload_unchanged() ->
     assert data[0] == 1
     assert decode_entry(data) == (T0 + 5, b"payload")
     assert decode_entry(encode_entry(b"", 0)) == (0, b"")
+
+
+def test_a_frame_header_and_the_payload_make_the_encoded_entry() -> None:
+    for payload in (b"", b"x", b"payload" * 100):
+        assert frame_header(T0 + 3) + payload == encode_entry(payload, T0 + 3)
 
 
 def test_entry_frame_rejects_foreign_or_newer_entries_with_a_clear_error() -> None:
@@ -308,19 +314,18 @@ def _acks() -> tuple[InOrderAcks, list[tuple[BaseException, int]]]:
     return InOrderAcks(translate), seen
 
 
-def _futures(n: int) -> list[SharedConditionFuture[Position]]:
+def _futures(n: int, segment: AckSegment) -> list[AppendFuture]:
     cond = shared_condition()
-    return [SharedConditionFuture(cond) for _ in range(n)]
+    return [AppendFuture(cond, segment) for _ in range(n)]
 
 
 def test_acknowledgements_cross_a_roll_in_append_order() -> None:
     acks, _ = _acks()
     old_segment = acks.open_segment(1, 0)
-    old = _futures(3)
-    old_segment.appended += 3
-    new_segment = acks.open_segment(2, 1)  # the roll: appends go to ledger 2 from now on
-    new = _futures(3)
-    new_segment.appended += 3
+    old = _futures(3, old_segment)
+    # the roll: appends go to ledger 2 from now on; ledger 1 got 3
+    new_segment = acks.open_segment(2, 1, appended_before=3)
+    new = _futures(3, new_segment)
     order: list[Position] = []
     for fut in old + new:
         fut.add_done_callback(lambda o: order.append(o.result()))
@@ -333,13 +338,22 @@ def test_acknowledgements_cross_a_roll_in_append_order() -> None:
                      Position(2, 0, 1), Position(2, 1, 1), Position(2, 2, 1)]
 
 
+def test_an_append_future_yields_one_position_built_from_its_segment() -> None:
+    acks, _ = _acks()
+    segment = acks.open_segment(7, 4)
+    futs = _futures(2, segment)
+    segment.complete_run(futs, 10, None)
+    pos = futs[1].result(0)
+    assert pos == Position(7, 11, 4) and pos.ledger_index == 4
+    assert futs[1].result(0) is pos  # built once
+
+
 def test_a_ledger_without_appends_does_not_hold_the_next_one_back() -> None:
     acks, _ = _acks()
     acks.open_segment(1, 0)
     acks.open_segment(2, 1)  # rolled again before any append to ledger 1
     third = acks.open_segment(3, 2)
-    futs = _futures(2)
-    third.appended += 2
+    futs = _futures(2, third)
     third.complete_run(futs, 0, None)
     assert [f.result(0) for f in futs] == [Position(3, 0, 2), Position(3, 1, 2)]
 
@@ -347,10 +361,8 @@ def test_a_ledger_without_appends_does_not_hold_the_next_one_back() -> None:
 def test_after_a_failed_add_no_later_add_is_reported_written() -> None:
     acks, seen = _acks()
     first = acks.open_segment(1, 0)
-    outs = _futures(4)
-    first.appended += 2
-    second = acks.open_segment(2, 1)
-    second.appended += 2
+    second = acks.open_segment(2, 1, appended_before=2)
+    outs = _futures(2, first) + _futures(2, second)
     first.complete_run(outs[:1], 0, None)
     second.complete_run(outs[2:], 0, None)  # held back: ledger 1 is not done
     first.complete_run(outs[1:2], 1, LedgerFencedError("fenced"))
@@ -371,9 +383,8 @@ def test_acknowledgements_stay_ordered_under_concurrent_completion() -> None:
     plans = []
     total = 0
     for ledger in range(5):
-        segment = acks.open_segment(ledger + 1, ledger)
-        futs = _futures(400)
-        segment.appended += len(futs)
+        segment = acks.open_segment(ledger + 1, ledger, appended_before=400)
+        futs = _futures(400, segment)
         for k, fut in enumerate(futs):
             fut.add_done_callback(lambda o, n=total + k: (lock.acquire(), order.append(n),
                                                           lock.release()))
