@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import CancelledError, Future
 from concurrent.futures._base import (
     CANCELLED,
@@ -91,8 +91,7 @@ def complete_in_order(items: list[tuple[SharedConditionFuture[Any], Any, BaseExc
                 [e for _, _, e in run])
 
 
-def complete_results(futures: list[SharedConditionFuture[Any]], results: Sequence[Any]
-                     ) -> None:
+def complete_results(futures: list[SharedConditionFuture[Any]], results: list[Any]) -> None:
     """Give ``futures[i]`` the result ``results[i]``, in list order: :func:`complete_in_order`
     for a run that succeeded, without a tuple per future."""
     for start, end in _condition_runs(futures):

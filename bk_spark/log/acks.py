@@ -11,7 +11,6 @@ from collections.abc import Callable
 from concurrent.futures import Future
 
 from bk_spark.core.futures import (
-    SharedConditionFuture,
     complete_in_order,
     complete_results,
 )
@@ -103,32 +102,11 @@ class InOrderAcks:
         if error is not None and self._error is None:
             self._error = self._translate(error, segment.ledger_id)
         if self._error is None:
-            # each AppendFuture gets its entry id and builds its Position when asked
-            complete_results(futures, range(first, first + len(futures)))
+            lid, index = segment.ledger_id, segment.index
+            complete_results(futures, [Position(lid, e, index)
+                                       for e in range(first, first + len(futures))])
         else:
             complete_in_order([(f, None, copy_error(self._error)) for f in futures])
-
-
-class AppendFuture(SharedConditionFuture[Position]):
-    """The future of one append: a ``concurrent.futures.Future`` whose result is the
-    :class:`Position` of the entry.
-
-    Completing thousands of appends per second, the acknowledgement path gives each future
-    only its entry id; the Position (ledger id and index from the segment the append went
-    to) is built on the first :meth:`result` and kept, so a caller that never asks (a
-    pipeline that only waits) never pays for it.
-    """
-
-    def __init__(self, condition: threading.Condition, segment: AckSegment) -> None:
-        SharedConditionFuture.__init__(self, condition)
-        self._segment = segment
-
-    def result(self, timeout: float | None = None) -> Position:
-        r = SharedConditionFuture.result(self, timeout)
-        if r.__class__ is int:  # the entry id: build the Position once
-            s = self._segment
-            r = self._result = Position(s.ledger_id, r, s.index)
-        return r
 
 
 def copy_error(err: BKError) -> BKError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import random
 import threading
@@ -10,7 +11,7 @@ from dataclasses import replace
 
 import pytest
 
-from bk_spark.core.futures import shared_condition
+from bk_spark.core.futures import SharedConditionFuture, shared_condition
 from bk_spark.errors import (
     BKError,
     InvalidConfigError,
@@ -18,7 +19,7 @@ from bk_spark.errors import (
     LogFormatError,
     MetadataSerializationError,
 )
-from bk_spark.log.acks import AckSegment, AppendFuture, InOrderAcks
+from bk_spark.log.acks import InOrderAcks
 from bk_spark.protocol.log_format import (
     FRAME_HEADER_SIZE,
     LedgerInfo,
@@ -314,18 +315,18 @@ def _acks() -> tuple[InOrderAcks, list[tuple[BaseException, int]]]:
     return InOrderAcks(translate), seen
 
 
-def _futures(n: int, segment: AckSegment) -> list[AppendFuture]:
+def _futures(n: int) -> list[SharedConditionFuture[Position]]:
     cond = shared_condition()
-    return [AppendFuture(cond, segment) for _ in range(n)]
+    return [SharedConditionFuture(cond) for _ in range(n)]
 
 
 def test_acknowledgements_cross_a_roll_in_append_order() -> None:
     acks, _ = _acks()
     old_segment = acks.open_segment(1, 0)
-    old = _futures(3, old_segment)
+    old = _futures(3)
     # the roll: appends go to ledger 2 from now on; ledger 1 got 3
     new_segment = acks.open_segment(2, 1, appended_before=3)
-    new = _futures(3, new_segment)
+    new = _futures(3)
     order: list[Position] = []
     for fut in old + new:
         fut.add_done_callback(lambda o: order.append(o.result()))
@@ -338,14 +339,22 @@ def test_acknowledgements_cross_a_roll_in_append_order() -> None:
                      Position(2, 0, 1), Position(2, 1, 1), Position(2, 2, 1)]
 
 
-def test_an_append_future_yields_one_position_built_from_its_segment() -> None:
+def test_an_acknowledged_append_yields_its_position_with_the_ledger_index() -> None:
     acks, _ = _acks()
     segment = acks.open_segment(7, 4)
-    futs = _futures(2, segment)
+    futs = _futures(2)
     segment.complete_run(futs, 10, None)
     pos = futs[1].result(0)
     assert pos == Position(7, 11, 4) and pos.ledger_index == 4
-    assert futs[1].result(0) is pos  # built once
+
+
+def test_a_position_is_frozen_plain_data() -> None:
+    pos = Position(3, 9, 2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        pos.entry_id = 1  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(pos)) == pos and pos == Position(3, 9)
+    assert dataclasses.replace(pos, entry_id=10) == Position(3, 10, 2)
+    assert Position(3, 9, 2) < Position(1, 0, 3)  # by ledger index, then entry
 
 
 def test_a_ledger_without_appends_does_not_hold_the_next_one_back() -> None:
@@ -353,7 +362,7 @@ def test_a_ledger_without_appends_does_not_hold_the_next_one_back() -> None:
     acks.open_segment(1, 0)
     acks.open_segment(2, 1)  # rolled again before any append to ledger 1
     third = acks.open_segment(3, 2)
-    futs = _futures(2, third)
+    futs = _futures(2)
     third.complete_run(futs, 0, None)
     assert [f.result(0) for f in futs] == [Position(3, 0, 2), Position(3, 1, 2)]
 
@@ -362,7 +371,7 @@ def test_after_a_failed_add_no_later_add_is_reported_written() -> None:
     acks, seen = _acks()
     first = acks.open_segment(1, 0)
     second = acks.open_segment(2, 1, appended_before=2)
-    outs = _futures(2, first) + _futures(2, second)
+    outs = _futures(2) + _futures(2)
     first.complete_run(outs[:1], 0, None)
     second.complete_run(outs[2:], 0, None)  # held back: ledger 1 is not done
     first.complete_run(outs[1:2], 1, LedgerFencedError("fenced"))
@@ -384,7 +393,7 @@ def test_acknowledgements_stay_ordered_under_concurrent_completion() -> None:
     total = 0
     for ledger in range(5):
         segment = acks.open_segment(ledger + 1, ledger, appended_before=400)
-        futs = _futures(400, segment)
+        futs = _futures(400)
         for k, fut in enumerate(futs):
             fut.add_done_callback(lambda o, n=total + k: (lock.acquire(), order.append(n),
                                                           lock.release()))
