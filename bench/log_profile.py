@@ -6,7 +6,8 @@ Each pair starts a fresh 3-bookie sandbox and runs ``bench.__main__.ledger_add``
 ``bench.__main__.log_append`` (100k entries of 1 KiB, 2000 in flight, E3 Qw2 Qa2, the log
 rolling every 20,000 entries), each in a fresh client process; the order alternates between
 pairs. Each run prints its rate and the client process's CPU per entry; ``--spy DIR`` also
-records each client with py-spy (raw collapsed stacks, ``--nonblocking``) into ``DIR``.
+records each client's measured part with py-spy (raw collapsed stacks, 1000 Hz,
+``--nonblocking``, attached by the client to itself) into ``DIR``.
 """
 
 from __future__ import annotations
@@ -23,13 +24,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def child(kind: str, uri: str, n: int, roll: int) -> None:
+def child(kind: str, uri: str, n: int, roll: int, spy: str) -> None:
     import os
+    import signal
 
     from bench.__main__ import ledger_add, log_append
     from bk_spark.allocator import tune_allocator
 
     tune_allocator()
+    recorder = None
+    if spy:  # py-spy attached to this process for the measured part only
+        recorder = subprocess.Popen(
+            [str(Path(sys.executable).parent / "py-spy"), "record", "--nonblocking",
+             "--threads", "--format", "raw", "--rate", "1000", "-o", spy,
+             "--pid", str(os.getpid())], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)
     t0, c0 = time.perf_counter(), os.times()
     if kind == "ledger":
         rate = ledger_add(uri, n)[0]
@@ -38,18 +47,21 @@ def child(kind: str, uri: str, n: int, roll: int) -> None:
         rate, nledgers = log_append(uri, n, roll)
         extra = f" ({nledgers} ledgers)"
     c1, wall = os.times(), time.perf_counter() - t0
+    if recorder is not None:
+        recorder.send_signal(signal.SIGINT)
+        recorder.wait(30)
     cpu = (c1.user - c0.user) + (c1.system - c0.system)
     print(f"RESULT {kind} {rate:.0f} {cpu / n * 1e6:.1f} {cpu / wall:.2f}{extra}", flush=True)
 
 
 def run_child(kind: str, uri: str, n: int, roll: int, spy: Path | None, tag: str
               ) -> tuple[float, float, float]:
-    cmd = [sys.executable, "-m", "bench.log_profile", "--child", kind, uri, str(n), str(roll)]
+    out_file = ""
     if spy is not None:
         spy.mkdir(parents=True, exist_ok=True)
-        cmd = [str(Path(sys.executable).parent / "py-spy"), "record", "--nonblocking",
-               "--threads", "--format", "raw", "--rate", "200",
-               "-o", str(spy / f"{tag}-{kind}.txt"), "--", *cmd]
+        out_file = str(spy / f"{tag}-{kind}.txt")
+    cmd = [sys.executable, "-m", "bench.log_profile", "--child", kind, uri, str(n), str(roll),
+           out_file]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True).stdout
     line = next(x for x in out.splitlines() if x.startswith("RESULT"))
     _, _, rate, us, cores = line.split()[:5]
@@ -62,11 +74,11 @@ def main() -> None:
     p.add_argument("--n", type=int, default=100_000)
     p.add_argument("--roll", type=int, default=20_000)
     p.add_argument("--spy", type=Path, default=None)
-    p.add_argument("--child", nargs=4, default=None)
+    p.add_argument("--child", nargs=5, default=None)
     a = p.parse_args()
     if a.child:
-        kind, uri, n, roll = a.child
-        child(kind, uri, int(n), int(roll))
+        kind, uri, n, roll, spy = a.child
+        child(kind, uri, int(n), int(roll), spy)
         return
     from bk_spark.sandbox import Sandbox, free_port
 
