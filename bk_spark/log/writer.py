@@ -31,6 +31,7 @@ from bk_spark.errors import (
     LedgerStateError,
     LogNotFoundError,
     LogOwnershipLostError,
+    NoSuchLedgerError,
 )
 from bk_spark.io.metadata_store import Versioned
 from bk_spark.log import pending
@@ -39,7 +40,7 @@ from bk_spark.log.admin import delete_ledger_quietly
 from bk_spark.log.store import LEDGER_LOG_KEY, update_log
 from bk_spark.log.view import unlisted_ledgers
 from bk_spark.protocol import log_rules
-from bk_spark.protocol.ledger_metadata import LedgerMetadata
+from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
 from bk_spark.protocol.log_format import (
     LogLimits,
     LogMetadata,
@@ -330,6 +331,18 @@ class LogWriter:
         if spare is None:
             return None
         try:
+            # A spare waits up to half a rolling period; if a bookie of its ensemble died
+            # meanwhile, AutoRecovery recovers (fences and closes) an OPEN ledger without
+            # adds after its grace period: a roll into it would stop this writer.
+            try:
+                usable = self._bk.ledger_metadata(spare.id).state is LedgerState.OPEN
+            except NoSuchLedgerError:
+                usable = False
+            if not usable:
+                log.info("log %r: spare ledger %d is no longer open (recovered or deleted); "
+                         "creating the next ledger instead", self.name, spare.id)
+                self._discard_spare()
+                return None
             claimed = pending.claim(self._bk, self.name, [spare.id])
         except Exception:
             return None  # kept as the spare, still pending: the next roll tries again

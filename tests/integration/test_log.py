@@ -260,6 +260,30 @@ def test_a_roll_takes_the_ledger_prepared_once_the_current_one_is_half_way(
     assert log_owned_ledgers(bk, "spare") == {first, spare}
 
 
+def test_a_spare_recovered_meanwhile_is_not_rolled_into(bk: BookKeeper) -> None:
+    """AutoRecovery fences and closes an OPEN ledger without adds whose bookie died: a roll
+    must not switch to such a spare (its adds would fail as if the log were taken)."""
+    w = open_log_writer(bk, "spare-fenced", password=PW, roll_max_entries=40)
+    first = w.ledger_id
+    for i in range(20):
+        w.append(f"{i}".encode())
+    spare = wait_for_spare(bk, "spare-fenced")
+    bk.recover_ledger(spare, PW)  # what AutoRecovery does after its grace period
+    for i in range(20, 60):
+        w.append(f"{i}".encode())
+    deadline = time.monotonic() + 20
+    while w.ledger_id == first and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert w.ledger_id not in (first, spare)  # rolled into a fresh ledger
+    w.append(b"after")
+    w.close()
+    assert spare not in bk.list_ledgers()
+    assert payloads(read_all(bk, "spare-fenced")) == [
+        *(f"{i}".encode() for i in range(60)), b"after"]
+    assert log_owned_ledgers(bk, "spare-fenced") == {
+        i.ledger_id for i in log_ledgers(bk, "spare-fenced")}
+
+
 def test_an_unused_spare_ledger_is_deleted_when_the_writer_closes(bk: BookKeeper) -> None:
     w = open_log_writer(bk, "spare-close", password=PW, roll_max_entries=100)
     for i in range(60):
