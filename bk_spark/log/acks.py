@@ -34,7 +34,7 @@ class AckSegment:
 
     def __init__(self, acks: InOrderAcks, ledger_id: int, index: int) -> None:
         self.acks, self.ledger_id, self.index = acks, ledger_id, index
-        self.appended = 0  # adds started (the writer counts them under its lock)
+        self.appended = 0  # adds started: set when the segment is sealed (open_segment)
         self.completed = 0  # adds completed
         self.sealed = False  # no more appends: the writer moved on to the next ledger
         self.held: list[tuple[list[Future[Position]], int, BaseException | None]] = []
@@ -63,10 +63,13 @@ class InOrderAcks:
         self._translate = translate
         self._error: BKError | None = None
 
-    def open_segment(self, ledger_id: int, index: int) -> AckSegment:
-        """Appends go to ``ledger_id`` (the ledger at ``index`` of the log) from now on."""
+    def open_segment(self, ledger_id: int, index: int, appended_before: int = 0
+                     ) -> AckSegment:
+        """Appends go to ``ledger_id`` (the ledger at ``index`` of the log) from now on;
+        ``appended_before``: how many appends the previous segment got (it is sealed)."""
         with self.lock:
             if self._segments:
+                self._segments[-1].appended = appended_before
                 self._segments[-1].sealed = True
             segment = AckSegment(self, ledger_id, index)
             self._segments.append(segment)

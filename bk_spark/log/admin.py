@@ -15,6 +15,7 @@ from bk_spark.errors import (
     NoSuchLedgerError,
     UnauthorizedError,
 )
+from bk_spark.log import pending
 from bk_spark.log.store import log_store, update_log
 from bk_spark.log.view import LogView, open_log_view
 from bk_spark.protocol import log_rules
@@ -128,8 +129,9 @@ def delete_log(bk: BookKeeper, name: str, password: bytes | str = b"") -> list[i
     deleted.
 
     First a CAS marks the log as being deleted (a writer's next CAS fails with
-    :class:`LogNotFoundError`), then every ledger is deleted, then the znodes. Interrupted,
-    it can be run again.
+    :class:`LogNotFoundError`), then every ledger is deleted (with the spare ledger a
+    writer that died prepared: :func:`~bk_spark.log.pending.sweep_spares`), then the
+    znodes. Interrupted, it can be run again.
     """
     password = password_bytes(password)
     store = log_store(bk)
@@ -138,5 +140,6 @@ def delete_log(bk: BookKeeper, name: str, password: bytes | str = b"") -> list[i
     ledgers = [r.ledger_id for r in LogView(store, name, md).ledgers()]
     for lid in ledgers:
         delete_ledger_quietly(bk, lid, password)
+    pending.sweep_spares(bk, name, password)
     store.delete_tree(name)
     return ledgers

@@ -16,7 +16,13 @@ delete succeed:
 * abort and a failed task delete their own ledgers.
 
 So nothing a write leaves behind outlives the next commit of that sink, and a swept
-ledger can never be committed. (A process killed between creating its ledger and
+ledger can never be committed.
+
+A log writer's *spare* (the next ledger of a roll, created ahead: ``log/writer.py``) is
+registered the same way with the attempt :data:`SPARE_ATTEMPT`: the roll claims it before
+the CAS that lists it, the writer discards it when it closes or stops, and the next writer
+of the log (:func:`sweep_spares`, when it opens the log) or ``delete_log`` sweeps the spare
+of a writer that died. (A process killed between creating its ledger and
 registering it leaves that ledger behind; its custom metadata ``bk-spark.log`` and
 ``bk-spark.attempt`` name it.)
 """
@@ -33,6 +39,10 @@ if TYPE_CHECKING:
     from bk_spark.core.client import BookKeeper
 
 log = logging.getLogger(__name__)
+
+
+#: The attempt of every log writer's spare ledger (see the module doc).
+SPARE_ATTEMPT = "log-writer-spare"
 
 
 def _store(bk: BookKeeper) -> PendingLedgerStore:
@@ -87,3 +97,11 @@ def sweep(bk: BookKeeper, log_name: str, *, attempt: str, txn_key: str | None,
     swept = claim(bk, log_name, doomed)
     discard(bk, log_name, swept, password)
     return swept
+
+
+def sweep_spares(bk: BookKeeper, log_name: str, password: bytes) -> list[int]:
+    """Claim and delete the spare ledgers log writers of ``log_name`` prepared and never
+    used (a writer that died, or one that lost the log, leaves its spare pending); returns
+    their ids. A live writer whose spare this sweeps loses its claim and creates its next
+    ledger itself."""
+    return sweep(bk, log_name, attempt=SPARE_ATTEMPT, txn_key=None, password=password)

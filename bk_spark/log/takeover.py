@@ -20,6 +20,7 @@ from bk_spark.errors import (
     NoSuchLedgerError,
 )
 from bk_spark.io.metadata_store import Versioned
+from bk_spark.log import pending
 from bk_spark.log.admin import create_log, delete_ledger_quietly
 from bk_spark.log.store import log_store, update_log
 from bk_spark.log.writer import LogWriter, LogWriterConfig, create_log_ledger
@@ -186,4 +187,15 @@ def open_log_writer(bk: BookKeeper, name: str, *, create_if_missing: bool = True
         roll_max_age_s=roll_max_age_s, limits=limits or LogLimits(),
         after_roll_cas=after_roll_cas)
     lh, md, ts_floor = take_over(bk, name, config, create_if_missing)
+    # The previous writers' unused spare ledgers (a writer that died leaves its own): this
+    # writer owns the log now, so they can never be listed.
+    try:
+        swept = pending.sweep_spares(bk, name, password)
+    except Exception as exc:  # kept pending: the next writer or delete_log sweeps them
+        log.warning("log %r: could not delete the spare ledgers of earlier writers: %s",
+                    name, exc)
+    else:
+        if swept:
+            log.info("log %r: deleted the unused spare ledgers %s of earlier writers", name,
+                     swept)
     return LogWriter(bk, name, config, lh, md, ts_floor)

@@ -1,6 +1,13 @@
 """The log writer: appends, and the seed's "Rolling ledgers" (four steps in
 :meth:`LogWriter._roll_locked`): appends continue into the previous ledger until the CAS
 adding the next one succeeded.
+
+A writer that rolls automatically does step 1 ahead of time: once the current ledger is
+half-way to a rolling limit, the roller creates the next ledger (the *spare*) and registers
+it as pending for the log (:mod:`bk_spark.log.pending`), so a roll is one claim and one CAS.
+The spare is claimed (its record deleted) before the CAS that lists it; an unused spare is
+deleted when the writer closes or stops, and a crashed writer's spare is swept by the next
+writer of the log (or by ``delete_log``): no spare outlives the next owner.
 """
 
 from __future__ import annotations
@@ -14,10 +21,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from bk_spark.core.futures import (
-    SharedConditionFuture,
-    shared_condition,
-)
+from bk_spark.core.futures import SharedConditionFuture, shared_condition
 from bk_spark.core.ledger import LedgerHandle
 from bk_spark.errors import (
     BKError,
@@ -27,20 +31,23 @@ from bk_spark.errors import (
     LedgerStateError,
     LogNotFoundError,
     LogOwnershipLostError,
+    NoSuchLedgerError,
 )
 from bk_spark.io.metadata_store import Versioned
+from bk_spark.log import pending
 from bk_spark.log.acks import InOrderAcks, copy_error
 from bk_spark.log.admin import delete_ledger_quietly
 from bk_spark.log.store import LEDGER_LOG_KEY, update_log
 from bk_spark.log.view import unlisted_ledgers
 from bk_spark.protocol import log_rules
-from bk_spark.protocol.ledger_metadata import LedgerMetadata
+from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
 from bk_spark.protocol.log_format import (
     LogLimits,
     LogMetadata,
     Position,
     PropertiesUpdate,
     encode_entry,
+    frame_header,
     now_ms,
 )
 from bk_spark.protocol.log_rules import LogDecision
@@ -49,6 +56,10 @@ if TYPE_CHECKING:
     from bk_spark.core.client import BookKeeper
 
 log = logging.getLogger(__name__)
+
+#: The share of a rolling limit (entries, bytes or age) at which the roller prepares the
+#: next ledger.
+SPARE_AT = 0.5
 
 
 @dataclass(frozen=True)
@@ -116,9 +127,11 @@ class LogWriter:
         info = md.value.find_in_tail(lh.id)
         assert info is not None
         self._index = info.index
+        # Every entry is stamped max(now, floor) and raises the floor to its stamp, so while
+        # the current ledger has entries the floor is its last entry's timestamp.
         self._ts_floor = ts_floor
-        self._last_ts: int | None = None  # timestamp of the current ledger's last entry
-        self._entries = 0
+        self._header = frame_header(ts_floor)  # always frame_header(self._ts_floor)
+        self._entries = 0  # entries appended to the current ledger
         self._bytes = 0
         self._started = time.monotonic()
         self._error: BKError | None = None
@@ -137,6 +150,12 @@ class LogWriter:
         c = config
         self._roll_entries = c.roll_max_entries if c.roll_max_entries is not None else math.inf
         self._roll_bytes = c.roll_max_bytes if c.roll_max_bytes is not None else math.inf
+        # The next ledger, created ahead and registered as pending (the roller's; changed
+        # under _meta_lock, and _lock for the roller's wait).
+        self._spare: LedgerHandle | None = None
+        # Appends wake the roller (once) when the current ledger reaches these.
+        self._wake_entries, self._wake_bytes = math.inf, math.inf
+        self._roller_waiting = False
         self._roller: threading.Thread | None = None
         if config.rolls:
             self._roller = threading.Thread(target=self._roll_loop, daemon=True,
@@ -161,6 +180,10 @@ class LogWriter:
     @property
     def is_closed(self) -> bool:
         return self._closed
+
+    def _last_ts(self) -> int | None:
+        """The timestamp of the current ledger's last entry (None: it has none)."""
+        return self._ts_floor if self._entries else None
 
     def _check_usable(self) -> None:
         if self._error is not None:
@@ -208,64 +231,142 @@ class LogWriter:
         The entry is stamped ``max(now, last timestamp of the log)`` (log_format.py).
         ``None`` is a null value (:meth:`append`).
         """
-        if payload is not None:
+        if payload is not None and payload.__class__ is not bytes:
             payload = bytes(payload)
         with self._lock:
             if self._error is not None or self._closed:
                 self._check_usable()  # raises
-            ts = time.time_ns() // 1_000_000  # now_ms(), inlined: the hot path
-            if ts < self._ts_floor:
-                ts = self._ts_floor
-            self._ts_floor = ts
+            now = time.time_ns() // 1_000_000  # now_ms(), inlined: the hot path
+            if now > self._ts_floor:  # else stamped with the floor: never going back
+                self._ts_floor = now
+                self._header = frame_header(now)
             lh = self._lh
             fut: Future[Position] = SharedConditionFuture(self._futures_condition)
-            try:
-                lh.add_entry_token(encode_entry(payload, ts), fut)  # completed by _segment
+            try:  # the future is completed by the segment (complete_runs_with)
+                if payload is None:
+                    eid = lh.add_entry_token(encode_entry(None, self._ts_floor), fut)
+                else:
+                    eid = lh.add_entry_token(self._header + payload, fut)  # one copy
+                    self._bytes += len(payload)
             except LedgerFencedError:
                 raise copy_error(self._set_error(self._lost_by_fencing(lh.id))) from None
-            self._segment.appended += 1
-            self._last_ts = ts
-            self._entries += 1
-            if payload is not None:
-                self._bytes += len(payload)
+            self._entries = eid + 1  # the writer's ledgers start empty
             # (rolling by age is the roller's own timer)
-            if self._entries >= self._roll_entries or self._bytes >= self._roll_bytes:
+            if self._roller_waiting and (self._entries >= self._wake_entries
+                                         or self._bytes >= self._wake_bytes):
+                self._roller_waiting = False
                 self._wakeup.notify_all()
         return fut
 
     # ----------------------------------------------------------------- rolling
-    def _roll_due(self) -> bool:
-        c = self.config
-        return (c.roll_max_entries is not None and self._entries >= c.roll_max_entries) or \
-            (c.roll_max_bytes is not None and self._bytes >= c.roll_max_bytes) or \
-            (c.roll_max_age_s is not None and self._entries > 0
-             and time.monotonic() - self._started >= c.roll_max_age_s)
+    def _reached(self, share: float) -> bool:
+        """The current ledger reached ``share`` of a rolling limit (1.0: roll now)."""
+        age = self.config.roll_max_age_s
+        return self._entries >= self._roll_entries * share or \
+            self._bytes >= self._roll_bytes * share or \
+            (age is not None and self._entries > 0
+             and time.monotonic() - self._started >= age * share)
+
+    def _roller_due(self) -> bool:
+        """A roll is due, or the spare for the next one (under _lock)."""
+        return self._reached(1.0) or (self._spare is None and self._reached(SPARE_AT))
 
     def _roll_loop(self) -> None:
-        """Background rolling by entry count, bytes and age."""
+        """Background rolling by entry count, bytes and age, with the next ledger prepared
+        once the current one is half-way (:meth:`_prepare_spare`)."""
         age = self.config.roll_max_age_s
-        while True:
-            with self._lock:
-                while not (self._closed or self._error or self._roll_due()):
-                    wait = None
-                    if age is not None:
-                        wait = max(0.01, self._started + age - time.monotonic()) \
-                            if self._entries else age
-                    self._wakeup.wait(wait)
-                if self._closed or self._error:
-                    return
-            try:
-                with self._meta_lock:
-                    with self._lock:
-                        due = self._roll_due() and not self._closed
-                    if due:
-                        self._roll_locked(None)
-            except (LogOwnershipLostError, LogNotFoundError):
-                return
-            except Exception as exc:  # e.g. no bookies or ZooKeeper away for now
-                log.warning("log %r: rolling failed, retrying in 1s: %s", self.name, exc)
+        try:
+            while True:
                 with self._lock:
-                    self._wakeup.wait(1.0)
+                    while not (self._closed or self._error or self._roller_due()):
+                        share = 1.0 if self._spare is not None else SPARE_AT
+                        self._wake_entries = self._roll_entries * share
+                        self._wake_bytes = self._roll_bytes * share
+                        wait = None
+                        if age is not None:
+                            wait = max(0.01, self._started + age * share - time.monotonic()) \
+                                if self._entries else age * share
+                        self._roller_waiting = True
+                        self._wakeup.wait(wait)
+                        self._roller_waiting = False
+                    if self._closed or self._error:
+                        return
+                try:
+                    with self._meta_lock:
+                        with self._lock:
+                            due = not self._closed and self._reached(1.0)
+                            spare_due = (not self._closed and self._spare is None
+                                         and self._reached(SPARE_AT))
+                        if due:
+                            self._roll_locked(None)
+                        elif spare_due:
+                            self._prepare_spare()
+                except (LogOwnershipLostError, LogNotFoundError):
+                    return
+                except Exception as exc:  # e.g. no bookies or ZooKeeper away for now
+                    log.warning("log %r: rolling failed, retrying in 1s: %s", self.name, exc)
+                    with self._lock:
+                        self._wakeup.wait(1.0)
+        finally:
+            with self._meta_lock:
+                self._discard_spare()
+
+    def _prepare_spare(self) -> None:
+        """Step 1 of the next roll, ahead of time: create the next ledger and register it as
+        pending for the log (so that, should this process die, the next writer of the log
+        finds and deletes it). Under _meta_lock."""
+        lh = create_log_ledger(self._bk, self.name, self.config)
+        try:
+            pending.register(self._bk, self.name, lh.id, pending.SPARE_ATTEMPT, None)
+        except BaseException:
+            delete_ledger_quietly(self._bk, lh.id, self.config.password)
+            raise
+        with self._lock:
+            self._spare = lh
+
+    def _take_spare(self) -> LedgerHandle | None:
+        """The spare for this roll, claimed (its pending record deleted: from now on the
+        roll decides its fate); None if there is none or another writer swept it."""
+        spare = self._spare
+        if spare is None:
+            return None
+        try:
+            # A spare waits up to half a rolling period; if a bookie of its ensemble died
+            # meanwhile, AutoRecovery recovers (fences and closes) an OPEN ledger without
+            # adds after its grace period: a roll into it would stop this writer.
+            try:
+                usable = self._bk.ledger_metadata(spare.id).state is LedgerState.OPEN
+            except NoSuchLedgerError:
+                usable = False
+            if not usable:
+                log.info("log %r: spare ledger %d is no longer open (recovered or deleted); "
+                         "creating the next ledger instead", self.name, spare.id)
+                self._discard_spare()
+                return None
+            claimed = pending.claim(self._bk, self.name, [spare.id])
+        except Exception:
+            return None  # kept as the spare, still pending: the next roll tries again
+        with self._lock:
+            self._spare = None
+        if not claimed:
+            log.info("log %r: spare ledger %d was swept (another writer opened the log)",
+                     self.name, spare.id)
+            return None
+        return spare
+
+    def _discard_spare(self) -> None:
+        """Delete an unused spare and its pending record (closing or stopping). Under
+        _meta_lock."""
+        spare = self._spare
+        if spare is None:
+            return
+        with self._lock:
+            self._spare = None
+        try:
+            pending.discard(self._bk, self.name, [spare.id], self.config.password)
+        except Exception as exc:  # still pending: the next writer of the log sweeps it
+            log.warning("log %r: could not delete spare ledger %d: %s", self.name, spare.id,
+                        exc)
 
     def roll(self, properties: PropertiesUpdate | None = None) -> int:
         """Roll to a new ledger; returns its id. Appends continue meanwhile.
@@ -289,8 +390,8 @@ class LogWriter:
         ledger's last entry and timestamp are recorded for seeks (one more CAS).
         """
         self._check_usable()
-        # Step 1: create a new ledger.
-        new = create_log_ledger(self._bk, self.name, self.config)
+        # Step 1: create a new ledger (or take the one prepared ahead).
+        new = self._take_spare() or create_log_ledger(self._bk, self.name, self.config)
         # Steps 2 and 3: add it to the ledger list; write the list back with a CAS.
         try:
             md, first_ts = self._cas_add_ledger(new.id, properties)
@@ -303,14 +404,15 @@ class LogWriter:
         if self.config.after_roll_cas is not None:
             self.config.after_roll_cas(new.id)
         with self._acks.lock, self._lock:  # (lock order: see InOrderAcks.lock)
-            prev, prev_last_ts = self._lh, self._last_ts
+            prev, prev_last_ts = self._lh, self._last_ts()
             info = md.value.find_in_tail(new.id)
             assert info is not None
-            self._segment = self._acks.open_segment(new.id, info.index)
+            self._segment = self._acks.open_segment(new.id, info.index, self._entries)
             new.complete_runs_with(self._segment.complete_run)
             self._lh, self._index = new, info.index
-            self._ts_floor = max(self._ts_floor, first_ts)
-            self._last_ts, self._entries, self._bytes = None, 0, 0
+            if first_ts > self._ts_floor:
+                self._ts_floor, self._header = first_ts, frame_header(first_ts)
+            self._entries, self._bytes = 0, 0
             self._started = time.monotonic()
         # Step 4: close the previous ledger (waits for its outstanding adds).
         self._close_ledger(prev)
@@ -422,14 +524,18 @@ class LogWriter:
                     return
                 self._closed = True
                 self._wakeup.notify_all()
-                lh, last_ts, error = self._lh, self._last_ts, self._error
-            if error is None:
-                try:
-                    lh.close(self.config.close_timeout_s)
-                except (LedgerFencedError, LedgerStateError):
-                    log.info("log %r: ledger %d was fenced before close", self.name, lh.id)
-                else:
-                    self._record_description(lh.id, lh.last_add_confirmed, last_ts)
+                lh, last_ts, error = self._lh, self._last_ts(), self._error
+            try:
+                if error is None:
+                    try:
+                        lh.close(self.config.close_timeout_s)
+                    except (LedgerFencedError, LedgerStateError):
+                        log.info("log %r: ledger %d was fenced before close", self.name,
+                                 lh.id)
+                    else:
+                        self._record_description(lh.id, lh.last_add_confirmed, last_ts)
+            finally:
+                self._discard_spare()
         if self._roller is not None and self._roller is not threading.current_thread():
             self._roller.join(5.0)
 

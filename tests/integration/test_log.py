@@ -29,6 +29,7 @@ from bk_spark.errors import (
 )
 from bk_spark.io.bookie_client import BookieClient
 from bk_spark.log import (
+    LEDGER_LOG_KEY,
     LogRecord,
     Position,
     create_log,
@@ -38,6 +39,7 @@ from bk_spark.log import (
     log_metadata,
     open_log_reader,
     open_log_writer,
+    pending,
     truncate_log,
     update_log_properties,
 )
@@ -216,6 +218,117 @@ def test_roll_by_entry_count_starts_a_new_ledger_once_the_count_is_reached(
     assert sum(sizes) == 230 and len(sizes) >= 3
     assert all(50 <= s <= 100 for s in sizes[:-1]), sizes  # appends go on during a roll
     assert payloads(read_all(bk, "count")) == [f"{i}".encode() for i in range(230)]
+
+
+def wait_for_spare(bk: BookKeeper, name: str, timeout: float = 20.0) -> int:
+    """The id of the spare ledger the writer of ``name`` prepared (registered pending)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ids = pending.registered(bk, name)
+        if ids:
+            (spare,) = ids
+            return spare
+        time.sleep(0.02)
+    raise AssertionError(f"no spare ledger of log {name!r} after {timeout}s")
+
+
+def log_owned_ledgers(bk: BookKeeper, name: str) -> set[int]:
+    """Every ledger whose metadata names log ``name`` (listed or not)."""
+    return {lid for lid in bk.list_ledgers()
+            if dict(bk.ledger_metadata(lid).custom_metadata).get(LEDGER_LOG_KEY) == name}
+
+
+def test_a_roll_takes_the_ledger_prepared_once_the_current_one_is_half_way(
+        bk: BookKeeper) -> None:
+    w = open_log_writer(bk, "spare", password=PW, roll_max_entries=40)
+    first = w.ledger_id
+    for i in range(20):
+        w.append(f"{i}".encode())
+    spare = wait_for_spare(bk, "spare")  # prepared at half of roll_max_entries
+    assert spare not in [i.ledger_id for i in log_ledgers(bk, "spare")]
+    assert w.ledger_id == first
+    for i in range(20, 40):
+        w.append(f"{i}".encode())
+    deadline = time.monotonic() + 20
+    while w.ledger_id == first and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert w.ledger_id == spare  # the roll used it: claimed, then listed by the CAS
+    assert [i.ledger_id for i in log_ledgers(bk, "spare")] == [first, spare]
+    assert pending.registered(bk, "spare") == []
+    w.close()
+    assert payloads(read_all(bk, "spare")) == [f"{i}".encode() for i in range(40)]
+    assert log_owned_ledgers(bk, "spare") == {first, spare}
+
+
+def test_a_spare_recovered_meanwhile_is_not_rolled_into(bk: BookKeeper) -> None:
+    """AutoRecovery fences and closes an OPEN ledger without adds whose bookie died: a roll
+    must not switch to such a spare (its adds would fail as if the log were taken)."""
+    w = open_log_writer(bk, "spare-fenced", password=PW, roll_max_entries=40)
+    first = w.ledger_id
+    for i in range(20):
+        w.append(f"{i}".encode())
+    spare = wait_for_spare(bk, "spare-fenced")
+    bk.recover_ledger(spare, PW)  # what AutoRecovery does after its grace period
+    for i in range(20, 60):
+        w.append(f"{i}".encode())
+    deadline = time.monotonic() + 20
+    while w.ledger_id == first and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert w.ledger_id not in (first, spare)  # rolled into a fresh ledger
+    w.append(b"after")
+    w.close()
+    assert spare not in bk.list_ledgers()
+    assert payloads(read_all(bk, "spare-fenced")) == [
+        *(f"{i}".encode() for i in range(60)), b"after"]
+    assert log_owned_ledgers(bk, "spare-fenced") == {
+        i.ledger_id for i in log_ledgers(bk, "spare-fenced")}
+
+
+def test_an_unused_spare_ledger_is_deleted_when_the_writer_closes(bk: BookKeeper) -> None:
+    w = open_log_writer(bk, "spare-close", password=PW, roll_max_entries=100)
+    for i in range(60):
+        w.append_async(f"{i}".encode())
+    spare = wait_for_spare(bk, "spare-close")
+    w.close()
+    assert spare not in bk.list_ledgers()
+    assert pending.registered(bk, "spare-close") == []
+    assert log_owned_ledgers(bk, "spare-close") == {
+        i.ledger_id for i in log_ledgers(bk, "spare-close")}
+
+
+def test_the_next_writer_deletes_the_spare_of_a_writer_that_lost_the_log(
+        bk: BookKeeper) -> None:
+    a = open_log_writer(bk, "spare-lost", password=PW, roll_max_entries=100)
+    for i in range(60):
+        a.append(f"A:{i}".encode())
+    spare = wait_for_spare(bk, "spare-lost")
+    with BookKeeper(bk.msu.uri) as other:
+        b = open_log_writer(other, "spare-lost", password=PW)
+        assert spare not in bk.list_ledgers()  # swept when b opened the log
+        assert pending.registered(bk, "spare-lost") == []
+        with pytest.raises(LogOwnershipLostError):
+            for i in range(60, 200):  # its ledger is fenced: an append fails
+                a.append(f"A:{i}".encode())
+        a.close()
+        b.append(b"B:0")
+        b.close()
+    listed = {i.ledger_id for i in log_ledgers(bk, "spare-lost")}
+    assert log_owned_ledgers(bk, "spare-lost") == listed  # nothing left behind
+    assert payloads(read_all(bk, "spare-lost"))[-1] == b"B:0"
+
+
+def test_a_killed_writers_spare_ledger_is_deleted_by_the_next_writer(
+        bk: BookKeeper, metadata_uri: str) -> None:
+    # the roll at 2,000 entries is seconds away from the spare made at 1,000
+    p = WriterProc(metadata_uri, "spare-crash", "A", "--roll-every", "2000", "--window", "2")
+    spare = wait_for_spare(bk, "spare-crash", timeout=60)
+    p.kill9()
+    assert pending.registered(bk, "spare-crash") == [spare]  # left behind, pending
+    assert spare in bk.list_ledgers()
+    w = open_log_writer(bk, "spare-crash", password=PW)
+    assert spare not in bk.list_ledgers()
+    assert pending.registered(bk, "spare-crash") == []
+    w.close()
 
 
 def test_roll_by_bytes_and_by_age_of_a_ledger_with_entries(bk: BookKeeper) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import random
 import threading
@@ -31,6 +32,7 @@ from bk_spark.protocol.log_format import (
     encode_entry,
     entry_timestamp,
     first_segment_for_timestamp,
+    frame_header,
     validate_log_name,
 )
 
@@ -46,6 +48,11 @@ def test_entry_frame_carries_the_append_timestamp_and_the_payload_unchanged() ->
     assert data[0] == 1
     assert decode_entry(data) == (T0 + 5, b"payload")
     assert decode_entry(encode_entry(b"", 0)) == (0, b"")
+
+
+def test_a_frame_header_and_the_payload_make_the_encoded_entry() -> None:
+    for payload in (b"", b"x", b"payload" * 100):
+        assert frame_header(T0 + 3) + payload == encode_entry(payload, T0 + 3)
 
 
 def test_entry_frame_rejects_foreign_or_newer_entries_with_a_clear_error() -> None:
@@ -317,10 +324,9 @@ def test_acknowledgements_cross_a_roll_in_append_order() -> None:
     acks, _ = _acks()
     old_segment = acks.open_segment(1, 0)
     old = _futures(3)
-    old_segment.appended += 3
-    new_segment = acks.open_segment(2, 1)  # the roll: appends go to ledger 2 from now on
+    # the roll: appends go to ledger 2 from now on; ledger 1 got 3
+    new_segment = acks.open_segment(2, 1, appended_before=3)
     new = _futures(3)
-    new_segment.appended += 3
     order: list[Position] = []
     for fut in old + new:
         fut.add_done_callback(lambda o: order.append(o.result()))
@@ -333,13 +339,30 @@ def test_acknowledgements_cross_a_roll_in_append_order() -> None:
                      Position(2, 0, 1), Position(2, 1, 1), Position(2, 2, 1)]
 
 
+def test_an_acknowledged_append_yields_its_position_with_the_ledger_index() -> None:
+    acks, _ = _acks()
+    segment = acks.open_segment(7, 4)
+    futs = _futures(2)
+    segment.complete_run(futs, 10, None)
+    pos = futs[1].result(0)
+    assert pos == Position(7, 11, 4) and pos.ledger_index == 4
+
+
+def test_a_position_is_frozen_plain_data() -> None:
+    pos = Position(3, 9, 2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        pos.entry_id = 1  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(pos)) == pos and pos == Position(3, 9)
+    assert dataclasses.replace(pos, entry_id=10) == Position(3, 10, 2)
+    assert Position(3, 9, 2) < Position(1, 0, 3)  # by ledger index, then entry
+
+
 def test_a_ledger_without_appends_does_not_hold_the_next_one_back() -> None:
     acks, _ = _acks()
     acks.open_segment(1, 0)
     acks.open_segment(2, 1)  # rolled again before any append to ledger 1
     third = acks.open_segment(3, 2)
     futs = _futures(2)
-    third.appended += 2
     third.complete_run(futs, 0, None)
     assert [f.result(0) for f in futs] == [Position(3, 0, 2), Position(3, 1, 2)]
 
@@ -347,10 +370,8 @@ def test_a_ledger_without_appends_does_not_hold_the_next_one_back() -> None:
 def test_after_a_failed_add_no_later_add_is_reported_written() -> None:
     acks, seen = _acks()
     first = acks.open_segment(1, 0)
-    outs = _futures(4)
-    first.appended += 2
-    second = acks.open_segment(2, 1)
-    second.appended += 2
+    second = acks.open_segment(2, 1, appended_before=2)
+    outs = _futures(2) + _futures(2)
     first.complete_run(outs[:1], 0, None)
     second.complete_run(outs[2:], 0, None)  # held back: ledger 1 is not done
     first.complete_run(outs[1:2], 1, LedgerFencedError("fenced"))
@@ -371,9 +392,8 @@ def test_acknowledgements_stay_ordered_under_concurrent_completion() -> None:
     plans = []
     total = 0
     for ledger in range(5):
-        segment = acks.open_segment(ledger + 1, ledger)
+        segment = acks.open_segment(ledger + 1, ledger, appended_before=400)
         futs = _futures(400)
-        segment.appended += len(futs)
         for k, fut in enumerate(futs):
             fut.add_done_callback(lambda o, n=total + k: (lock.acquire(), order.append(n),
                                                           lock.release()))
