@@ -19,12 +19,18 @@ Guarantees kept here:
   :meth:`EntryLogs.sync` fsyncs every log written since the previous call (and the
   directory, when logs were created); a checkpoint calls it *before* it persists an index
   that points into those logs.
+* Written data does not wait for that sync to travel: a flusher thread writes back each
+  ``writeback_chunk`` the logs grow by as soon as it is there, one chunk at a time
+  (:func:`bookie_server.writeback.write_back`), so the checkpoint's sync finds little to
+  write and never queues seconds of data in front of the journal's syncs (which share the
+  disk: :mod:`bookie_server.writeback`). Durability still comes from :meth:`sync` alone.
 * :meth:`EntryLogs.delete` removes a log the storage found to hold no live entry; a reader
   that acquired the log before keeps a working file descriptor until it releases it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import threading
@@ -32,33 +38,15 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from bk_spark.errors import BKError
+from bookie_server import writeback
+from bookie_server.writeback import WRITEBACK_CHUNK, Buffer, write_all_at, write_back
+
+_log = logging.getLogger(__name__)
 
 ENTRY_HEADER = struct.Struct("<IqqqH")  # record length, ledger id, entry id, lac, digest length
 LOG_HEADER = struct.Struct("<8sQ")  # magic, log id
 LOG_MAGIC = b"BKSPELOG"
 LOG_SUFFIX = ".log"
-IOV_MAX = 1024  # os.sysconf("SC_IOV_MAX") on Linux
-
-Buffer = bytes | bytearray | memoryview
-
-
-def write_all_at(fd: int, buffers: Sequence[Buffer], offset: int) -> int:
-    """Write ``buffers`` back to back at ``offset`` with as few ``pwritev`` calls as the OS
-    allows (one per 1024 buffers); returns the number of bytes written."""
-    total = 0
-    for start in range(0, len(buffers), IOV_MAX):
-        chunk = buffers[start : start + IOV_MAX]
-        expected = sum(len(b) for b in chunk)
-        done = os.pwritev(fd, chunk, offset)
-        if done != expected:  # short write: finish it from one joined buffer
-            data = memoryview(b"".join(chunk))
-            while done < expected:
-                done += os.pwrite(fd, data[done:], offset + done)
-        offset += expected
-        total += expected
-    return total
-
-
 def read_exact(fd: int, length: int, offset: int) -> bytes:
     """``length`` bytes at ``offset``; a short file is an error (a location pointing past the
     end of a log means the log lost data it had before a checkpoint)."""
@@ -88,7 +76,7 @@ def fsync_directory(path: Path) -> None:
 class LogFile:
     """One entry log: its path, lazily opened descriptor and reader count."""
 
-    __slots__ = ("log_id", "path", "fd", "size", "refs", "deleted")
+    __slots__ = ("log_id", "path", "fd", "size", "refs", "deleted", "written_back")
 
     def __init__(self, log_id: int, path: Path, fd: int | None, size: int) -> None:
         self.log_id = log_id
@@ -97,6 +85,7 @@ class LogFile:
         self.size = size  # bytes in the file, header included
         self.refs = 0
         self.deleted = False
+        self.written_back = size  # bytes before this offset were written back (or were there)
 
 
 class EntryLogs:
@@ -104,17 +93,24 @@ class EntryLogs:
 
     Thread safety: :meth:`append` and :meth:`rotate` are called by one writer at a time (the
     storage holds its state lock); readers use :meth:`acquire`/:meth:`release` from any
-    thread; :meth:`sync` may run concurrently with appends.
+    thread; :meth:`sync` may run concurrently with appends. ``writeback_chunk``: the
+    flusher's step (0: no flusher, every byte waits for :meth:`sync`).
     """
 
-    def __init__(self, directory: Path, max_log_size: int) -> None:
+    def __init__(self, directory: Path, max_log_size: int,
+                 writeback_chunk: int = WRITEBACK_CHUNK) -> None:
         self._dir = Path(directory)
         self._max_size = max_log_size
-        self._lock = threading.Lock()  # guards _logs, refs, _unsynced, _new_files
+        self._lock = threading.Lock()  # guards _logs, refs, _unsynced, _new_files, flusher
         self._logs: dict[int, LogFile] = {}
         self._current: LogFile | None = None
         self._unsynced: set[int] = set()
         self._new_files = False
+        self._chunk = writeback_chunk if writeback_chunk > 0 and writeback.available() else 0
+        self._flush_wanted = threading.Condition(self._lock)
+        self._flusher: threading.Thread | None = None
+        self._closing = False
+        self.written_back = 0  # bytes the flusher wrote back (tests, metrics)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -137,9 +133,20 @@ class EntryLogs:
                 size = entry.stat().st_size
                 self._logs[log_id] = LogFile(log_id, Path(entry.path), None, size)
         self._new_log(max(self._logs, default=0) + 1)
+        if self._chunk:
+            self._closing = False
+            self._flusher = threading.Thread(target=self._run_flusher,
+                                             name="entrylog-writeback", daemon=True)
+            self._flusher.start()
 
     def close(self) -> None:
         """Close every descriptor (call after the last reader and writer are done)."""
+        with self._lock:
+            self._closing = True
+            self._flush_wanted.notify_all()
+        if self._flusher is not None:
+            self._flusher.join()
+            self._flusher = None
         with self._lock:
             for log in self._logs.values():
                 if log.fd is not None:
@@ -202,6 +209,44 @@ class EntryLogs:
         log.size = end
         with self._lock:
             self._unsynced.add(log.log_id)
+            if self._chunk and end - log.written_back >= self._chunk:
+                self._flush_wanted.notify()
+
+    def _run_flusher(self) -> None:
+        """Write back every full chunk the logs grew by, one chunk at a time (see the
+        module docstring); a failure is only logged: :meth:`sync` reports it."""
+        chunk = self._chunk
+        while True:
+            with self._lock:
+                while not self._closing:
+                    due = [log for log in self._logs.values()
+                           if log.size - log.written_back >= chunk and not log.deleted]
+                    if due:
+                        break
+                    self._flush_wanted.wait()
+                if self._closing:
+                    return
+                work = [(self._acquire_locked(log.log_id), log.written_back,
+                         log.size & ~(writeback.PAGE - 1)) for log in due]
+            try:
+                for log, start, end in work:
+                    pos = start
+                    while pos < end:
+                        n = min(chunk, end - pos)
+                        assert log.fd is not None
+                        write_back(log.fd, pos, n)
+                        pos += n
+                    with self._lock:
+                        log.written_back = max(log.written_back, end)
+                        self.written_back += end - start
+            except OSError as exc:
+                _log.warning("entry log write-back failed (the checkpoint's sync reports "
+                             "it): %s", exc)
+                with self._lock:  # do not spin on a failing disk: wait for the next chunk
+                    for log, _start, end in work:
+                        log.written_back = max(log.written_back, end)
+            finally:
+                self.release([w[0] for w in work])
 
     def sync(self) -> None:
         """fsync every log written since the last call, then the directory if logs were

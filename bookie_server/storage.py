@@ -573,7 +573,11 @@ class BookieStorage:
             live.add(log_id, ledger_id, batch.nbytes)
         if batch.max_entry > state.last_entry:
             state.last_entry = batch.max_entry
-        state.dirty.extend(entry_ids)
+        if batch.max_entry - batch.min_entry < 4 * len(entry_ids) + 64:
+            state.mark_dirty(batch.min_entry, batch.max_entry)  # a writer's batch: dense
+        else:  # ids far apart (a hand-made request): no range over the gaps
+            for entry_id in entry_ids:
+                state.mark_dirty(entry_id, entry_id)
         self._dirty[ledger_id] = state
         if batch.max_lac > state.lac:
             state.lac = batch.max_lac
@@ -819,11 +823,7 @@ class BookieStorage:
                 for st in self._applied.values():
                     st.dirty = []
             else:
-                snaps = []
-                for st in self._dirty.values():
-                    ids, st.dirty = st.dirty, []
-                    index = st.index
-                    snaps.append(LedgerSnapshot.of(st, ids, [index[e] for e in ids]))
+                snaps = [LedgerSnapshot.changed(st) for st in self._dirty.values()]
             self._dirty = {}
         # Every delete applied up to ``position`` put its tombstone in under the submit
         # lock before it was journaled, so this copy holds all of them (and maybe a few
@@ -856,7 +856,7 @@ class BookieStorage:
     def entry_moved(self, state: LedgerState, entry_id: int) -> None:
         """An entry's location changed (compaction): the next checkpoint persists it
         (caller holds the state lock)."""
-        state.dirty.append(entry_id)
+        state.mark_dirty(entry_id, entry_id)
         self._dirty[state.ledger_id] = state
 
     # -- disk usage and readonly mode (bookie_server.disk) ------------------------------------
