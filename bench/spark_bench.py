@@ -4,7 +4,9 @@ same run, on the same rows.
 ``spark_bench(uri, tmpdir, results)`` needs a running cluster at ``uri``; it starts (or
 reuses) a local[2] SparkSession and records:
 
-* batch write of an arrow log vs ``df.write.parquet`` (rows/s);
+* batch write of an arrow log vs ``df.write.parquet`` (rows/s), with
+  :data:`ARROW_WRITE_CONF` (the setting the README recommends for writes), and with Spark's
+  defaults;
 * batch read of that log vs ``spark.read.parquet`` of the same rows, into Spark's ``noop``
   sink (rows/s);
 * raw read: one entry per row (rows/s), vs the arrow read;
@@ -26,6 +28,16 @@ from typing import Any, Protocol
 
 class ResultSink(Protocol):
     def add(self, what: str, value: str, reference: str, ratio: str) -> None: ...
+
+
+#: Spark settings the README recommends for writes to the data source, set around the
+#: timed writes. Spark 4 caps the Arrow batches it sends a Python writer at
+#: ``maxBytesPerBatch`` (64 MB by default) by measuring the batch after EVERY row
+#: (``BatchedPythonArrowInput.writeSizedBatch``): for the bench's 5 narrow columns that
+#: check took ~60% of the executor threads' CPU of the write (bench/profiles.md). At
+#: ``Int.MaxValue`` Spark skips it, and batches are bounded by ``maxRecordsPerBatch``
+#: (10,000 rows) only. Parquet's write does not go through it.
+ARROW_WRITE_CONF = {"spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1)}
 
 
 def _session() -> Any:
@@ -107,6 +119,21 @@ def stream_latency(spark: Any, uri: str, tmpdir: Path, trigger_s: float | None =
     return lat
 
 
+def write_bk_with(spark: Any, conf: dict[str, str], frame: Any, uri: str, log: str) -> None:
+    """:func:`write_bk` with the session's SQL settings ``conf`` (restored after)."""
+    before = {k: spark.conf.get(k, None) for k in conf}
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    try:
+        write_bk(frame, uri, log)
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
 def write_bk(frame: Any, uri: str, log: str, **options: Any) -> None:
     w = frame.write.format("bookkeeper").mode("append") \
         .option("metadataServiceUri", uri).option("log", log)
@@ -122,18 +149,36 @@ def bench_frame(spark: Any, rows: int) -> Any:
         "CONCAT('event-', id) AS name", "TIMESTAMP_SECONDS(1700000000 + id) AS ts")
 
 
-def batch_vs_parquet(spark: Any, uri: str, df: Any, log: str, parquet: str
-                     ) -> dict[str, float]:
-    """Seconds to write ``df`` to arrow log ``log`` and to Parquet at ``parquet``, and the
-    best of two reads of each into Spark's ``noop`` sink (after a warm-up of both paths).
+def batch_vs_parquet(spark: Any, uri: str, df: Any, log: str, parquet: str,
+                     warm: Any = None) -> dict[str, float]:
+    """Seconds to write ``df`` to arrow log ``log`` (with :data:`ARROW_WRITE_CONF`) and to
+    Parquet at ``parquet``, each the best of two writes in alternation (log, Parquet,
+    Parquet, log: the machine drifts); ``bk_write_default``: one more write of the log
+    with Spark's defaults; and the best of two reads of each into Spark's ``noop`` sink.
+
+    Both paths are warmed up first by writing ``warm`` (default: 1,000 rows of ``df``),
+    rows like ``df``'s in as many partitions, so every Python worker runs and the JVM's
+    JIT has compiled both paths (a first 2M-row write spent ~1 s of CPU in the JIT
+    compiler threads; a 1,000-row warm-up, in one partition, left that and one worker's
+    start to the first timed write).
     Used by the local[2] figures and by the cluster's (bench/cluster_bench.py)."""
     rows = df.count()
-    write_bk(df.limit(1000), uri, f"{log}-warm")  # the Python workers and both paths
+    warm = df.limit(1000) if warm is None else warm
+    write_bk_with(spark, ARROW_WRITE_CONF, warm, uri, f"{log}-warm")
     _noop(_bk(spark, uri, f"{log}-warm"))
-    df.limit(1000).write.mode("overwrite").parquet(parquet)
+    warm.write.mode("overwrite").parquet(parquet)
     _noop(spark.read.parquet(parquet))
-    out = {"bk_write": _timed(lambda: write_bk(df, uri, log)),
-           "pq_write": _timed(lambda: df.write.mode("overwrite").parquet(parquet))}
+    bk_w, pq_w = [], []
+    for i in range(2):
+        for kind in (("bk", "pq") if i == 0 else ("pq", "bk")):
+            if kind == "bk":
+                target = log if i == 0 else f"{log}-again"
+                bk_w.append(_timed(lambda t=target: write_bk_with(
+                    spark, ARROW_WRITE_CONF, df, uri, t)))
+            else:
+                pq_w.append(_timed(lambda: df.write.mode("overwrite").parquet(parquet)))
+    out = {"bk_write": min(bk_w), "pq_write": min(pq_w),
+           "bk_write_default": _timed(lambda: write_bk(df, uri, f"{log}-default"))}
     n_bk = _bk(spark, uri, log).count()
     assert n_bk == rows, (n_bk, rows)
     out["bk_read"] = min(_timed(lambda: _noop(_bk(spark, uri, log))) for _ in range(2))
@@ -153,12 +198,16 @@ def spark_bench(uri: str, tmpdir: Path, results: ResultSink, rows: int = 2_000_0
     df = bench_frame(spark, rows)
     parquet = str(tmpdir / "bench.parquet")
 
-    t = batch_vs_parquet(spark, uri, df, arrow_log, parquet)
+    t = batch_vs_parquet(spark, uri, df, arrow_log, parquet, bench_frame(spark, rows // 5))
     t_bk_r = t["bk_read"]
     results.add(f"Spark batch write, arrow log ({rows:,} rows, 5 cols)",
                 f"{rows / t['bk_write']:,.0f} rows/s",
                 f"{rows / t['pq_write']:,.0f} rows/s parquet",
                 f"{t['pq_write'] / t['bk_write']:.2f}x")
+    results.add("Spark batch write, arrow log, Spark's default arrow maxBytesPerBatch",
+                f"{rows / t['bk_write_default']:,.0f} rows/s",
+                f"{rows / t['pq_write']:,.0f} rows/s parquet",
+                f"{t['pq_write'] / t['bk_write_default']:.2f}x")
     results.add("Spark batch read, arrow log -> noop", f"{rows / t_bk_r:,.0f} rows/s",
                 f"{rows / t['pq_read']:,.0f} rows/s parquet", f"{t['pq_read'] / t_bk_r:.2f}x")
 

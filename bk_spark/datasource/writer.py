@@ -65,7 +65,7 @@ from bk_spark.log import (
     unlisted_ledgers,
     write_closed_ledger,
 )
-from bk_spark.protocol.log_format import LogMetadata
+from bk_spark.protocol.log_format import FRAME_HEADER_SIZE, LogMetadata
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,8 @@ def write_task(o: WriteOptions, attempt: str, txn_key: str | None,
     fmt = decide_format(o, md)
     ts_floor = md.max_known_ts_ms if md is not None else 0
     if fmt == "arrow":
-        payloads: Iterator[bytes | None] = pack_arrow(batches)
+        payloads: Iterator[bytes | None] = pack_arrow(
+            batches, max_bytes=bk.config.max_entry_size - FRAME_HEADER_SIZE)
     else:
         payloads = (v for b in batches for v in raw_values(b))
     created: list[int] = []

@@ -93,6 +93,12 @@ def write_closed_ledger(bk: BookKeeper, name: str, payloads: Iterable[bytes | No
     the caller can record it for clean-up (a failed or abandoned write leaves a ledger no
     log lists). Adds are pipelined within the in-flight limits (:class:`InFlightWindow`);
     a failed add raises.
+
+    The ledger sends no explicit LAC: no reader opens it before it is closed (it joins a
+    log only after :func:`commit_ledgers`, and a recovery of an abandoned one reads
+    forward from the bookies), while a writer fed slower than its adds complete (a Spark
+    task) went idle after nearly every add, and each idle moment cost every bookie of the
+    ensemble one more RPC, journal record and fdatasync (bench/profiles.md).
     """
     lh: LedgerHandle | None = None
     window = InFlightWindow(max_in_flight_entries, max_in_flight_bytes)
@@ -104,6 +110,7 @@ def write_closed_ledger(bk: BookKeeper, name: str, payloads: Iterable[bytes | No
                                   password=password,
                                   custom_metadata={LEDGER_LOG_KEY: name,
                                                    **(custom_metadata or {})})
+            lh.explicit_lac_interval_s = 0  # see above; set before the first add
             if on_created is not None:
                 on_created(lh.id)
         ts = last_ts = ts_floor = max(now_ms(), ts_floor)

@@ -7,12 +7,14 @@ tasks do), then added by the owner's take-over protocol (fence the last two, CAS
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from bk_spark.core import BookKeeper
 from bk_spark.errors import LogOwnershipLostError, NoSuchLedgerError
+from bk_spark.io.bookie_client import BookieClient
 from bk_spark.log import (
     ClosedLedger,
     commit_ledgers,
@@ -22,6 +24,7 @@ from bk_spark.log import (
     log_metadata,
     open_log_reader,
     open_log_writer,
+    write_closed_ledger,
 )
 from bk_spark.protocol.log_format import LogLimits, encode_entry, now_ms
 
@@ -136,3 +139,30 @@ def test_a_log_of_100000_ledgers_keeps_small_metadata_and_still_commits(bk):
     w.close()
     with open_log_reader(bk, "big", pos) as r:
         assert [rec.payload for rec in r.read_available()] == [b"after"]
+
+
+def test_a_closed_ledger_written_for_a_log_sends_no_explicit_lac(bk, monkeypatch):
+    """A Spark task's ledger is read only once closed and committed: its writer, idle
+    between slow payloads, must not cost every bookie an explicit-LAC RPC and journal
+    sync per idle moment (the real bookies answer; the wrapper only counts)."""
+    calls: list[int] = []
+    real = BookieClient.write_lac
+
+    def counting(self, ledger_id: int, master_key: bytes, lac: int) -> None:
+        calls.append(lac)
+        real(self, ledger_id, master_key, lac)
+
+    monkeypatch.setattr(BookieClient, "write_lac", counting)
+    assert bk.config.explicit_lac_interval_s > 0
+
+    def slow() -> Iterator[bytes]:  # each add acknowledged long before the next comes
+        for i in range(4):
+            yield b"p%d" % i
+            time.sleep(4 * bk.config.explicit_lac_interval_s)
+
+    written = write_closed_ledger(bk, "slow", slow())
+    assert written is not None and written.entries == 4
+    time.sleep(4 * bk.config.explicit_lac_interval_s)
+    assert calls == []
+    commit_ledgers(bk, "slow", [written.ledger])
+    assert read_all(bk, "slow") == [b"p0", b"p1", b"p2", b"p3"]

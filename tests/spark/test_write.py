@@ -30,7 +30,7 @@ from pyspark.sql.types import (
 )
 from spark_helpers import WriterProc, read_log
 
-from bk_spark.datasource.formats import FORMAT_PROPERTY
+from bk_spark.datasource.formats import ARROW_ENTRY_BYTES, FORMAT_PROPERTY
 from bk_spark.errors import NoSuchLedgerError
 from bk_spark.log import LEDGER_LOG_KEY, log_ledgers, log_metadata
 
@@ -93,14 +93,15 @@ def test_arrow_round_trip_keeps_every_column_type_and_null(spark, bk, uri, log_n
 
 def test_arrow_rows_are_packed_into_bounded_entries(spark, bk, uri, log_name):
     name = log_name()
-    df = spark.range(0, 60_000, 1, 2).selectExpr("id", "repeat('x', 100) AS pad")
+    rows = 2 * int(3.4 * ARROW_ENTRY_BYTES / 116)  # ~116 bytes a row, ~3.4 entries a task
+    df = spark.range(0, rows, 1, 2).selectExpr("id", "repeat('x', 100) AS pad")
     write(df, uri, name)
     ledgers = log_ledgers(bk, name)
     assert len(ledgers) == 2  # one per task
-    assert all(info.last_entry_id >= 2 for info in ledgers)  # ~3.4 MB each: several entries
+    assert all(info.last_entry_id >= 2 for info in ledgers)  # several entries each
     back = read_log(spark, uri, name, includePositions="true")
     assert back.columns == ["id", "pad", "log", "ledger_id", "entry_id", "timestamp"]
-    assert back.count() == 60_000
+    assert back.count() == rows
     assert back.select("ledger_id", "entry_id").distinct().count() == \
         sum(i.last_entry_id + 1 for i in ledgers)
 

@@ -1,0 +1,39 @@
+"""Arrow entries of a Spark write (datasource/formats.py, pack side): pure, no bookies."""
+
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+
+from bk_spark.datasource.formats import pack_arrow, unpack_arrow
+
+
+def _rows(payloads: list[bytes]) -> list[dict]:
+    return [r for p in payloads for b in unpack_arrow(p) for r in b.to_pylist()]
+
+
+def test_rows_are_packed_in_order_into_entries_of_about_the_target_size() -> None:
+    batches = [pa.record_batch({"id": pa.array(range(i * 1000, (i + 1) * 1000), pa.int64())})
+               for i in range(10)]
+    payloads = list(pack_arrow(batches, target_bytes=16_000))
+    assert len(payloads) == 5  # 8 bytes a row: 2,000 rows an entry
+    assert [r["id"] for r in _rows(payloads)] == list(range(10_000))
+
+
+def test_an_entry_over_max_bytes_is_split_however_uneven_the_rows() -> None:
+    # The batch's average row (~2 KiB) hides 10 rows of 100 KB at its end: gathered by the
+    # average, one entry would hold all of them (1 MB).
+    rnd = random.Random(0)  # incompressible rows
+    values = [b"x"] * 490 + [rnd.randbytes(100_000) for _ in range(10)]
+    batch = pa.record_batch({"v": pa.array(values, pa.binary())})
+    max_bytes = 250_000
+    payloads = list(pack_arrow([batch], target_bytes=1 << 20, max_bytes=max_bytes))
+    assert all(len(p) <= max_bytes for p in payloads)
+    assert [r["v"] for r in _rows(payloads)] == values
+
+
+def test_a_single_row_over_max_bytes_is_left_to_the_ledger_to_refuse() -> None:
+    batch = pa.record_batch({"v": pa.array([random.Random(0).randbytes(200_000)], pa.binary())})
+    payloads = list(pack_arrow([batch], max_bytes=100_000))
+    assert len(payloads) == 1 and len(payloads[0]) > 100_000
