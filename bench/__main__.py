@@ -237,6 +237,69 @@ def bookie_reads(bookie_id: str, n_entries: int, seconds: float = 1.5) -> tuple[
         client.close()
 
 
+def ensemble_reads(uri: str, log: str, password: bytes = b"", in_flight: int = 2,
+                   packed: bool = False) -> float:
+    """Entries/s at which one client process reads every entry of log ``log`` with batched
+    ``ReadEntries`` requests striped over each ledger's ensemble, all its bookies in
+    parallel: entry ``e`` is asked of the first bookie of its write set (bookie ``e % E``
+    of its fragment's ensemble, so each bookie serves a share), :data:`READ_BATCH` ids per
+    request, ``in_flight`` requests outstanding per bookie (one thread each). No digest
+    check and no decoding: the ensemble's own batched read rate, as :func:`bookie_reads`'
+    batched figure is one bookie's (the reference of the Spark raw read). ``packed``: packed
+    reads (the stored records at once, ``PACKED_READ_BATCH`` ids per request) instead of
+    one ``Entry`` message per entry."""
+    from bk_spark.core import BookKeeper
+    from bk_spark.datasource.planning import LogView, log_end, walk
+    from bk_spark.io import bookie_client
+    from bk_spark.protocol.digest import master_key
+    from bk_spark.protocol.schedule import write_set
+
+    key = master_key(password)
+    with BookKeeper(uri) as bk:
+        view = LogView(bk, log)
+        queues: dict[str, deque] = {}
+        expected = 0
+        for _info, s in walk(view, view.earliest(), log_end(view, password), password):
+            md = bk.ledger_metadata(s.ledger_id)
+            per: dict[str, list[int]] = {}
+            for e in range(s.first_entry, s.last_entry + 1):
+                b = md.ensemble_for(e)[write_set(e, md.ensemble_size, md.write_quorum_size)[0]]
+                per.setdefault(b, []).append(e)
+            step = bookie_client.PACKED_READ_BATCH if packed else bookie_client.READ_BATCH
+            for b, ids in per.items():
+                q = queues.setdefault(b, deque())
+                for i in range(0, len(ids), step):
+                    q.append((s.ledger_id, ids[i:i + step]))
+            expected += s.entries
+        clients = {b: bk.bookies.get(b) for b in queues}
+        for b, q in queues.items():  # connect every channel before the clock starts
+            lid, ids = q[0]
+            clients[b].read_entries_future(lid, ids[:1], key).result()
+        got: dict[str, int] = {}
+
+        def drain(b: str) -> None:
+            client, q, pending, n = clients[b], queues[b], deque(), 0
+            read = client.read_records_future if packed else client.read_entries_future
+            while q or pending:
+                while q and len(pending) < in_flight:
+                    lid, ids = q.popleft()
+                    pending.append(read(lid, ids, key))
+                answer = pending.popleft().result()
+                n += len(answer.records) if packed else len(answer.entries)
+            got[b] = n
+
+        threads = [threading.Thread(target=drain, args=(b,)) for b in queues]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        dt = time.perf_counter() - t0
+    n = sum(got.values())
+    assert n == expected, (n, expected)
+    return n / dt
+
+
 # ----------------------------------------------------------------------------- ledger
 def ledger_add(uri: str, n: int, size: int = KiB, in_flight: int = 2000, security=None
                ) -> tuple[float, float, float, float, int]:

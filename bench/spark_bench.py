@@ -9,7 +9,11 @@ reuses) a local[2] SparkSession and records:
   defaults;
 * batch read of that log vs ``spark.read.parquet`` of the same rows, into Spark's ``noop``
   sink (rows/s);
-* raw read: one entry per row (rows/s), vs the arrow read;
+* the floor of any Python data source: the same rows from an in-memory Python source
+  (``bench.memory_source``) vs Parquet;
+* raw read: one entry per row (rows/s), vs the ensemble's own batched read rate of the
+  same entries (one client, ``ReadEntries`` striped over the bookies in parallel), and
+  that rate with packed reads;
 * streaming end-to-end latency: entry appended -> row in a ``foreachBatch`` sink, p50 /
   p99, vs the trigger interval; and with no trigger interval (Spark's default), vs the
   first.
@@ -186,6 +190,40 @@ def batch_vs_parquet(spark: Any, uri: str, df: Any, log: str, parquet: str,
     return out
 
 
+def memory_floor(spark: Any, rows: int) -> float:
+    """Best of two reads -> noop of ``rows`` rows from an in-memory Python data source
+    (:mod:`bench.memory_source`, after a warm-up that builds its batches in the workers):
+    Spark's own cost of any Python data source, the floor of the arrow log read."""
+    from bench.memory_source import MemorySource
+
+    spark.dataSource.register(MemorySource)
+
+    def read() -> None:
+        _noop(spark.read.format("bench_memory").option("rows", rows).load())
+
+    read()
+    read()
+    return min(_timed(read) for _ in range(2))
+
+
+def raw_vs_ensemble(spark: Any, uri: str, log: str, n: int) -> dict[str, float]:
+    """Rates of the same entries of raw log ``log`` (best of two each, alternating): a
+    Spark read into ``noop`` (rows/s), and one client reading them with batched
+    ``ReadEntries`` striped over each ledger's ensemble, all bookies in parallel, one
+    ``Entry`` message per entry (``ensemble``) and packed (``packed``) (e/s:
+    :func:`bench.__main__.ensemble_reads`)."""
+    from bench.__main__ import ensemble_reads
+
+    _noop(_bk(spark, uri, log))  # warm-up: this log's workers and clients
+    ensemble_reads(uri, log)
+    spark_s, ens, packed = [], [], []
+    for _ in range(2):
+        spark_s.append(n / _timed(lambda: _noop(_bk(spark, uri, log))))
+        ens.append(ensemble_reads(uri, log))
+        packed.append(ensemble_reads(uri, log, packed=True))
+    return {"spark": max(spark_s), "ensemble": max(ens), "packed": max(packed)}
+
+
 def spark_bench(uri: str, tmpdir: Path, results: ResultSink, rows: int = 2_000_000,
                 raw_rows: int = 200_000) -> dict[str, list[float]]:
     """Record the Spark figures into ``results`` (see the module docstring); returns the
@@ -211,12 +249,21 @@ def spark_bench(uri: str, tmpdir: Path, results: ResultSink, rows: int = 2_000_0
     results.add("Spark batch read, arrow log -> noop", f"{rows / t_bk_r:,.0f} rows/s",
                 f"{rows / t['pq_read']:,.0f} rows/s parquet", f"{t['pq_read'] / t_bk_r:.2f}x")
 
+    t_floor = memory_floor(spark, rows)
+    results.add("Spark batch read, in-memory Python source (floor) -> noop",
+                f"{rows / t_floor:,.0f} rows/s", f"{rows / t['pq_read']:,.0f} rows/s parquet",
+                f"{t['pq_read'] / t_floor:.2f}x")
+
     raw = spark.range(0, raw_rows, 1, 2).selectExpr("CAST(REPEAT('r', 100) AS BINARY) AS value")
     write_bk(raw, uri, raw_log, entryFormat="raw")
-    t_raw = min(_timed(lambda: _noop(_bk(spark, uri, raw_log))) for _ in range(2))
+    r = raw_vs_ensemble(spark, uri, raw_log, raw_rows)
     results.add("Spark batch read, raw log (1 entry = 1 row of 100 B)",
-                f"{raw_rows / t_raw:,.0f} rows/s", f"{rows / t_bk_r:,.0f} rows/s arrow log",
-                f"{(raw_rows / t_raw) / (rows / t_bk_r):.2f}x")
+                f"{r['spark']:,.0f} rows/s",
+                f"{r['ensemble']:,.0f} e/s ensemble batched reads",
+                f"{r['spark'] / r['ensemble']:.2f}x")
+    results.add("ensemble packed reads of the same entries (one client)",
+                f"{r['packed']:,.0f} e/s", f"{r['ensemble']:,.0f} e/s ReadEntries per entry",
+                f"{r['packed'] / r['ensemble']:.2f}x")
 
     trigger_s = 0.5
     lat = stream_latency(spark, uri, tmpdir, trigger_s=trigger_s)

@@ -5,8 +5,9 @@ An entry log is a file ``<log id>.log`` in ``data_dir/ledgers/logs``: a 16-byte 
 (magic, log id) and then entry records back to back. Entries of all ledgers share the
 current log; it rotates to a new log id once it would grow past ``entry_log_size``.
 
-Entry record (little endian), also embedded verbatim in the journal's ADD records so that
-one buffer serves both files::
+Entry record (little endian, :mod:`bk_spark.protocol.records`), also embedded verbatim in the
+journal's ADD records so that one buffer serves both files, and sent as it is by a packed
+read::
 
     u32 record length (header + digest + payload) | i64 ledger id | i64 entry id
     | i64 lac | u16 digest length | digest | payload
@@ -38,12 +39,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from bk_spark.errors import BKError
+from bk_spark.protocol.records import ENTRY_HEADER as ENTRY_HEADER  # its one definition
 from bookie_server import writeback
 from bookie_server.writeback import WRITEBACK_CHUNK, Buffer, write_all_at, write_back
 
 _log = logging.getLogger(__name__)
 
-ENTRY_HEADER = struct.Struct("<IqqqH")  # record length, ledger id, entry id, lac, digest length
 LOG_HEADER = struct.Struct("<8sQ")  # magic, log id
 LOG_MAGIC = b"BKSPELOG"
 LOG_SUFFIX = ".log"

@@ -293,32 +293,40 @@ class EntryIndex:
                                                   dtype=LENGTH_DTYPE)])
         return ids.astype(np.int64, copy=False), highs, lens
 
+    def get_many(self, entry_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The high column and record length of each of ``entry_ids`` (int64), as arrays
+        (length 0: not here): a read's lookups in numpy, not one :meth:`get` per id."""
+        n = len(entry_ids)
+        highs = np.zeros(n, dtype=HIGH_DTYPE)
+        lens = np.zeros(n, dtype=LENGTH_DTYPE)
+        size = len(self._length)
+        if self._first >= 0 and size:
+            slots = entry_ids - self._first
+            inside = (slots >= 0) & (slots < size)
+            at = slots[inside]
+            length_view = np.frombuffer(self._length, dtype=LENGTH_DTYPE)
+            high_view = np.frombuffer(self._high, dtype=HIGH_DTYPE)
+            lens[inside] = length_view[at]
+            highs[inside] = high_view[at]
+            del length_view, high_view  # release the buffers: the arrays may grow again
+        if self._sparse:
+            get = self._sparse.get
+            for i in np.flatnonzero(lens == 0).tolist():
+                loc = get(int(entry_ids[i]))
+                if loc is not None:
+                    highs[i] = high_of(loc)
+                    lens[i] = length_of(loc)
+        return highs, lens
+
     def lookup(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(entry ids, high column, record lengths)`` of those of ``ids`` (int64) that
-        are present, in their order: one numpy gather for the dense part, no Python object
-        per entry (a checkpoint takes the locations of ~100k changed entries under the
-        storage's state lock: per entry that lock was held ~1 us each, a stall of every add)."""
+        are present, in their order (:meth:`get_many` without the absent ones): a checkpoint
+        takes the locations of ~100k changed entries under the storage's state lock, so no
+        Python object per entry."""
         ids = np.asarray(ids, dtype=np.int64)
-        lengths = np.frombuffer(self._length, dtype=LENGTH_DTYPE)
-        highs = np.frombuffer(self._high, dtype=HIGH_DTYPE)
-        if self._first >= 0:
-            slots = ids - self._first
-            dense = (slots >= 0) & (slots < len(lengths))
-        else:
-            slots = ids
-            dense = np.zeros(len(ids), dtype=bool)
-        out_high = np.zeros(len(ids), dtype=HIGH_DTYPE)
-        out_len = np.zeros(len(ids), dtype=LENGTH_DTYPE)
-        out_high[dense] = highs[slots[dense]]
-        out_len[dense] = lengths[slots[dense]]
-        if self._sparse:
-            for k in np.flatnonzero(~dense).tolist():
-                loc = self._sparse.get(int(ids[k]))
-                if loc is not None:
-                    out_high[k], out_len[k] = high_of(loc), length_of(loc)
-        del lengths, highs  # release the buffers: the arrays may grow again
-        keep = out_len != 0
-        return ids[keep], out_high[keep], out_len[keep]
+        highs, lens = self.get_many(ids)
+        keep = lens != 0
+        return ids[keep], highs[keep], lens[keep]
 
     def nbytes(self) -> int:
         """Bytes held by the arrays (the dict's share not counted)."""

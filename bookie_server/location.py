@@ -90,3 +90,11 @@ def high_of(location_or_span: int) -> int:
 def join_location(high: int, length: int) -> int:
     """The location of a high column value and a record length."""
     return (high << OFFSET_SHIFT) | length
+
+
+def split_highs(highs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(log ids, offsets)`` (int64 arrays) of an array of high column values (a read's
+    locations, looked up in numpy)."""
+    h = np.asarray(highs, dtype=np.uint64)
+    return ((h >> np.uint64(OFFSET_BITS)).astype(np.int64),
+            (h & np.uint64(OFFSET_MASK)).astype(np.int64))

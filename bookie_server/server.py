@@ -25,6 +25,7 @@ from bk_spark.allocator import tune_allocator
 from bk_spark.errors import BKError, InvalidRequestError, UnauthorizedError
 from bk_spark.io.registration import BookieRegistration
 from bk_spark.proto import bookie_pb2 as pb
+from bk_spark.protocol.records import LENGTHS_DTYPE
 from bookie_server.access import AccessPolicy, peer_identities
 from bookie_server.config import BookieConfig, MiB
 from bookie_server.metrics import BookieMetrics
@@ -74,15 +75,25 @@ class BookieService:
             ids = range(req.first_entry, req.last_entry + 1)
         max_entries = req.max_entries if req.max_entries > 0 else 10_000
         max_bytes = req.max_bytes if req.max_bytes > 0 else 16 * MiB
-        found, missing = self.storage.read_entries(
+        recs, missing = self.storage.read_records(
             req.ledger_id, ids, max_entries=min(max_entries, 100_000),
             max_bytes=min(max_bytes, grpc_message_limit(self.config) - MiB),
             master_key=req.master_key if key_required else None)
         lac, _last, fenced = self.storage.ledger_state(req.ledger_id)
+        if req.packed:  # the records as read from the entry logs: no object per entry
+            return pb.ReadResponse(
+                status=pb.OK, lac=lac, fenced=fenced, missing=missing, records=recs.data,
+                record_lengths=(recs.payload_ends - recs.starts).astype(
+                    LENGTHS_DTYPE).tobytes())
+        data = recs.data
         return pb.ReadResponse(
             status=pb.OK, lac=lac, fenced=fenced, missing=missing,
-            entries=[pb.Entry(ledger_id=s.ledger_id, entry_id=s.entry_id, lac=s.lac,
-                              payload=s.payload, digest=s.digest) for s in found])
+            entries=[pb.Entry(ledger_id=req.ledger_id, entry_id=eid, lac=elac,
+                              payload=data[ps:pe], digest=data[ds:ps])
+                     for eid, elac, ds, ps, pe in zip(
+                         recs.entry_ids.tolist(), recs.lacs.tolist(),
+                         recs.digest_starts.tolist(), recs.payload_starts.tolist(),
+                         recs.payload_ends.tolist(), strict=True)])
 
     def read_lac(self, req: pb.ReadLacRequest, _key_required: bool = True
                  ) -> pb.ReadLacResponse:

@@ -72,6 +72,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from bk_spark.errors import (
     BKError,
     InvalidRequestError,
@@ -80,9 +82,10 @@ from bk_spark.errors import (
     ReadOnlyError,
     UnauthorizedError,
 )
+from bk_spark.protocol.records import MalformedRecordsError, Records, parse_records
 from bookie_server.config import BookieConfig
 from bookie_server.disk import DiskMonitor
-from bookie_server.entrylog import ENTRY_HEADER, EntryLogs, read_exact
+from bookie_server.entrylog import EntryLogs, read_exact
 from bookie_server.gc import EntryLogGC, LiveBytes
 from bookie_server.index import IndexStore, LedgerSnapshot, LedgerState
 from bookie_server.journal import (
@@ -105,7 +108,7 @@ from bookie_server.location import (
     length_of,
     location_base,
     log_of,
-    unpack_location,
+    split_highs,
 )
 from bookie_server.tombstones import DeletedLedgers
 from bookie_server.validation import (
@@ -120,6 +123,8 @@ from bookie_server.validation import (
 log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
+#: Records of one log at most this far apart are read with one pread (a striped read's).
+READ_SPAN_GAP = 64 * 1024
 
 ADD = int(RecordType.ADD)
 FENCE = int(RecordType.FENCE)
@@ -656,87 +661,131 @@ class BookieStorage:
         max_bytes: int = 16 * MiB,
         master_key: bytes | None = None,
     ) -> tuple[list[StoredEntry], list[int]]:
-        """Entries of one ledger: ``(found ascending, missing)``.
+        """Entries of one ledger: ``(found ascending, missing)``, one object per entry
+        (:meth:`read_records` answers the same read as packed records)."""
+        recs, missing = self.read_records(ledger_id, entry_ids, max_entries=max_entries,
+                                          max_bytes=max_bytes, master_key=master_key)
+        data = recs.data
+        entries = [
+            StoredEntry(ledger_id, eid, lac, data[ps:pe], data[ds:ps])
+            for eid, lac, ds, ps, pe in zip(
+                recs.entry_ids.tolist(), recs.lacs.tolist(), recs.digest_starts.tolist(),
+                recs.payload_starts.tolist(), recs.payload_ends.tolist(), strict=True)
+        ]
+        return entries, missing
+
+    def read_records(
+        self,
+        ledger_id: int,
+        entry_ids: Iterable[int],
+        *,
+        max_entries: int = 10_000,
+        max_bytes: int = 16 * MiB,
+        master_key: bytes | None = None,
+    ) -> tuple[Records, list[int]]:
+        """Entries of one ledger as stored records (:mod:`bk_spark.protocol.records`), back
+        to back in ascending entry id, and the ids not here: ``(records, missing)``.
 
         Looks at no more than ``max_entries`` ids and stops before ``max_bytes`` of records
         (ids past the stop are neither found nor missing), but returns at least one entry when
         the first id present is. Raises NoSuchLedgerError for an unknown ledger and
         UnauthorizedError when ``master_key`` is not the ledger's (``None``: not checked).
+        The lookups are numpy operations on the index; records close to each other in an
+        entry log are read with one pread (:meth:`_read_located`); every record's header is
+        checked against the index (its length, ledger and entry id).
         """
         check_id("ledger id", ledger_id)
         state = self._state(ledger_id)
         if not _key_matches(state, None if master_key is None else check_key(master_key)):
             raise _unauthorized(ledger_id)
-        if isinstance(entry_ids, range) and entry_ids.step > 0:
-            ids: Sequence[int] = entry_ids
-        else:
-            ids = sorted(set(entry_ids))
-        check_entry_ids(ids)
-        found: list[tuple[int, int]] = []
-        missing: list[int] = []
         budget = max(1, max_entries)
-        nbytes = 0
+        if isinstance(entry_ids, range) and entry_ids.step > 0:
+            check_entry_ids(entry_ids)
+            window = entry_ids[:budget]
+            ids = np.arange(window.start, window.stop, window.step, dtype=np.int64)
+        else:
+            unique = sorted(set(entry_ids))
+            check_entry_ids(unique)
+            ids = np.asarray(unique[:budget], dtype=np.int64)
         with self._state_lock:
-            get = state.index.get
-            for entry_id in ids:
-                if budget <= 0:
-                    break
-                loc = get(entry_id)
-                if loc is None:
-                    missing.append(entry_id)
-                else:
-                    length = length_of(loc)
-                    if found and nbytes + length > max_bytes:
-                        break
-                    nbytes += length
-                    found.append((entry_id, loc))
-                budget -= 1
-            pinned = self._logs.acquire({log_of(loc) for _, loc in found})
+            highs, lens = state.index.get_many(ids)
+            lens64 = lens.astype(np.int64)
+            present = lens64 > 0
+            before = np.cumsum(lens64) - lens64  # bytes of the records found before each
+            over = present & (before > 0) & (before + lens64 > max_bytes)
+            stop = int(np.argmax(over)) if bool(over.any()) else len(ids)
+            present = present[:stop]
+            missing = ids[:stop][~present].tolist()
+            found = ids[:stop][present]
+            log_ids, offsets = split_highs(highs[:stop][present])
+            lens64 = lens64[:stop][present]
+            pinned = self._logs.acquire(np.unique(log_ids).tolist())
         try:
-            entries = self._read_found(ledger_id, found, pinned)
+            data = self._read_located(log_ids, offsets, lens64, pinned)
         finally:
             self._logs.release(pinned.values())
-        self._metrics.read(len(entries), sum(len(e.payload) for e in entries))
-        return entries, missing
+        try:
+            recs = parse_records(data, lens64)
+        except MalformedRecordsError as exc:
+            raise BKError(f"an entry log of ledger {ledger_id} is corrupt: {exc}") from None
+        wrong = (recs.ledger_ids != ledger_id) | (recs.entry_ids != found)
+        if bool(wrong.any()):
+            i = int(np.argmax(wrong))
+            raise BKError(
+                f"entry log {int(log_ids[i]):x} is corrupt at {int(offsets[i])}: expected "
+                f"entry {ledger_id}/{int(found[i])}, found {int(recs.ledger_ids[i])}/"
+                f"{int(recs.entry_ids[i])}")
+        self._metrics.read(len(recs), int(recs.payload_lengths.sum()))
+        return recs, missing
 
-    def _read_found(self, ledger_id: int, found: list[tuple[int, int]], pinned: dict) -> list:
-        """Read located entries, one pread per run of entries adjacent in one log."""
-        unpack = ENTRY_HEADER.unpack_from
-        header_size = ENTRY_HEADER.size
-        entries: list[StoredEntry] = []
-        i, n = 0, len(found)
-        while i < n:
-            log_id, start, length = unpack_location(found[i][1])
-            end = start + length
-            j = i + 1
-            while j < n:
-                nxt_log, nxt_offset, nxt_length = unpack_location(found[j][1])
-                if nxt_log != log_id or nxt_offset != end:
-                    break
-                end += nxt_length
-                j += 1
-            data = read_exact(pinned[log_id].fd, end - start, start)
-            pos = 0
-            for entry_id, loc in found[i:j]:
-                length, lid, eid, lac, digest_len = unpack(data, pos)
-                if length != length_of(loc) or lid != ledger_id or eid != entry_id:
-                    raise BKError(
-                        f"entry log {log_id:x} is corrupt at {start + pos}: "
-                        f"expected entry {ledger_id}/{entry_id}, found {lid}/{eid}"
-                    )
-                digest_end = pos + header_size + digest_len
-                entries.append(
-                    StoredEntry(
-                        ledger_id,
-                        entry_id,
-                        lac,
-                        data[digest_end : pos + length],
-                        data[pos + header_size : digest_end],
-                    )
-                )
-                pos += length
-            i = j
-        return entries
+    def _read_located(self, log_ids: np.ndarray, offsets: np.ndarray, lens: np.ndarray,
+                      pinned: dict) -> bytes:
+        """The records at ``(log_ids, offsets, lens)``, back to back in the order given.
+
+        Records are read in log and offset order, one pread per *span*: records of one log
+        whose gaps are at most :data:`READ_SPAN_GAP` (the entries of a striped read skip
+        the ones other bookies serve). When that order is the order given (one writer's
+        entries: always, but after compaction or a recovery's rewrite), a span of adjacent
+        records is the answer as read, and the records of a span with gaps are cut out with
+        one numpy mask (record, gap, record, ...); otherwise they are cut out one by one
+        and joined."""
+        n = len(lens)
+        if n == 0:
+            return b""
+        order = np.lexsort((offsets, log_ids))
+        lo, off, ln = log_ids[order], offsets[order], lens[order]
+        ends = off + ln
+        cut = np.flatnonzero((lo[1:] != lo[:-1]) | (off[1:] - ends[:-1] > READ_SPAN_GAP) |
+                             (off[1:] < ends[:-1])) + 1
+        first = np.concatenate(([0], cut))
+        last = np.concatenate((cut, [n])) - 1
+        in_order = bool(np.all(order[1:] > order[:-1]))
+        if in_order:  # the usual case: the records of each span are cut out in numpy
+            parts: list[bytes] = []
+            for a, b in zip(first.tolist(), last.tolist(), strict=True):
+                start = int(off[a])
+                data = read_exact(pinned[int(lo[a])].fd, int(ends[b]) - start, start)
+                if bool(np.all(off[a + 1:b + 1] == ends[a:b])):
+                    parts.append(data)  # adjacent records: the span is the answer
+                    continue
+                runs = np.empty(2 * (b + 1 - a), dtype=np.int64)  # record, gap, record, ...
+                runs[0::2] = ln[a:b + 1]
+                runs[1:-1:2] = off[a + 1:b + 1] - ends[a:b]
+                runs[-1] = 0
+                keep = np.repeat(np.tile(np.array([True, False]), b + 1 - a), runs)
+                parts.append(np.frombuffer(data, np.uint8)[keep].tobytes())
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+        spans: list[memoryview] = []
+        span_of = np.empty(n, dtype=np.int64)
+        for k, (a, b) in enumerate(zip(first.tolist(), last.tolist(), strict=True)):
+            start = int(off[a])
+            spans.append(memoryview(read_exact(pinned[int(lo[a])].fd, int(ends[b]) - start,
+                                               start)))
+            span_of[order[a:b + 1]] = k
+        rel = np.empty(n, dtype=np.int64)
+        rel[order] = off - off[first[np.searchsorted(first, np.arange(n), "right") - 1]]
+        return b"".join([spans[k][r:r + m] for k, r, m in zip(
+            span_of.tolist(), rel.tolist(), lens.tolist(), strict=True)])
 
     def held_ranges(self, ledger_id: int, first: int, last: int) -> list[tuple[int, int]]:
         """Which entries of ``first..last`` this bookie holds, as ascending disjoint

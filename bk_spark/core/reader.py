@@ -13,7 +13,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
 
 from bk_spark.core.context import ClientContext
 from bk_spark.core.recovery import FragmentAnswers, ask_last_fragment
@@ -26,91 +29,190 @@ from bk_spark.errors import (
     ReadPastLacError,
     UnauthorizedError,
 )
-from bk_spark.io.bookie_client import READ_BATCH
 from bk_spark.io.entry import EntryCodec, LedgerEntry
 from bk_spark.io.metadata_store import Versioned
 from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
-from bk_spark.protocol.schedule import write_set
+from bk_spark.protocol.records import Records
+from bk_spark.protocol.schedule import write_set_members
+
+
+class FetchedEntries:
+    """The verified entries of one :func:`fetch_entries`, ascending entry id, as columns over
+    the bookies' answers (:class:`~bk_spark.protocol.records.Records`, one per answer): no
+    object per entry until one is asked for.
+
+    ``entry_ids`` are the ids, ascending; entry ``entry_ids[i]`` is record ``row_of[i]`` of
+    answer ``pieces[piece_of[i]]`` (bulk decoders work on those columns); :meth:`payloads`
+    gives the payloads in id order (views, no copy) and ``fetched[e]`` one entry as a
+    ``pb.Entry`` (callers that re-send entries)."""
+
+    def __init__(self, ledger_id: int, pieces: list[Records]) -> None:
+        self.ledger_id = ledger_id
+        self.pieces = pieces
+        if pieces:
+            ids = np.concatenate([p.entry_ids for p in pieces])
+            order = np.argsort(ids, kind="stable")
+            self.piece_of: np.ndarray = np.concatenate(
+                [np.full(len(p), k, dtype=np.int64) for k, p in enumerate(pieces)])[order]
+            self.row_of: np.ndarray = np.concatenate(
+                [np.arange(len(p), dtype=np.int64) for p in pieces])[order]
+            self.entry_ids: np.ndarray = ids[order]
+        else:
+            self.entry_ids = self.piece_of = self.row_of = np.zeros(0, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.entry_ids)
+
+    @property
+    def nbytes(self) -> int:
+        """Payload bytes of all the entries."""
+        return int(sum(int(p.payload_lengths.sum()) for p in self.pieces))
+
+    def payloads(self) -> list[memoryview]:
+        """Every payload, ascending entry id (views into the answers)."""
+        views = [memoryview(p.data) for p in self.pieces]
+        starts = [p.payload_starts.tolist() for p in self.pieces]
+        ends = [p.payload_ends.tolist() for p in self.pieces]
+        return [views[k][starts[k][i]:ends[k][i]]
+                for k, i in zip(self.piece_of.tolist(), self.row_of.tolist(), strict=True)]
+
+    def _at(self, entry_id: int) -> tuple[Records, int]:
+        i = int(np.searchsorted(self.entry_ids, entry_id))
+        if i >= len(self.entry_ids) or int(self.entry_ids[i]) != entry_id:
+            raise KeyError(entry_id)
+        return self.pieces[int(self.piece_of[i])], int(self.row_of[i])
+
+    def __contains__(self, entry_id: object) -> bool:
+        try:
+            self._at(entry_id)  # type: ignore[arg-type]
+        except (KeyError, TypeError):
+            return False
+        return True
+
+    def __getitem__(self, entry_id: int) -> pb.Entry:
+        r, i = self._at(entry_id)
+        d = r.data
+        ds, ps, pe = int(r.digest_starts[i]), int(r.payload_starts[i]), int(r.payload_ends[i])
+        return pb.Entry(ledger_id=int(r.ledger_ids[i]), entry_id=entry_id, lac=int(r.lacs[i]),
+                        payload=d[ps:pe], digest=d[ds:ps])
 
 
 def fetch_entries(bk: ClientContext, md: LedgerMetadata, codec: EntryCodec,
-                  entry_ids: Sequence[int], master_key: bytes) -> dict[int, pb.Entry]:
+                  entry_ids: Sequence[int], master_key: bytes) -> FetchedEntries:
     """Read ``entry_ids`` (verified) from their write sets, failing over per entry.
 
-    Each entry is asked of the bookies of its write set in turn (one ``ReadEntries`` per
-    bookie for all the entries it is asked for), moving to the next copy on an error, a
-    missing entry or a bad digest, so a dead bookie costs one fast failure. When every
-    copy of an entry failed and some failed only because their bookie was unreachable,
-    those copies are asked again while the read timeout lasts, this time waiting for the
-    connection (a bookie restarting, a channel in reconnect backoff, a slow handshake),
-    each with an equal share of the time left: a live bookie is never declared unable to
-    serve before the operation's own timeout. Errors carry every copy's reason.
+    Each entry is asked of the bookies of its write set in turn (one packed ``ReadEntries``
+    per bookie for up to ``PACKED_READ_BATCH`` of the entries it is asked for, all sent at
+    once: entries are striped over the ensemble, so every bookie serves a share), moving to
+    the next copy on an error, a missing entry or a bad digest, so a dead bookie costs one
+    fast failure. When every copy of an entry failed and some failed only because their
+    bookie was unreachable, those copies are asked again while the read timeout lasts, this
+    time waiting for the connection (a bookie restarting, a channel in reconnect backoff, a
+    slow handshake), each with an equal share of the time left: a live bookie is never
+    declared unable to serve before the operation's own timeout. Errors carry every copy's
+    reason.
 
     Every request carries the ledger's ``master_key``: bookies refuse reads without it. A
     wrong key is refused by every bookie alike, so it raises at once (no fail-over).
+
+    Answers are checked as columns (:meth:`EntryCodec.verify_records`): the entries that
+    come back good cost no Python object each; only failures are handled entry by entry.
     """
     E, Qw = md.ensemble_size, md.write_quorum_size
     deadline = time.monotonic() + bk.config.client.read_timeout_s
-    attempt = dict.fromkeys(entry_ids, 0)
-    # the copies (write-set positions) still to ask, once the first pass found no good copy
+    if isinstance(entry_ids, range) and entry_ids.step == 1:
+        ids = np.arange(entry_ids.start, entry_ids.stop, dtype=np.int64)
+    else:
+        ids = np.unique(np.asarray(list(entry_ids), dtype=np.int64))
+    n = len(ids)
+    firsts = np.asarray([first for first, _ens in md.ensembles], dtype=np.int64)
+    fragment = np.searchsorted(firsts, ids, "right") - 1  # each entry's fragment
+    attempt = np.zeros(n, dtype=np.int64)  # which copy to ask next (a write set position)
+    limit = np.full(n, Qw, dtype=np.int64)  # copies to ask before giving up
+    done = np.zeros(n, dtype=np.bool_)
+    # by position in ids, filled on failures only: the copies (write-set positions) still
+    # to ask once the first pass found no good copy; the unreachable ones; the reasons
     patient: dict[int, list[int]] = {}
     unreachable: dict[int, list[int]] = defaultdict(list)
     problems: dict[int, list[str]] = defaultdict(list)
-    out: dict[int, pb.Entry] = {}
-    while attempt:
-        groups: dict[tuple[str, int], list[int]] = defaultdict(list)
-        for e, a in attempt.items():
-            copies = patient.get(e)
-            if a >= (Qw if copies is None else len(copies)):
-                if copies is None and unreachable[e] and time.monotonic() < deadline:
-                    copies = patient[e] = unreachable.pop(e)
-                    a = attempt[e] = 0
-                else:
-                    raise _no_good_copy(md.ledger_id, e, problems[e])
-            ws = write_set(e, E, Qw)
-            if copies is None:
-                groups[(md.ensemble_for(e)[ws[a]], -1)].append(e)
-            else:  # second pass: wait for the connection, a share of the time left each
-                groups[(md.ensemble_for(e)[ws[copies[a]]], len(copies) - a)].append(e)
+    pieces: list[Records] = []
+
+    def failed(positions: Iterable[int], why: str) -> None:
+        for i in positions:
+            problems[i].append(why)
+            attempt[i] += 1
+
+    while not done.all():
+        todo = np.flatnonzero(~done)
+        for i in todo[attempt[todo] >= limit[todo]].tolist():  # out of copies (failures)
+            if i not in patient and unreachable.get(i) and time.monotonic() < deadline:
+                patient[i] = unreachable.pop(i)
+                limit[i], attempt[i] = len(patient[i]), 0
+            else:
+                raise _no_good_copy(md.ledger_id, int(ids[i]), problems[i])
+        groups: dict[tuple[str, int], list[np.ndarray]] = defaultdict(list)
+        plain = todo if not patient else todo[~np.isin(todo, list(patient))]
+        if len(plain):
+            bookie_index = write_set_members(ids[plain], attempt[plain], E)
+            key = fragment[plain] * E + bookie_index
+            for k in np.unique(key).tolist():
+                bookie = md.ensembles[k // E][1][k % E]
+                groups[(bookie, -1)].append(ids[plain[key == k]])
+        for i in patient:  # second pass: wait for the connection, a share of the time left
+            if done[i]:
+                continue
+            copies, a, e = patient[i], int(attempt[i]), int(ids[i])
+            bookie = md.ensembles[int(fragment[i])][1][(e + copies[a]) % E]
+            groups[(bookie, len(copies) - a)].append(ids[i:i + 1])
+        asks = {k: np.sort(np.concatenate(v)) for k, v in groups.items()}
         calls = bk.bookies.scatter_reads(
-            md.ledger_id, master_key, groups, bookie=lambda key: key[0],
+            md.ledger_id, master_key, asks, bookie=lambda key: key[0],
             timeout=lambda key: (max(0.05, (deadline - time.monotonic()) / key[1])
-                                 if key[1] > 0 else None))
+                                 if key[1] > 0 else None), packed=True)
         for (bookie, _shares), chunk, call in calls:
+            asked = np.searchsorted(ids, np.asarray(chunk, dtype=np.int64))
             try:
-                resp = call.result()
+                answer = call.result()
             except NoSuchLedgerError:
-                for e in chunk:
-                    problems[e].append(f"{bookie}: no such ledger")
-                    attempt[e] += 1
+                failed(asked.tolist(), f"{bookie}: no such ledger")
                 continue
             except UnauthorizedError as exc:
                 raise UnauthorizedError(f"ledger {md.ledger_id}: {exc}") from None
             except BKError as exc:
-                for e in chunk:
-                    problems[e].append(f"{bookie}: {exc}")
-                    if isinstance(exc, BookieUnavailableError) and e not in patient:
-                        unreachable[e].append(attempt[e])
-                    attempt[e] += 1
+                if isinstance(exc, BookieUnavailableError):
+                    for i in asked.tolist():
+                        if i not in patient:
+                            unreachable[i].append(int(attempt[i]))
+                failed(asked.tolist(), f"{bookie}: {exc}")
                 continue
-            for ent in resp.entries:
-                if ent.entry_id not in attempt:
-                    continue
-                try:
-                    codec.verify(ent)
-                except DigestMismatchError as exc:
-                    problems[ent.entry_id].append(f"{bookie}: {exc}")
-                    attempt[ent.entry_id] += 1
-                    continue
-                out[ent.entry_id] = ent
-                del attempt[ent.entry_id]
-            for e in resp.missing:
-                if e in attempt:
-                    problems[e].append(f"{bookie}: no such entry")
-                    attempt[e] += 1
+            r = answer.records
+            pos = np.minimum(np.searchsorted(ids, r.entry_ids), max(n - 1, 0))
+            wanted = (ids[pos] == r.entry_ids) & np.isin(pos, asked) & ~done[pos]
+            _, first = np.unique(pos, return_index=True)  # one record per entry
+            once = np.zeros(len(r), dtype=np.bool_)
+            once[first] = True
+            wanted &= once
+            good = wanted & codec.verify_records(r)
+            failed(pos[wanted & ~good].tolist(),
+                   f"{bookie}: {codec.digest.digest_type} digest mismatch (corrupt or foreign "
+                   f"copy): read it from another bookie of its write quorum")
+            if bool(good.any()):
+                done[pos[good]] = True
+                pieces.append(r if bool(good.all()) else r.take(good))
+            if answer.missing:
+                m = np.asarray(answer.missing, dtype=np.int64)
+                mpos = np.minimum(np.searchsorted(ids, m), max(n - 1, 0))
+                hit = (ids[mpos] == m) & np.isin(mpos, asked) & ~done[mpos]
+                failed(mpos[hit].tolist(), f"{bookie}: no such entry")
             # ids neither found nor missing were cut by the bookie's size limit: ask again
-    return out
+    return FetchedEntries(md.ledger_id, pieces)
+
+
+#: Payload bytes one fetch of :meth:`ReadHandle.iter_batches` aims at, and its most entries
+#: (one packed request per bookie of a 3-bookie ensemble).
+FETCH_TARGET_BYTES = 16 << 20
+FETCH_MAX_ENTRIES = 8192
 
 
 def _no_good_copy(ledger_id: int, entry_id: int, problems: list[str]) -> BKError:
@@ -179,17 +281,58 @@ class ReadHandle:
         """Entries ``first..last`` inclusive, in order (one batched fetch per bookie)."""
         return list(self.iter_entries(first, last))
 
-    def iter_entries(self, first: int, last: int, batch_size: int = 4 * READ_BATCH
+    def iter_entries(self, first: int, last: int, batch_size: int = FETCH_MAX_ENTRIES
                      ) -> Iterator[LedgerEntry]:
         """Stream entries ``first..last`` in batches; reading past the LAC raises."""
-        self._check_range(first, last)
         lid = self.id
-        for lo in range(first, last + 1, batch_size):
-            hi = min(lo + batch_size - 1, last)
-            got = fetch_entries(self._bk, self._md.value, self._codec, range(lo, hi + 1),
-                                self._master_key)
-            for e in range(lo, hi + 1):
-                yield LedgerEntry(lid, e, got[e].payload)
+        for got in self.iter_batches(first, last, max_entries=batch_size):
+            for e, payload in zip(got.entry_ids.tolist(), got.payloads(), strict=True):
+                yield LedgerEntry(lid, e, bytes(payload))
+
+    def iter_batches(self, first: int, last: int, *, target_bytes: int = FETCH_TARGET_BYTES,
+                     max_entries: int = FETCH_MAX_ENTRIES) -> Iterator[FetchedEntries]:
+        """Entries ``first..last`` (verified, in order) as :class:`FetchedEntries` batches of
+        about ``target_bytes`` of payload (at most ``max_entries`` entries), the next batch
+        fetched on a thread while the caller works on the current one, so fetching and
+        decoding overlap. Batches are sized from the entry size: a closed ledger's length
+        over its entries, else the size seen in the previous batch (the first of a ledger
+        whose size is unknown is small); the first batch is a quarter of the others, so the
+        caller's work starts sooner. Reading past the LAC raises."""
+        self._check_range(first, last)
+        md = self._md.value
+        floor = md.ensemble_size  # at least one entry per bookie of the ensemble
+        size = md.length / (md.last_entry_id + 1) if \
+            self.is_closed and md.length > 0 and md.last_entry_id >= 0 else None
+
+        def count(entry_bytes: float | None) -> int:
+            if entry_bytes is None:
+                return min(max_entries, floor * 4)
+            return max(1, min(max_entries, max(floor, int(target_bytes // max(1.0,
+                                                                             entry_bytes)))))
+
+        def fetch(lo: int, hi: int) -> FetchedEntries:
+            return fetch_entries(self._bk, md, self._codec, range(lo, hi + 1),
+                                 self._master_key)
+
+        # the first fetch is small (a quarter of the target): the caller starts sooner
+        hi = min(first + max(floor, count(size) // 4) - 1, last)
+        if hi == last:  # one batch: no thread
+            yield fetch(first, last)
+            return
+        pool = ThreadPoolExecutor(1, thread_name_prefix=f"bk-read-{self.id}")
+        try:
+            pending = pool.submit(fetch, first, hi)
+            while pending is not None:
+                got = pending.result()
+                nxt, pending = hi + 1, None
+                if nxt <= last:
+                    if len(got):
+                        size = got.nbytes / len(got)
+                    hi = min(nxt + count(size) - 1, last)
+                    pending = pool.submit(fetch, nxt, hi)
+                yield got
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def _check_range(self, first: int, last: int) -> None:
         if first < 0 or last < first:

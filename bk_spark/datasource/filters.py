@@ -15,6 +15,7 @@ import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
+import numpy as np
 from pyspark.sql.datasource import (
     EqualTo,
     Filter,
@@ -48,6 +49,13 @@ class IntSet:
 
     def __contains__(self, value: int) -> bool:
         return self.lo <= value <= self.hi and (self.only is None or value in self.only)
+
+    def mask(self, values: np.ndarray) -> np.ndarray:
+        """``value in self`` for each of ``values`` (int64), at once."""
+        m = (values >= self.lo) & (values <= self.hi)
+        if self.only is not None:
+            m &= np.isin(values, np.fromiter(self.only, dtype=np.int64, count=len(self.only)))
+        return m
 
     @property
     def empty(self) -> bool:
@@ -83,6 +91,13 @@ class Constraints:
             return False
         return ts_ms is None or self.timestamps_us.unbounded or \
             ts_ms * 1000 in self.timestamps_us
+
+    def entry_mask(self, entry_ids: np.ndarray, ts_ms: np.ndarray | None) -> np.ndarray:
+        """:meth:`allows_entry` of many entries at once (``ts_ms`` None: unframed)."""
+        m = self.entry_ids.mask(entry_ids)
+        if ts_ms is not None and not self.timestamps_us.unbounded:
+            m &= self.timestamps_us.mask(ts_ms * 1000)
+        return m
 
     def ledger_may_match(self, first_ts_ms: int | None, last_ts_ms: int | None) -> bool:
         """False if the ledger's time range (None: unknown) misses the timestamp range."""

@@ -75,7 +75,7 @@ class AddResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., message: _Optional[str] = ..., results: _Optional[_Iterable[_Union[AddResult, _Mapping]]] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
-    __slots__ = ("ledger_id", "first_entry", "last_entry", "entry_ids", "max_entries", "max_bytes", "fence", "master_key")
+    __slots__ = ("ledger_id", "first_entry", "last_entry", "entry_ids", "max_entries", "max_bytes", "fence", "master_key", "packed")
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     FIRST_ENTRY_FIELD_NUMBER: _ClassVar[int]
     LAST_ENTRY_FIELD_NUMBER: _ClassVar[int]
@@ -84,6 +84,7 @@ class ReadRequest(_message.Message):
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     FENCE_FIELD_NUMBER: _ClassVar[int]
     MASTER_KEY_FIELD_NUMBER: _ClassVar[int]
+    PACKED_FIELD_NUMBER: _ClassVar[int]
     ledger_id: int
     first_entry: int
     last_entry: int
@@ -92,23 +93,28 @@ class ReadRequest(_message.Message):
     max_bytes: int
     fence: bool
     master_key: bytes
-    def __init__(self, ledger_id: _Optional[int] = ..., first_entry: _Optional[int] = ..., last_entry: _Optional[int] = ..., entry_ids: _Optional[_Iterable[int]] = ..., max_entries: _Optional[int] = ..., max_bytes: _Optional[int] = ..., fence: _Optional[bool] = ..., master_key: _Optional[bytes] = ...) -> None: ...
+    packed: bool
+    def __init__(self, ledger_id: _Optional[int] = ..., first_entry: _Optional[int] = ..., last_entry: _Optional[int] = ..., entry_ids: _Optional[_Iterable[int]] = ..., max_entries: _Optional[int] = ..., max_bytes: _Optional[int] = ..., fence: _Optional[bool] = ..., master_key: _Optional[bytes] = ..., packed: _Optional[bool] = ...) -> None: ...
 
 class ReadResponse(_message.Message):
-    __slots__ = ("status", "message", "entries", "missing", "lac", "fenced")
+    __slots__ = ("status", "message", "entries", "missing", "lac", "fenced", "records", "record_lengths")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     MISSING_FIELD_NUMBER: _ClassVar[int]
     LAC_FIELD_NUMBER: _ClassVar[int]
     FENCED_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    RECORD_LENGTHS_FIELD_NUMBER: _ClassVar[int]
     status: StatusCode
     message: str
     entries: _containers.RepeatedCompositeFieldContainer[Entry]
     missing: _containers.RepeatedScalarFieldContainer[int]
     lac: int
     fenced: bool
-    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., message: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., missing: _Optional[_Iterable[int]] = ..., lac: _Optional[int] = ..., fenced: _Optional[bool] = ...) -> None: ...
+    records: bytes
+    record_lengths: bytes
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., message: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., missing: _Optional[_Iterable[int]] = ..., lac: _Optional[int] = ..., fenced: _Optional[bool] = ..., records: _Optional[bytes] = ..., record_lengths: _Optional[bytes] = ...) -> None: ...
 
 class ReadLacRequest(_message.Message):
     __slots__ = ("ledger_id", "previous_lac", "wait_ms")

@@ -114,6 +114,29 @@ def test_every_acknowledged_entry_survives_kill_9_and_restart(one_bookie) -> Non
         fresh.close()
 
 
+def test_a_packed_read_answers_the_entries_of_an_entry_by_entry_read(one_bookie) -> None:
+    """ReadEntries with ``packed`` answers the stored records (parsed at once by the
+    client) of exactly the entries, lacs, payloads and digests a plain ReadEntries answers
+    as Entry messages; a client that does not ask for it (an older one) still gets those."""
+    _c, _b, client = one_bookie
+    written = [entry(9, i, payload=os.urandom(i % 300)) for i in range(600) if i % 3 != 1]
+    assert add_sync(client, 9, written) == [None] * len(written)
+    asked = list(range(0, 600, 3)) + [1, 4, 700]  # striped, plus ids it does not have
+    plain = client.read_entries(9, entry_ids=asked, master_key=KEY)
+    assert not plain.records and plain.entries  # the old answer for an old request
+    answer = client.read_records_future(9, asked, KEY).result()
+    r = answer.records
+    assert r.entry_ids.tolist() == [e.entry_id for e in plain.entries]
+    assert r.lacs.tolist() == [e.lac for e in plain.entries]
+    assert [r.data[a:b] for a, b in zip(r.payload_starts.tolist(), r.payload_ends.tolist(),
+                                        strict=True)] == [e.payload for e in plain.entries]
+    assert [r.data[a:b] for a, b in zip(r.digest_starts.tolist(), r.payload_starts.tolist(),
+                                        strict=True)] == [e.digest for e in plain.entries]
+    assert answer.missing == list(plain.missing) == [1, 4, 700]
+    with pytest.raises(UnauthorizedError):
+        client.read_records_future(9, asked, b"w" * 32).result()
+
+
 def test_fencing_survives_restart_and_recovery_adds_still_accepted(one_bookie) -> None:
     _c, b, client = one_bookie
     assert add_sync(client, 3, [entry(3, i) for i in range(10)]) == [None] * 10

@@ -356,3 +356,42 @@ def test_round_and_linger_options_are_checked() -> None:
         BookKeeperConfig(add_round_max_entries=0)
     with pytest.raises(InvalidConfigError, match="add_linger_s"):
         BookKeeperConfig(add_linger_s=-1)
+
+
+def test_a_ledger_read_in_batches_fetches_the_next_batch_while_the_caller_holds_one(
+        bk, monkeypatch) -> None:
+    """iter_batches: every entry once, in order, verified; the first batch small (the caller
+    starts sooner), and each next batch already asked of the bookies when the caller gets
+    the current one (fetching overlaps decoding). The fetches themselves are the real ones,
+    only counted."""
+    import bk_spark.core.reader as reader
+
+    lh = bk.create_ledger(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2)
+    futures = [lh.add_entry_async(payload(i)) for i in range(5000)]
+    for f in futures:
+        f.result(30)
+    lh.close()
+    started: list[tuple[int, int]] = []
+    real = reader.fetch_entries
+
+    def counted(bk_, md, codec, entry_ids, key):  # type: ignore[no-untyped-def]
+        started.append((entry_ids[0], entry_ids[-1]))
+        return real(bk_, md, codec, entry_ids, key)
+
+    monkeypatch.setattr(reader, "fetch_entries", counted)
+    rh = bk.open_ledger(lh.id, recovery=False)
+    seen: list[int] = []
+    sizes = []
+    for k, got in enumerate(rh.iter_batches(0, 4999, max_entries=1000)):
+        if seen[-1:] != [4999] and got.entry_ids[-1] < 4999:
+            deadline = time.monotonic() + 5
+            while len(started) < k + 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert len(started) >= k + 2, "the next batch was not asked for in advance"
+        sizes.append(len(got))
+        seen += got.entry_ids.tolist()
+        assert [bytes(p) for p in got.payloads()] == [payload(e) for e in got.entry_ids]
+    assert seen == list(range(5000))
+    assert sizes[0] == 250 and max(sizes) == 1000
+    assert [e.payload for e in rh.read_entries(4990, 4999)] == [payload(i)
+                                                                for i in range(4990, 5000)]

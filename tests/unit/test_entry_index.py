@@ -98,3 +98,26 @@ def test_put_batch_sets_the_same_locations_as_single_sets():
         for eid, span in zip(ids, spans, strict=True):
             model[eid] = ((base_high + b + (span >> 32)) << 32) | (span & 0xFFFFFFFF)
     assert index == model and len(index) == len(model)
+
+
+def test_looking_up_many_ids_at_once_answers_like_get_one_by_one():
+    """A read's lookups in numpy (get_many) find what get finds, dense part, holes, ids
+    before the first, sparse ones far past the end and absent ones alike."""
+    import numpy as np
+
+    from bookie_server.location import high_of, length_of
+
+    index = EntryIndex()
+    for eid in [i for i in range(100, 400) if i % 3 != 1] + [10**9, 10**9 + 7]:
+        index[eid] = loc(eid, log_id=2)
+    asked = np.asarray([0, 99, 100, 101, 102, 250, 399, 400, 10**9, 10**9 + 1, 10**9 + 7],
+                       dtype=np.int64)
+    highs, lens = index.get_many(asked)
+    for eid, h, n in zip(asked.tolist(), highs.tolist(), lens.tolist(), strict=True):
+        got = index.get(eid)
+        assert (n == 0) == (got is None)
+        if got is not None:
+            assert (h, n) == (high_of(got), length_of(got))
+    index[400] = loc(400, log_id=2)  # the arrays may still grow after a lookup
+    assert index.get(400) is not None
+    assert EntryIndex().get_many(asked)[1].tolist() == [0] * len(asked)

@@ -413,3 +413,38 @@ def test_acknowledgements_stay_ordered_under_concurrent_completion() -> None:
     for t in threads:
         t.join()
     assert order == list(range(total))
+
+
+def test_frames_decoded_in_bulk_are_what_decode_entry_makes_of_each():
+    import numpy as np
+
+    from bk_spark.protocol.log_format import decode_entry, decode_frames, encode_entry
+
+    values = [b"abc", None, b"", b"x" * 300, None, b"\x02\x01"]
+    framed = [b"pad"] + [encode_entry(v, 1_700_000_000_000 + i) for i, v in enumerate(values)]
+    data = b"".join(framed)
+    ends = np.cumsum([len(f) for f in framed])[1:]
+    starts = ends - [len(f) for f in framed[1:]]
+    f = decode_frames(data, starts, ends)
+    for i in range(len(values)):
+        ts, value = decode_entry(data[starts[i]:ends[i]])
+        assert f.timestamps_ms[i] == ts
+        assert bool(f.nulls[i]) == (value is None)
+        if value is not None:
+            assert data[f.value_starts[i]:ends[i]] == value
+
+
+@pytest.mark.parametrize("bad", [b"\x01abc", b"\x07" + bytes(8), b"\x02" + bytes(8),
+                                 b"\x02" + bytes(8) + b"\x04", b"\x02" + bytes(8) + b"\x01z"])
+def test_frames_decoded_in_bulk_refuse_what_decode_entry_refuses(bad):
+    import numpy as np
+
+    from bk_spark.protocol.log_format import decode_entry, decode_frames, encode_entry
+
+    good = encode_entry(b"ok", 1)
+    data = good + bad
+    with pytest.raises(LogFormatError) as one:
+        decode_entry(bad)
+    with pytest.raises(LogFormatError) as bulk:
+        decode_frames(data, np.array([0, len(good)]), np.array([len(good), len(data)]))
+    assert str(bulk.value) == str(one.value)

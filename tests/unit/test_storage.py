@@ -679,3 +679,69 @@ def test_held_ranges_cost_follows_stored_entries_not_the_width_of_the_range(stor
     assert storage.held_ranges(1, 0, 2**63 - 1) == [(0, 2), (10**12, 10**12)]
     assert storage.held_ranges(1, 1, 10**12 - 1) == [(1, 2)]
     assert time.monotonic() - started < 1.0
+
+
+# -- packed reads (read_records) ------------------------------------------------------------
+
+
+def test_a_packed_read_answers_the_same_entries_as_entry_by_entry(storage):
+    add(storage, 1, 0, 60, size=300)
+    for ids in (range(60), list(range(0, 60, 3)), [59, 7, 3, 3, 70]):
+        recs, missing = storage.read_records(1, ids)
+        found, missing2 = storage.read_entries(1, ids)
+        assert missing == missing2
+        assert recs.entry_ids.tolist() == [e.entry_id for e in found]
+        d = recs.data
+        assert [d[a:b] for a, b in zip(recs.payload_starts.tolist(),
+                                       recs.payload_ends.tolist(), strict=True)] == \
+            [e.payload for e in found]
+        assert [d[a:b] for a, b in zip(recs.digest_starts.tolist(),
+                                       recs.payload_starts.tolist(), strict=True)] == \
+            [e.digest for e in found]
+        assert recs.lacs.tolist() == [e.lac for e in found]
+
+
+def test_a_striped_read_returns_only_the_ids_asked_in_order(storage):
+    # a bookie of an E=3 Qw=2 ensemble holds entries e % 3 in {0, 2}; a striped reader asks
+    # it for e % 3 == 0 only: the records in between are read (one span) but not returned
+    for lo in range(0, 300, 30):
+        storage.add_entries(5, KEY, [x for x in entries(5, lo, 30, size=120)
+                                     if x[0] % 3 != 1])
+    asked = list(range(0, 300, 3))
+    recs, missing = storage.read_records(5, asked)
+    assert missing == []
+    assert recs.entry_ids.tolist() == asked
+    assert [recs.data[a:b] for a, b in zip(recs.payload_starts.tolist(),
+                                           recs.payload_ends.tolist(), strict=True)] == \
+        [payload(5, e, 120) for e in asked]
+    assert len(recs.data) == sum(int(n) for n in recs.payload_ends - recs.starts)
+
+
+def test_a_read_of_entries_stored_out_of_id_order_answers_in_id_order(storage):
+    add(storage, 2, 10, 5, size=200)  # stored first: higher offsets for lower ids below
+    add(storage, 2, 0, 10, size=200)
+    add(storage, 2, 3, 1, size=200)  # an overwrite: entry 3 now lies after all the others
+    recs, missing = storage.read_records(2, range(15))
+    assert missing == [] and recs.entry_ids.tolist() == list(range(15))
+    assert_has(storage, 2, range(15), size=200)
+
+
+def test_a_packed_read_stops_at_max_bytes_like_an_entry_by_entry_read(storage):
+    add(storage, 1, 0, 20)
+    recs, missing = storage.read_records(1, range(20), max_bytes=3500)
+    found, _ = storage.read_entries(1, range(20), max_bytes=3500)
+    assert recs.entry_ids.tolist() == [e.entry_id for e in found] == [0, 1, 2]
+    recs, _ = storage.read_records(1, range(20), max_bytes=10)  # the first one at least
+    assert recs.entry_ids.tolist() == [0]
+
+
+def test_a_corrupt_record_header_in_an_entry_log_is_an_error_not_data(storage, config):
+    add(storage, 1, 0, 3)
+    storage.checkpoint()
+    (log,) = sorted((Path(config.data_dir) / "ledgers" / "logs").glob("*.log"))
+    raw = bytearray(log.read_bytes())
+    at = raw.find(payload(1, 1)) - 3 - 30  # entry 1's record header (digest "dg1")
+    raw[at + 12] ^= 0xFF  # its entry id
+    log.write_bytes(bytes(raw))
+    with pytest.raises(BKError, match="corrupt"):
+        storage.read_records(1, [1])
