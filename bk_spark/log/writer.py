@@ -21,7 +21,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from bk_spark.core.futures import SharedConditionFuture, shared_condition
+from bk_spark.core.futures import shared_condition
 from bk_spark.core.ledger import LedgerHandle
 from bk_spark.errors import (
     BKError,
@@ -35,7 +35,7 @@ from bk_spark.errors import (
 )
 from bk_spark.io.metadata_store import Versioned
 from bk_spark.log import pending
-from bk_spark.log.acks import InOrderAcks, copy_error
+from bk_spark.log.acks import AppendFuture, InOrderAcks, copy_error
 from bk_spark.log.admin import delete_ledger_quietly
 from bk_spark.log.store import LEDGER_LOG_KEY, update_log
 from bk_spark.log.view import unlisted_ledgers
@@ -241,7 +241,7 @@ class LogWriter:
                 self._ts_floor = now
                 self._header = frame_header(now)
             lh = self._lh
-            fut: Future[Position] = SharedConditionFuture(self._futures_condition)
+            fut = AppendFuture(self._futures_condition, self._segment)
             try:  # the future is completed by the segment (complete_runs_with)
                 if payload is None:
                     eid = lh.add_entry_token(encode_entry(None, self._ts_floor), fut)
