@@ -8,6 +8,16 @@ it as pending for the log (:mod:`bk_spark.log.pending`), so a roll is one claim 
 The spare is claimed (its record deleted) before the CAS that lists it; an unused spare is
 deleted when the writer closes or stops, and a crashed writer's spare is swept by the next
 writer of the log (or by ``delete_log``): no spare outlives the next owner.
+
+Appending, as a ledger's add does: an append takes the current ledger's lock once, and no
+lock of the writer. The ledger's sender frames each round it ships
+(:meth:`LedgerHandle.frame_rounds_with`): every entry of a round gets the same frame header,
+stamped ``max(now, the last stamp of the log)`` (:class:`LedgerStamps`), joined to the
+payload without a copy. A roll stops the previous ledger's adds
+(:meth:`LedgerHandle.stop_adds`, which also counts them) and caps its later stamps at the
+log's last stamp before the next ledger takes any append; an append that raced with the
+switch is refused by the previous ledger and retried under the writer's lock, which the
+switch holds. So timestamps never decrease in log order, across rolls too.
 """
 
 from __future__ import annotations
@@ -42,6 +52,7 @@ from bk_spark.log.view import unlisted_ledgers
 from bk_spark.protocol import log_rules
 from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
 from bk_spark.protocol.log_format import (
+    FRAME_HEADER_SIZE,
     LogLimits,
     LogMetadata,
     Position,
@@ -60,6 +71,70 @@ log = logging.getLogger(__name__)
 #: The share of a rolling limit (entries, bytes or age) at which the roller prepares the
 #: next ledger.
 SPARE_AT = 0.5
+#: How often the roller looks at the bytes of the current ledger when rolling by bytes.
+BYTES_POLL_S = 0.02
+
+
+#: The payload a null value is handed to the ledger as: an object of its own (made at run
+#: time, so no caller's payload is this object), which the round framer finds by identity
+#: and replaces with a null frame (:func:`encode_entry` of None). A plain ``bytes``: the
+#: ledger keeps it as it is (``bytes()`` of a subclass would copy it).
+NULL_PAYLOAD = bytes(bytearray(b"<null>"))
+
+
+class LogClock:
+    """The last timestamp given to an entry of the log (ms), shared by the ledgers in
+    flight: stamps are ``max(now, last)``."""
+
+    def __init__(self, floor: int) -> None:
+        self.lock = threading.Lock()
+        self.last = floor
+
+    def raise_to(self, floor: int) -> None:
+        with self.lock:
+            if floor > self.last:
+                self.last = floor
+
+
+class LedgerStamps:
+    """The timestamps of one ledger's entries, given a round at a time by the ledger's
+    sender (:meth:`frame`, its round framer), in entry order.
+
+    While the ledger takes appends a round is stamped ``max(now, log's last)`` and raises
+    the log's last; once the writer moved on (:meth:`seal`, after the ledger stopped taking
+    adds and before the next ledger took any) its remaining rounds are stamped with the
+    log's last stamp at that moment: no later than any entry of the next ledger, no earlier
+    than any of its own.
+    """
+
+    __slots__ = ("clock", "cap", "last", "nulls")
+
+    def __init__(self, clock: LogClock) -> None:
+        self.clock = clock
+        self.cap: int | None = None
+        self.last: int | None = None  # the stamp of its last framed entry (None: none)
+        self.nulls = False  # a null was appended: rounds are searched for NULL_PAYLOAD
+
+    def frame(self, payloads: list[bytes]) -> tuple[bytes, list[bytes]]:
+        clock = self.clock
+        with clock.lock:
+            if self.cap is None:
+                now = time.time_ns() // 1_000_000  # now_ms(), inlined
+                if now > clock.last:
+                    clock.last = now
+                ts = clock.last
+            else:
+                ts = self.cap
+        self.last = ts
+        header = frame_header(ts)
+        if not self.nulls or NULL_PAYLOAD not in payloads:
+            return header, payloads
+        null = encode_entry(None, ts)
+        return b"", [null if p is NULL_PAYLOAD else header + p for p in payloads]
+
+    def seal(self) -> None:
+        with self.clock.lock:
+            self.cap = self.clock.last
 
 
 @dataclass(frozen=True)
@@ -127,12 +202,8 @@ class LogWriter:
         info = md.value.find_in_tail(lh.id)
         assert info is not None
         self._index = info.index
-        # Every entry is stamped max(now, floor) and raises the floor to its stamp, so while
-        # the current ledger has entries the floor is its last entry's timestamp.
-        self._ts_floor = ts_floor
-        self._header = frame_header(ts_floor)  # always frame_header(self._ts_floor)
-        self._entries = 0  # entries appended to the current ledger
-        self._bytes = 0
+        self._clock = LogClock(ts_floor)  # the last stamp of the log
+        self._stamps = LedgerStamps(self._clock)  # the current ledger's
         self._started = time.monotonic()
         self._error: BKError | None = None
         self._error_lock = threading.Lock()
@@ -144,8 +215,12 @@ class LogWriter:
         # closed ledgers whose (last entry, last timestamp) is not recorded yet
         self._ends_to_record: dict[int, tuple[int, int | None]] = {}
         self._acks = InOrderAcks(self._on_add_failed)
-        self._segment = self._acks.open_segment(lh.id, self._index)
-        lh.complete_runs_with(self._segment.complete_run)
+        segment = self._acks.open_segment(lh.id, self._index)
+        lh.complete_runs_with(segment.complete_run)
+        lh.frame_rounds_with(self._stamps.frame, FRAME_HEADER_SIZE)
+        # What an append reads (one attribute, swapped whole by a roll): the current ledger
+        # and the acknowledgement segment of its appends.
+        self._current = (lh, segment)
         self._futures_condition = shared_condition()  # see core/futures.py
         c = config
         self._roll_entries = c.roll_max_entries if c.roll_max_entries is not None else math.inf
@@ -153,9 +228,8 @@ class LogWriter:
         # The next ledger, created ahead and registered as pending (the roller's; changed
         # under _meta_lock, and _lock for the roller's wait).
         self._spare: LedgerHandle | None = None
-        # Appends wake the roller (once) when the current ledger reaches these.
-        self._wake_entries, self._wake_bytes = math.inf, math.inf
-        self._roller_waiting = False
+        # An append that gets this entry id or a later one wakes the waiting roller (once).
+        self._wake_at: float = math.inf
         self._roller: threading.Thread | None = None
         if config.rolls:
             self._roller = threading.Thread(target=self._roll_loop, daemon=True,
@@ -181,10 +255,6 @@ class LogWriter:
     def is_closed(self) -> bool:
         return self._closed
 
-    def _last_ts(self) -> int | None:
-        """The timestamp of the current ledger's last entry (None: it has none)."""
-        return self._ts_floor if self._entries else None
-
     def _check_usable(self) -> None:
         if self._error is not None:
             raise copy_error(self._error)
@@ -198,6 +268,7 @@ class LogWriter:
                 self._error = err
             kept = self._error
         with self._lock:
+            self._lh.stop_adds()  # appends go to the slow path, which raises
             self._wakeup.notify_all()
         return kept
 
@@ -228,44 +299,61 @@ class LogWriter:
     def append_async(self, payload: bytes | None) -> Future[Position]:
         """Start appending one entry; the future yields its position when acknowledged.
 
-        The entry is stamped ``max(now, last timestamp of the log)`` (log_format.py).
-        ``None`` is a null value (:meth:`append`).
+        The entry is stamped ``max(now, last timestamp of the log)`` when the ledger's
+        sender ships it, a few ms at most after this call (log_format.py). ``None`` is a
+        null value (:meth:`append`).
         """
-        if payload is not None and payload.__class__ is not bytes:
-            payload = bytes(payload)
+        if payload.__class__ is not bytes:
+            return self._append_locked(payload)
+        lh, segment = self._current
+        fut = AppendFuture(self._futures_condition, segment)
+        try:  # the future is completed by the segment (complete_runs_with)
+            eid = lh.add_entry_token(payload, fut)
+        except (LedgerClosedError, LedgerFencedError):  # a roll switched ledgers, or stopped
+            return self._append_locked(payload)
+        if eid >= self._wake_at:
+            self._wake_roller()
+        return fut
+
+    def _append_locked(self, payload: bytes | bytearray | memoryview | None
+                       ) -> Future[Position]:
+        """An append under the writer's lock: a null or a payload of another type, or one
+        that met a ledger that stopped taking adds (a roll held the lock meanwhile)."""
         with self._lock:
             if self._error is not None or self._closed:
                 self._check_usable()  # raises
-            now = time.time_ns() // 1_000_000  # now_ms(), inlined: the hot path
-            if now > self._ts_floor:  # else stamped with the floor: never going back
-                self._ts_floor = now
-                self._header = frame_header(now)
-            lh = self._lh
-            fut = AppendFuture(self._futures_condition, self._segment)
-            try:  # the future is completed by the segment (complete_runs_with)
-                if payload is None:
-                    eid = lh.add_entry_token(encode_entry(None, self._ts_floor), fut)
-                else:
-                    eid = lh.add_entry_token(self._header + payload, fut)  # one copy
-                    self._bytes += len(payload)
+            lh, segment = self._current
+            if payload is None:
+                self._stamps.nulls = True  # before the sender can see the null
+                payload = NULL_PAYLOAD
+            elif payload.__class__ is not bytes:
+                payload = bytes(payload)
+            fut = AppendFuture(self._futures_condition, segment)
+            try:
+                eid = lh.add_entry_token(payload, fut)
             except LedgerFencedError:
                 raise copy_error(self._set_error(self._lost_by_fencing(lh.id))) from None
-            self._entries = eid + 1  # the writer's ledgers start empty
-            # (rolling by age is the roller's own timer)
-            if self._roller_waiting and (self._entries >= self._wake_entries
-                                         or self._bytes >= self._wake_bytes):
-                self._roller_waiting = False
-                self._wakeup.notify_all()
+        if eid >= self._wake_at:
+            self._wake_roller()
         return fut
+
+    def _wake_roller(self) -> None:
+        with self._lock:
+            self._wake_at = math.inf  # once
+            self._wakeup.notify_all()
 
     # ----------------------------------------------------------------- rolling
     def _reached(self, share: float) -> bool:
-        """The current ledger reached ``share`` of a rolling limit (1.0: roll now)."""
+        """The current ledger reached ``share`` of a rolling limit (1.0: roll now). Its
+        bytes are the payload bytes acknowledged (the ledger's length less the frames)."""
         age = self.config.roll_max_age_s
-        return self._entries >= self._roll_entries * share or \
-            self._bytes >= self._roll_bytes * share or \
-            (age is not None and self._entries > 0
-             and time.monotonic() - self._started >= age * share)
+        lh = self._lh
+        entries = lh.added
+        return entries >= self._roll_entries * share or (
+            self._roll_bytes < math.inf and lh.length - FRAME_HEADER_SIZE * (
+                lh.last_add_confirmed + 1) >= self._roll_bytes * share) or (
+            age is not None and entries > 0
+            and time.monotonic() - self._started >= age * share)
 
     def _roller_due(self) -> bool:
         """A roll is due, or the spare for the next one (under _lock)."""
@@ -278,17 +366,23 @@ class LogWriter:
         try:
             while True:
                 with self._lock:
-                    while not (self._closed or self._error or self._roller_due()):
+                    while not (self._closed or self._error):
                         share = 1.0 if self._spare is not None else SPARE_AT
-                        self._wake_entries = self._roll_entries * share
-                        self._wake_bytes = self._roll_bytes * share
+                        # The entry id that reaches the count: set before looking at the
+                        # count, so an append that reaches it afterwards sees it (and wakes
+                        # this thread once it waits).
+                        self._wake_at = math.ceil(self._roll_entries * share) - 1 \
+                            if self._roll_entries < math.inf else math.inf
+                        if self._roller_due():
+                            break
                         wait = None
                         if age is not None:
                             wait = max(0.01, self._started + age * share - time.monotonic()) \
-                                if self._entries else age * share
-                        self._roller_waiting = True
+                                if self._lh.added else age * share
+                        if self._roll_bytes < math.inf:
+                            wait = BYTES_POLL_S if wait is None else min(wait, BYTES_POLL_S)
                         self._wakeup.wait(wait)
-                        self._roller_waiting = False
+                    self._wake_at = math.inf
                     if self._closed or self._error:
                         return
                 try:
@@ -404,19 +498,24 @@ class LogWriter:
         if self.config.after_roll_cas is not None:
             self.config.after_roll_cas(new.id)
         with self._acks.lock, self._lock:  # (lock order: see InOrderAcks.lock)
-            prev, prev_last_ts = self._lh, self._last_ts()
+            prev, prev_stamps = self._lh, self._stamps
+            appended = prev.stop_adds()  # an append meeting it retries under self._lock
+            prev_stamps.seal()  # its rounds still to ship: no later than the next ledger's
             info = md.value.find_in_tail(new.id)
             assert info is not None
-            self._segment = self._acks.open_segment(new.id, info.index, self._entries)
-            new.complete_runs_with(self._segment.complete_run)
-            self._lh, self._index = new, info.index
-            if first_ts > self._ts_floor:
-                self._ts_floor, self._header = first_ts, frame_header(first_ts)
-            self._entries, self._bytes = 0, 0
+            segment = self._acks.open_segment(new.id, info.index, appended)
+            stamps = LedgerStamps(self._clock)
+            new.complete_runs_with(segment.complete_run)
+            new.frame_rounds_with(stamps.frame, FRAME_HEADER_SIZE)
+            self._clock.raise_to(first_ts)  # the new ledger's first_ts bounds its entries
+            self._lh, self._stamps, self._index = new, stamps, info.index
+            self._current = (new, segment)
             self._started = time.monotonic()
+            if self._error is not None:
+                new.stop_adds()
         # Step 4: close the previous ledger (waits for its outstanding adds).
         self._close_ledger(prev)
-        self._record_description(prev.id, prev.last_add_confirmed, prev_last_ts)
+        self._record_description(prev.id, prev.last_add_confirmed, prev_stamps.last)
         return new.id
 
     def _ownership_check(self, m: LogMetadata, ledger_id: int) -> None:
@@ -441,7 +540,7 @@ class LogWriter:
 
         def make_change(m: LogMetadata) -> LogMetadata:
             m = self._apply_descriptions(m)
-            first_ts[0] = max(now_ms(), self._ts_floor, m.max_known_ts_ms)
+            first_ts[0] = max(now_ms(), self._clock.last, m.max_known_ts_ms)
             m = m.with_ledger_added(new_id, first_ts[0])
             if properties is not None:
                 m = m.with_properties(properties)
@@ -449,7 +548,7 @@ class LogWriter:
 
         md = update_log(self._bk, self.name, needs_change=needs_change,
                          make_change=make_change, current=self._md)
-        return md, first_ts[0] or max(now_ms(), self._ts_floor)
+        return md, first_ts[0] or max(now_ms(), self._clock.last)
 
     def _forget_unlisted_ledger(self, ledger_id: int) -> None:
         """Delete a ledger whose CAS failed, unless the log lists it after all."""
@@ -524,7 +623,8 @@ class LogWriter:
                     return
                 self._closed = True
                 self._wakeup.notify_all()
-                lh, last_ts, error = self._lh, self._last_ts(), self._error
+                lh, stamps, error = self._lh, self._stamps, self._error
+                lh.stop_adds()  # an append from now on raises (the slow path)
             try:
                 if error is None:
                     try:
@@ -533,7 +633,7 @@ class LogWriter:
                         log.info("log %r: ledger %d was fenced before close", self.name,
                                  lh.id)
                     else:
-                        self._record_description(lh.id, lh.last_add_confirmed, last_ts)
+                        self._record_description(lh.id, lh.last_add_confirmed, stamps.last)
             finally:
                 self._discard_spare()
         if self._roller is not None and self._roller is not threading.current_thread():
