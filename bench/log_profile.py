@@ -65,6 +65,46 @@ def _others(before: dict[int, tuple[str, int]], after: dict[int, tuple[str, int]
     return ",".join(f"{c}:{pid}:{d / hz / seconds:.2f}" for d, c, pid in used[:3] if d > 0)
 
 
+def _thread_ticks() -> dict[str, int]:
+    """{thread name: utime + stime ticks} of this process's live Python threads."""
+    import threading
+
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[str, int] = {}
+    for tid, name in names.items():
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[name] = int(fields[11]) + int(fields[12])
+    return out
+
+
+def _machine_iowait() -> int:
+    """iowait clock ticks of the whole machine since boot."""
+    with open("/proc/stat") as f:
+        return int(f.readline().split()[5])
+
+
+def _zk_received(port: int) -> int:
+    """Packets ZooKeeper received so far, from every client (its ``srvr`` command)."""
+    import socket
+
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
+            sock.sendall(b"srvr")
+            data = b""
+            while chunk := sock.recv(4096):
+                data += chunk
+    except OSError:
+        return -1
+    for line in data.decode(errors="replace").splitlines():
+        if line.startswith("Received:"):
+            return int(line.split()[1])
+    return -1
+
+
 def _machine_busy() -> tuple[int, int]:
     """(busy, all) clock ticks of the whole machine since boot."""
     with open("/proc/stat") as f:
@@ -145,14 +185,33 @@ def _gc_timer() -> dict[int, list[float]]:
     return stats
 
 
+def _count_zk() -> dict[str, int]:
+    """Count the ZooKeeper requests the client sends, by type (wraps kazoo's ``_call``)."""
+    import kazoo.client
+
+    counts: dict[str, int] = {}
+    call = kazoo.client.KazooClient._call
+
+    def counted(self, request, async_object):  # type: ignore[no-untyped-def]
+        name = type(request).__name__
+        counts[name] = counts.get(name, 0) + 1
+        return call(self, request, async_object)
+
+    kazoo.client.KazooClient._call = counted  # type: ignore[method-assign]
+    return counts
+
+
 def child(kind: str, uri: str, n: int, roll: int, spy: str, server_pids: list[int]) -> None:
     import signal
+
+    zk_port = int(uri.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
 
     from bench.__main__ import ledger_add, log_append
     from bk_spark.allocator import tune_allocator
 
     tune_allocator()
     rpcs = _count_rpcs()
+    zk = _count_zk()
     recorder = None
     if spy:  # py-spy attached to this process for the measured part only
         recorder = subprocess.Popen(
@@ -160,8 +219,12 @@ def child(kind: str, uri: str, n: int, roll: int, spy: str, server_pids: list[in
              "--threads", "--format", "raw", "--rate", "1000", "-o", spy,
              "--pid", str(os.getpid())], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(1.0)
+    zk0 = dict(zk)
+    received0 = _zk_received(zk_port)
     p0 = _all_ticks()
     gcs = _gc_timer()
+    th0 = _thread_ticks()
+    z0, w0 = _ticks(server_pids[:1]), _machine_iowait()
     t0, c0, s0, m0 = time.perf_counter(), os.times(), _ticks(server_pids), _machine_busy()
     extra = ""
     if kind == "ledger":
@@ -170,11 +233,18 @@ def child(kind: str, uri: str, n: int, roll: int, spy: str, server_pids: list[in
         rate = ledgers_add(uri, n, roll)
     elif kind == "lognoroll":
         rate = log_append(uri, n, 1 << 40)[0]
+    elif kind == "logagain":  # the log append again, on a ZooKeeper warmed by a first one
+        rate, nledgers = log_append(uri, n, roll)
+        extra = f" ({nledgers} ledgers)"
     else:
         rate, nledgers = log_append(uri, n, roll)
         extra = f" ({nledgers} ledgers)"
     c1, wall = os.times(), time.perf_counter() - t0
     s1, m1 = _ticks(server_pids), _machine_busy()
+    z1, w1 = _ticks(server_pids[:1]), _machine_iowait()
+    th1 = _thread_ticks()
+    zk_ops = {k: v - zk0.get(k, 0) for k, v in zk.items() if v > zk0.get(k, 0)}
+    zk_ops["ZooKeeper received (all clients)"] = _zk_received(zk_port) - received0
     mine = {os.getpid(), *server_pids, *([recorder.pid] if recorder is not None else [])}
     others = _others(p0, _all_ticks(), mine, wall)
     if recorder is not None:
@@ -188,6 +258,13 @@ def child(kind: str, uri: str, n: int, roll: int, spy: str, server_pids: list[in
           f"{servers / n * 1e6:.1f} {busy:.2f} {rpcs[0]} {rpcs[1] / max(1, rpcs[0]):.0f}"
           f"{extra}", flush=True)
     print(f"OTHERS {others}", flush=True)
+    iowait = (w1 - w0) / (m1[1] - m0[1]) * (os.cpu_count() or 1)
+    print(f"ZKCPU {(z1 - z0) / hz / n * 1e6:.2f} {iowait:.2f}", flush=True)
+    print("ZK " + ", ".join(f"{k}:{v}" for k, v in sorted(zk_ops.items())), flush=True)
+    hz = os.sysconf("SC_CLK_TCK")
+    threads = sorted(((t - th0.get(name, 0), name) for name, t in th1.items()), reverse=True)
+    print("THREADS " + " ".join(f"{name.replace(' ', '_')}:{t / hz / n * 1e6:.2f}us"
+                                for t, name in threads[:6] if t > 0), flush=True)
     print("GC " + " ".join(f"gen{g}:{c:.0f}/{t * 1e3:.0f}ms" for g, (c, t) in gcs.items()),
           flush=True)
 
@@ -212,7 +289,12 @@ def run_child(kind: str, uri: str, n: int, roll: int, spy: Path | None, tag: str
     line = next(x for x in out.splitlines() if x.startswith("RESULT"))
     others = next((x for x in out.splitlines() if x.startswith("OTHERS")), "OTHERS")
     gcs = next((x for x in out.splitlines() if x.startswith("GC ")), "")
-    print(f"  ({kind}: {gcs})", flush=True)
+    threads = next((x for x in out.splitlines() if x.startswith("THREADS ")), "")
+    print(f"  ({kind}: {gcs}; live threads' CPU per entry: {threads[8:]})", flush=True)
+    zk = next((x for x in out.splitlines() if x.startswith("ZK ")), "")
+    zkcpu = next((x for x in out.splitlines() if x.startswith("ZKCPU ")), "ZKCPU ? ?").split()
+    print(f"  ({kind}: ZooKeeper requests: {zk[3:]}; ZooKeeper's CPU {zkcpu[1]} us/entry (in "
+          f"servers); iowait {zkcpu[2]} cores)", flush=True)
     if others.split()[1:]:
         print(f"  ({kind}: other processes meanwhile, cores: {others.split()[1]})", flush=True)
     f = line.split()[2:9]
@@ -234,7 +316,8 @@ def main() -> None:
     p.add_argument("--child", nargs=6, default=None)
     p.add_argument("--extra", default="",
                    help="more kinds per pair, comma-separated: ledgers (ledger adds on a "
-                        "fresh ledger every --roll adds), lognoroll (log appends, no rolling)")
+                        "fresh ledger every --roll adds), lognoroll (log appends, no rolling), "
+                        "logagain (the log append on another log, after the others)")
     p.add_argument("--base", type=Path, default=None,
                    help="a checkout of the code before (e.g. a worktree of main, with this "
                         "file copied into its bench/): each pair also runs its log append")
@@ -258,6 +341,8 @@ def main() -> None:
                     order = (*order, "base") if rep % 2 == 0 else ("base", *order)
                 extra = tuple(k for k in a.extra.split(",") if k)
                 order = (*order, *extra) if rep % 2 == 0 else (*extra[::-1], *order)
+                if "logagain" in order:  # after a first log append, on the same log
+                    order = (*(k for k in order if k != "logagain"), "logagain")
                 got = {k: run_child("log" if k == "base" else k, sb.metadata_service_uri,
                                     a.n, a.roll, a.spy, f"pair{rep + 1}-{k}", server_pids,
                                     a.base if k == "base" else ROOT) for k in order}
