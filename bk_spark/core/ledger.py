@@ -123,6 +123,12 @@ class LedgerHandle:
         return self._md.value
 
     @property
+    def metadata_version(self) -> int:
+        """The store version of :attr:`metadata` (a transaction may check the ledger is
+        still as this handle last wrote it)."""
+        return self._md.version
+
+    @property
     def last_add_confirmed(self) -> int:
         """The highest entry id acknowledged to the caller (-1: none)."""
         return self._pending.last_add_confirmed
