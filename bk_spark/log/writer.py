@@ -4,10 +4,13 @@ adding the next one succeeded.
 
 A writer that rolls automatically does step 1 ahead of time: once the current ledger is
 half-way to a rolling limit, the roller creates the next ledger (the *spare*) and registers
-it as pending for the log (:mod:`bk_spark.log.pending`), so a roll is one claim and one CAS.
-The spare is claimed (its record deleted) before the CAS that lists it; an unused spare is
-deleted when the writer closes or stops, and a crashed writer's spare is swept by the next
-writer of the log (or by ``delete_log``): no spare outlives the next owner.
+it as pending for the log (:mod:`bk_spark.log.pending`). A roll is then one ZooKeeper
+transaction: the CAS that lists the spare also claims it (deletes its pending record) and
+checks its metadata is as created (not recovered by AutoRecovery meanwhile); if the claim
+or the check fails, nothing is written and the roll creates the next ledger itself. An
+unused spare is deleted when the writer closes or stops, and a crashed writer's spare is
+swept by the next writer of the log (or by ``delete_log``): no spare outlives the next
+owner.
 
 Appending, as a ledger's add does: an append takes the current ledger's lock once, and no
 lock of the writer. The ledger's sender frames each round it ships
@@ -41,7 +44,6 @@ from bk_spark.errors import (
     LedgerStateError,
     LogNotFoundError,
     LogOwnershipLostError,
-    NoSuchLedgerError,
 )
 from bk_spark.io.metadata_store import Versioned
 from bk_spark.log import pending
@@ -50,7 +52,7 @@ from bk_spark.log.admin import delete_ledger_quietly
 from bk_spark.log.store import LEDGER_LOG_KEY, update_log
 from bk_spark.log.view import unlisted_ledgers
 from bk_spark.protocol import log_rules
-from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
+from bk_spark.protocol.ledger_metadata import LedgerMetadata
 from bk_spark.protocol.log_format import (
     FRAME_HEADER_SIZE,
     LogLimits,
@@ -419,43 +421,20 @@ class LogWriter:
             self._spare = lh
 
     def _take_spare(self) -> LedgerHandle | None:
-        """The spare for this roll, claimed (its pending record deleted: from now on the
-        roll decides its fate); None if there is none or another writer swept it."""
-        spare = self._spare
-        if spare is None:
-            return None
-        try:
-            # A spare waits up to half a rolling period; if a bookie of its ensemble died
-            # meanwhile, AutoRecovery recovers (fences and closes) an OPEN ledger without
-            # adds after its grace period: a roll into it would stop this writer.
-            try:
-                usable = self._bk.ledger_metadata(spare.id).state is LedgerState.OPEN
-            except NoSuchLedgerError:
-                usable = False
-            if not usable:
-                log.info("log %r: spare ledger %d is no longer open (recovered or deleted); "
-                         "creating the next ledger instead", self.name, spare.id)
-                self._discard_spare()
-                return None
-            claimed = pending.claim(self._bk, self.name, [spare.id])
-        except Exception:
-            return None  # kept as the spare, still pending: the next roll tries again
+        """The spare for this roll (None: none prepared); still pending, the roll's CAS
+        claims it (:meth:`_cas_add_ledger`)."""
         with self._lock:
-            self._spare = None
-        if not claimed:
-            log.info("log %r: spare ledger %d was swept (another writer opened the log)",
-                     self.name, spare.id)
-            return None
+            spare, self._spare = self._spare, None
         return spare
 
-    def _discard_spare(self) -> None:
-        """Delete an unused spare and its pending record (closing or stopping). Under
-        _meta_lock."""
-        spare = self._spare
+    def _discard_spare(self, spare: LedgerHandle | None = None) -> None:
+        """Delete an unused spare (this writer's, or ``spare``) and its pending record
+        (closing or stopping, or a spare the roll could not use). Under _meta_lock."""
+        if spare is None:
+            with self._lock:
+                spare, self._spare = self._spare, None
         if spare is None:
             return
-        with self._lock:
-            self._spare = None
         try:
             pending.discard(self._bk, self.name, [spare.id], self.config.password)
         except Exception as exc:  # still pending: the next writer of the log sweeps it
@@ -485,12 +464,26 @@ class LogWriter:
         """
         self._check_usable()
         # Step 1: create a new ledger (or take the one prepared ahead).
-        new = self._take_spare() or create_log_ledger(self._bk, self.name, self.config)
+        spare = self._take_spare()
+        new = spare or create_log_ledger(self._bk, self.name, self.config)
         # Steps 2 and 3: add it to the ledger list; write the list back with a CAS.
         try:
-            md, first_ts = self._cas_add_ledger(new.id, properties)
+            try:
+                md, first_ts = self._cas_add_ledger(new, properties, claim=spare is not None)
+            except LedgerStateError as exc:
+                if spare is None:
+                    raise
+                # A spare waits up to half a rolling period: if a bookie of its ensemble
+                # died meanwhile, AutoRecovery recovers (fences and closes) an OPEN ledger
+                # without adds after its grace period, and a writer that opened the log
+                # meanwhile swept it. Rolling into it would stop this writer.
+                log.info("log %r: spare ledger %d was recovered or swept (%s); creating the "
+                         "next ledger instead", self.name, spare.id, exc)
+                self._discard_spare(spare)
+                spare, new = None, create_log_ledger(self._bk, self.name, self.config)
+                md, first_ts = self._cas_add_ledger(new, properties, claim=False)
         except BaseException as exc:
-            self._forget_unlisted_ledger(new.id)
+            self._forget_unlisted_ledger(new.id, spare=spare is not None)
             if isinstance(exc, LogOwnershipLostError | LogNotFoundError):
                 self._set_error(exc)
             raise
@@ -527,9 +520,13 @@ class LogWriter:
                 f"writer has stopped. Appends not acknowledged may or may not be in the log; "
                 f"open a new writer to continue.")
 
-    def _cas_add_ledger(self, new_id: int, properties: PropertiesUpdate | None
-                        ) -> tuple[Versioned[LogMetadata], int]:
-        current_id = self._lh.id
+    def _cas_add_ledger(self, new: LedgerHandle, properties: PropertiesUpdate | None, *,
+                        claim: bool) -> tuple[Versioned[LogMetadata], int]:
+        """Steps 2 and 3 of a roll; ``claim``: ``new`` is the spare, claimed by the same
+        transaction (its pending record deleted, its metadata checked unchanged since it
+        was created: :class:`LedgerStateError` if either is not so, and nothing is
+        written)."""
+        current_id, new_id = self._lh.id, new.id
         first_ts = [0]
 
         def needs_change(m: LogMetadata) -> bool:
@@ -546,14 +543,23 @@ class LogWriter:
                 m = m.with_properties(properties)
             return m.spilled(self.config.limits)
 
+        checks, deletes = (), ()
+        if claim:
+            checks = ((self._bk.metadata_store.ledger_path(new_id), new.metadata_version),)
+            deletes = (pending.record_path(self._bk, self.name, new_id),)
         md = update_log(self._bk, self.name, needs_change=needs_change,
-                         make_change=make_change, current=self._md)
+                         make_change=make_change, current=self._md, also_check=checks,
+                         also_delete=deletes)
         return md, first_ts[0] or max(now_ms(), self._clock.last)
 
-    def _forget_unlisted_ledger(self, ledger_id: int) -> None:
-        """Delete a ledger whose CAS failed, unless the log lists it after all."""
+    def _forget_unlisted_ledger(self, ledger_id: int, spare: bool = False) -> None:
+        """Delete a ledger whose CAS failed, unless the log lists it after all (a spare:
+        with its pending record)."""
         for lid in unlisted_ledgers(self._bk, self.name, [ledger_id]) or []:
-            delete_ledger_quietly(self._bk, lid, self.config.password)
+            if spare:
+                pending.discard(self._bk, self.name, [lid], self.config.password)
+            else:
+                delete_ledger_quietly(self._bk, lid, self.config.password)
 
     def _close_ledger(self, lh: LedgerHandle) -> None:
         try:
