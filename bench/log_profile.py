@@ -227,7 +227,7 @@ def child(kind: str, uri: str, n: int, roll: int, spy: str, server_pids: list[in
     z0, w0 = _ticks(server_pids[:1]), _machine_iowait()
     t0, c0, s0, m0 = time.perf_counter(), os.times(), _ticks(server_pids), _machine_busy()
     extra = ""
-    if kind == "ledger":
+    if kind in ("ledger", "ledgeragain"):
         rate = ledger_add(uri, n)[0]
     elif kind == "ledgers":
         rate = ledgers_add(uri, n, roll)
@@ -317,7 +317,8 @@ def main() -> None:
     p.add_argument("--extra", default="",
                    help="more kinds per pair, comma-separated: ledgers (ledger adds on a "
                         "fresh ledger every --roll adds), lognoroll (log appends, no rolling), "
-                        "logagain (the log append on another log, after the others)")
+                        "logagain / ledgeragain (the log append / ledger add again, after "
+                        "the others)")
     p.add_argument("--base", type=Path, default=None,
                    help="a checkout of the code before (e.g. a worktree of main, with this "
                         "file copied into its bench/): each pair also runs its log append")
@@ -341,8 +342,9 @@ def main() -> None:
                     order = (*order, "base") if rep % 2 == 0 else ("base", *order)
                 extra = tuple(k for k in a.extra.split(",") if k)
                 order = (*order, *extra) if rep % 2 == 0 else (*extra[::-1], *order)
-                if "logagain" in order:  # after a first log append, on the same log
-                    order = (*(k for k in order if k != "logagain"), "logagain")
+                # ...again: after the others, in the same sandbox
+                order = (*(k for k in order if not k.endswith("again")),
+                         *(k for k in order if k.endswith("again")))
                 got = {k: run_child("log" if k == "base" else k, sb.metadata_service_uri,
                                     a.n, a.roll, a.spy, f"pair{rep + 1}-{k}", server_pids,
                                     a.base if k == "base" else ROOT) for k in order}
