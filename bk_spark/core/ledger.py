@@ -54,6 +54,8 @@ LINGER_MIN_ENTRIES = 64
 
 # Completion of an add: (entry id, None) once acknowledged, (entry id, error) if it failed.
 RunCompleter = Callable[[list[Any], int, "BKError | None"], None]
+# Frames one round's payloads: (the prefix every entry of the round gets, the payloads).
+RoundFramer = Callable[[list[bytes]], tuple[bytes, list[bytes]]]
 AddDone = Callable[[int, "BKError | None"], None]
 
 # Errors after which a bookie is replaced; anything else fails the ledger.
@@ -71,6 +73,7 @@ class LedgerHandle:
         self.id = m.ledger_id
         self._E, self._Qw, self._Qa = m.ensemble_size, m.write_quorum_size, m.ack_quorum_size
         self._max_entry_size = bk.config.max_entry_size
+        self._max_payload = self._max_entry_size  # less what a round framer adds
         # Entries handed out but not yet sent are in the outbox; once the sender encoded
         # them they are registered with _pending, which decides their acknowledgement.
         self._pending = PendingAdds(self._E, self._Qw, self._Qa, last_acked=next_entry - 1)
@@ -92,6 +95,7 @@ class LedgerHandle:
         self._drained = threading.Condition(self._lock)
         self._error: BKError | None = None
         self._closed = False
+        self._adds_stopped = False  # stop_adds(): no more adds, the taken ones go on
         self._changing: set[int] = set()  # ensemble indexes being replaced
         # Bookies that failed an add of this ledger since the last acknowledgement: never
         # chosen again as a replacement until the ledger makes progress (see _change_ensemble)
@@ -111,11 +115,18 @@ class LedgerHandle:
         self._futures_condition = shared_condition()  # see core/futures.py
         # Completes one run of decided adds in entry order (see complete_runs_with).
         self._complete_run: RunCompleter = complete_adds
+        self._framer: RoundFramer | None = None  # see frame_rounds_with
 
     # ------------------------------------------------------------------ properties
     @property
     def metadata(self) -> LedgerMetadata:
         return self._md.value
+
+    @property
+    def metadata_version(self) -> int:
+        """The store version of :attr:`metadata` (a transaction may check the ledger is
+        still as this handle last wrote it)."""
+        return self._md.version
 
     @property
     def last_add_confirmed(self) -> int:
@@ -130,6 +141,11 @@ class LedgerHandle:
     @property
     def is_closed(self) -> bool:
         return self._closed
+
+    @property
+    def added(self) -> int:
+        """How many adds the handle took (acknowledged or not): the next entry id."""
+        return self._next_entry
 
     # ------------------------------------------------------------------ adding
     def add_entry(self, payload: bytes, timeout: float | None = None) -> int:
@@ -168,16 +184,42 @@ class LedgerHandle:
                 raise LedgerStateError(f"ledger {self.id}: set the completer before adding")
             self._complete_run = complete
 
+    def frame_rounds_with(self, framer: RoundFramer, overhead: int) -> None:
+        """Have the sender frame each round it ships: ``framer(payloads)`` returns the
+        prefix every entry of the round gets and the payloads (the same list, or one made
+        anew). For a writer whose entries carry a header stamped when they are shipped
+        (the log writer's frame: a timestamp that never decreases, joined to the payload
+        without a copy, :meth:`EntryCodec.frame_run`). ``overhead``: the most bytes the
+        framer adds to a payload (an add must leave room for them under ``max_entry_size``).
+        Called on the sender thread, a round at a time in entry order; it must not raise.
+        Set it before the first add."""
+        with self._lock:
+            if self._next_entry:
+                raise LedgerStateError(f"ledger {self.id}: set the framer before adding")
+            self._framer = framer
+            self._max_payload = self._max_entry_size - overhead
+
+    def stop_adds(self) -> int:
+        """Refuse every later add (:class:`LedgerClosedError`) while the adds already taken
+        go on (a log writer moving on to its next ledger, or stopping); returns how many
+        adds the handle took. :meth:`close` still waits for them."""
+        with self._lock:
+            self._adds_stopped = True
+            return self._next_entry
+
     def _add(self, payload: bytes, target: Future[int] | AddDone) -> int:
         """Hand out the next entry id; the sender thread encodes and ships it."""
-        if len(payload) > self._max_entry_size:
+        if len(payload) > self._max_payload:
             raise TooLargeError(
-                f"entry of {len(payload)} bytes exceeds max_entry_size {self._max_entry_size}")
+                f"entry of {len(payload)} bytes exceeds max_entry_size {self._max_entry_size}"
+                + (f" (less {self._max_entry_size - self._max_payload} bytes of framing)"
+                   if self._max_payload < self._max_entry_size else ""))
         with self._lock:
             if self._error is not None:
                 raise self._error
-            if self._closed:
-                raise LedgerClosedError(f"ledger {self.id} is closed")
+            if self._closed or self._adds_stopped:
+                raise LedgerClosedError(f"ledger {self.id} is closed" if self._closed else
+                                        f"ledger {self.id} takes no more adds")
             eid = self._next_entry
             self._next_entry = eid + 1
             self._targets.append(target)
@@ -229,7 +271,11 @@ class LedgerHandle:
                 payloads = self._outbox[:round_max]
                 del self._outbox[:round_max]
                 lac = self._pending.last_add_confirmed
-            wire, ends = self._codec.frame_run(first, lac, length, payloads)
+            if self._framer is None:
+                wire, ends = self._codec.frame_run(first, lac, length, payloads)
+            else:
+                prefix, payloads = self._framer(payloads)
+                wire, ends = self._codec.frame_run(first, lac, length, payloads, prefix)
             length = ends[-1]
             n = len(wire)
             with self._lock:

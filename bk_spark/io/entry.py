@@ -12,7 +12,9 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import accumulate
+from functools import lru_cache
+from itertools import accumulate, repeat
+from operator import add
 
 import crc32c
 import numpy as np
@@ -30,6 +32,13 @@ _CRC_HEAD = struct.Struct(">qqqqq")
 # The digest field: tag 5, 12 bytes (ledger length, CRC32C).
 _CRC_TRAILER = struct.Struct(">BBqI")
 _SMALL_VARINTS = [_varint(n) for n in range(1 << 14)]
+
+
+@lru_cache(maxsize=8)
+def _crc_head(prefix_size: int) -> struct.Struct:
+    """The crc32c-digested bytes ahead of a payload, with a prefix of ``prefix_size`` bytes
+    (:meth:`EntryCodec.frame_run`) after the ledger length."""
+    return struct.Struct(f"{_CRC_HEAD.format}{prefix_size}s")
 
 
 def varints(first: int, count: int) -> list[bytes]:
@@ -77,41 +86,47 @@ class EntryCodec:
         return pb.Entry(ledger_id=self.ledger_id, entry_id=entry_id, lac=lac,
                         payload=payload, digest=head + d)
 
-    def frame_run(self, first_entry: int, lac: int, length: int, payloads: Sequence[bytes]
-                  ) -> tuple[list[bytes], list[int]]:
+    def frame_run(self, first_entry: int, lac: int, length: int, payloads: Sequence[bytes],
+                  prefix: bytes = b"") -> tuple[list[bytes], list[int]]:
         """Encode consecutive entries ``first_entry, first_entry + 1, ...`` all carrying
         ``lac``, each framed for :meth:`BookieClient.send_batch` (:func:`frame_entry`).
 
-        ``length`` is the ledger's length before the first of them. Returns the framed
-        entries and the ledger's length after each. Each parses as the ``pb.Entry``
-        :meth:`encode` makes (and is byte for byte :func:`frame_entry` of it, except that
-        zero ids and empty payloads are written out where protobuf leaves them out); the
-        crc32c digest (the default) has its own loop, the writer's hot path.
+        Entry ``k`` holds ``prefix + payloads[k]`` (a log's frame header, the same for a
+        whole round: joined here, so the payload is copied once). ``length`` is the ledger's
+        length before the first of them. Returns the framed entries and the ledger's length
+        after each. Each parses as the ``pb.Entry`` :meth:`encode` makes (and is byte for
+        byte :func:`frame_entry` of it, except that zero ids and empty payloads are written
+        out where protobuf leaves them out); the crc32c digest (the default) has its own
+        loop, the writer's hot path.
         """
-        ends = list(accumulate(map(len, payloads), initial=length))
+        k = len(prefix)
+        sizes = map(len, payloads) if not k else map(add, map(len, payloads), repeat(k))
+        ends = list(accumulate(sizes, initial=length))
         del ends[0]
         if self.digest.digest_type != "crc32c":
-            return [frame_entry(self.encode(eid, lac, end, p).SerializeToString())
+            return [frame_entry(self.encode(eid, lac, end, prefix + p).SerializeToString())
                     for eid, p, end in zip(range(first_entry, first_entry + len(payloads)),
                                            payloads, ends, strict=True)], ends
         lid = self.ledger_id
         ledger_field = b"\x08" + _varint(lid) + b"\x10"  # ledger_id, then entry_id's tag
         lac_field = b"\x18" + _varint(lac) + b"\x22"  # lac, then payload's tag
-        fixed = len(ledger_field) + len(lac_field) + _CRC_TRAILER.size
-        small, varint, head, trailer, crc = (_SMALL_VARINTS, _varint, _CRC_HEAD.pack,
-                                             _CRC_TRAILER.pack, crc32c.crc32c)
+        fixed = len(ledger_field) + len(lac_field) + _CRC_TRAILER.size + k
+        # the digested bytes ahead of the payload: the ids, lac, sizes, then the prefix
+        head = _crc_head(k).pack
+        small, varint, trailer, crc = _SMALL_VARINTS, _varint, _CRC_TRAILER.pack, crc32c.crc32c
         join = b"".join
         out: list[bytes] = []
         append = out.append
         ids = range(first_entry, first_entry + len(payloads))
         for eid, eid_v, p, end in zip(ids, varints(first_entry, len(payloads)), payloads, ends,
                                       strict=True):
-            n = len(p)
+            n = len(p) + k
             n_v = small[n] if n < 16384 else varint(n)
-            size = fixed + len(eid_v) + len(n_v) + n
+            size = fixed + len(eid_v) + len(n_v) + len(p)
             append(join((b"\x22", small[size] if size < 16384 else varint(size), ledger_field,
-                         eid_v, lac_field, n_v, p,
-                         trailer(0x2A, 12, end, crc(p, crc(head(lid, eid, lac, n + 8, end)))))))
+                         eid_v, lac_field, n_v, prefix, p,
+                         trailer(0x2A, 12, end,
+                                 crc(p, crc(head(lid, eid, lac, n + 8, end, prefix)))))))
         return out, ends
 
     def verify_records(self, r: Records) -> np.ndarray:

@@ -7,7 +7,7 @@ The layout is documented in :mod:`bk_spark.protocol.log_format`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -16,6 +16,7 @@ from kazoo.protocol.states import WatchedEvent
 
 from bk_spark.errors import (
     BKError,
+    LedgerStateError,
     LogExistsError,
     LogNotFoundError,
     LogTruncatedError,
@@ -77,8 +78,20 @@ class LogMetadataStore:
             raise log_not_found(name) from None
         return Versioned(LogMetadata.from_bytes(data), stat.version)
 
-    def write(self, name: str, md: LogMetadata, version: int) -> Versioned[LogMetadata]:
-        """Compare-and-swap the main znode (plus its pending segment creates/deletes)."""
+    def write(self, name: str, md: LogMetadata, version: int,
+              also_check: Sequence[tuple[str, int]] = (), also_delete: Sequence[str] = ()
+              ) -> Versioned[LogMetadata]:
+        """Compare-and-swap the main znode (plus its pending segment creates/deletes).
+
+        ``also_check`` ((path, version) pairs) and ``also_delete`` (paths): other znodes
+        that must still be at that version / must exist and are deleted, in the same
+        transaction (a log writer's roll claims its spare ledger this way: its pending
+        record deleted, its metadata unchanged since it was created). They come after the
+        CAS, so a main znode changed meanwhile is reported as such
+        (:class:`MetadataVersionError`: re-read and decide, e.g. this very write landed
+        before a connection loss); when only they fail, nothing is written and
+        :class:`LedgerStateError` names the znode.
+        """
         path = self.path(name)
         data = md.to_bytes()
         segments = [(self.segment_path(name, s.number), s.to_bytes()) for s in md.new_segments]
@@ -91,10 +104,15 @@ class LogMetadataStore:
             for p in dropped:
                 t.delete(p)
             t.set_data(path, data, version=version)
+            for p, v in also_check:
+                t.check(p, v)
+            for p in also_delete:
+                t.delete(p)
             return t.commit()
 
         results = self._zk.retry(commit)
-        failed = [r for r in results
+        cas = len(segments) + len(dropped) + 1
+        failed = [r for r in results[:cas]
                   if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
         if failed:
             if self._zk.retry(self._zk.exists, path) is None:
@@ -104,7 +122,13 @@ class LogMetadataStore:
             raise MetadataVersionError(
                 f"log {name!r}: metadata changed since version {version} (another client "
                 f"wrote it): re-read it and decide again")
-        return Versioned(md.without_pending(), results[-1].version)
+        others = [*(p for p, _v in also_check), *also_delete]
+        for p, r in zip(others, results[cas:], strict=True):
+            if isinstance(r, Exception) and not isinstance(r, RolledBackError):
+                raise LedgerStateError(
+                    f"log {name!r}: {p} changed or is gone ({type(r).__name__}): the log "
+                    f"metadata was not written")
+        return Versioned(md.without_pending(), results[cas - 1].version)
 
     def read_segment(self, name: str, number: int) -> Segment:
         try:

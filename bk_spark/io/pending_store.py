@@ -22,10 +22,14 @@ class PendingLedgerStore:
     def _dir(self, log_name: str) -> str:
         return f"{self._root}/bk-spark/pending/{log_name}"
 
+    def path(self, log_name: str, ledger_id: int) -> str:
+        """The znode of ``ledger_id``'s record (deleting it claims the ledger)."""
+        return f"{self._dir(log_name)}/{ledger_id}"
+
     def create(self, log_name: str, ledger_id: int, record: dict[str, Any]) -> None:
         """Record ``ledger_id`` as pending for ``log_name`` (idempotent)."""
         try:
-            self._zk.retry(self._zk.create, f"{self._dir(log_name)}/{ledger_id}",
+            self._zk.retry(self._zk.create, self.path(log_name, ledger_id),
                            json.dumps(record).encode(), makepath=True)
         except NodeExistsError:
             pass

@@ -1,6 +1,13 @@
 """Acknowledgements of appends in append order across ledgers: a writer rolling to a new
 ledger has two ledgers in flight, and an append to the new one is acknowledged only after
 every earlier append to the previous one.
+
+An append's future (:class:`AppendFuture`) is completed with its entry id, as a ledger's
+add is, and makes its :class:`Position` when asked for it: the delivering thread completes
+runs of hundreds of appends at once, and a Position made for each of them there (two
+objects the cyclic GC tracks) set off a young-generation collection every few runs, and
+with them full collections of the whole client (tens of ms each, holding the GIL that the
+senders and the gRPC threads need).
 """
 
 from __future__ import annotations
@@ -8,9 +15,12 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures._base import FINISHED, PENDING
+from threading import Condition
+from typing import Any
 
 from bk_spark.core.futures import (
+    SharedConditionFuture,
     complete_in_order,
     complete_results,
 )
@@ -22,12 +32,35 @@ from bk_spark.protocol.log_format import (
 )
 
 
+class AppendFuture(SharedConditionFuture[Position]):
+    """The future of one append to the ledger of ``segment``: completed with the entry id,
+    its result is the entry's :class:`Position` (made on each ``result()``: a value, equal
+    every time)."""
+
+    def __init__(self, condition: Condition, segment: AckSegment) -> None:
+        # SharedConditionFuture.__init__'s fields, set here (one frame per append, not two)
+        self._condition = condition
+        self._state = PENDING
+        self._result: Any = None
+        self._exception: BaseException | None = None
+        self._waiters: list[Any] = []
+        self._done_callbacks: list[Any] = []
+        self._segment = segment
+
+    def result(self, timeout: float | None = None) -> Position:
+        if self._state != FINISHED or self._exception is not None:
+            SharedConditionFuture.result(self, timeout)  # waits; raises the append's error
+        s = self._segment
+        return Position(s.ledger_id, self._result, s.index)
+
+
 class AckSegment:
     """The appends to one ledger of the log, in append order.
 
-    Their futures are the ledger's tokens (:meth:`LedgerHandle.add_entry_token`), so the
-    ledger hands them back a run at a time, in entry order, to :meth:`complete_run` (its
-    :meth:`LedgerHandle.complete_runs_with`); nothing is kept per append here but a count.
+    Their futures (:class:`AppendFuture`) are the ledger's tokens
+    (:meth:`LedgerHandle.add_entry_token`), so the ledger hands them back a run at a time, in
+    entry order, to :meth:`complete_run` (its :meth:`LedgerHandle.complete_runs_with`);
+    nothing is kept per append here but a count.
     """
 
     __slots__ = ("acks", "ledger_id", "index", "appended", "completed", "sealed", "held")
@@ -37,9 +70,9 @@ class AckSegment:
         self.appended = 0  # adds started: set when the segment is sealed (open_segment)
         self.completed = 0  # adds completed
         self.sealed = False  # no more appends: the writer moved on to the next ledger
-        self.held: list[tuple[list[Future[Position]], int, BaseException | None]] = []
+        self.held: list[tuple[list[AppendFuture], int, BaseException | None]] = []
 
-    def complete_run(self, futures: list[Future[Position]], first: int,
+    def complete_run(self, futures: list[AppendFuture], first: int,
                      error: BaseException | None) -> None:
         self.acks._on_run(self, futures, first, error)
 
@@ -76,7 +109,7 @@ class InOrderAcks:
             self._advance()
         return segment
 
-    def _on_run(self, segment: AckSegment, futures: list[Future[Position]], first: int,
+    def _on_run(self, segment: AckSegment, futures: list[AppendFuture], first: int,
                 error: BaseException | None) -> None:
         with self.lock:
             if self._segments[0] is not segment:
@@ -96,15 +129,13 @@ class InOrderAcks:
             for futures, first, error in held:
                 self._complete(head, futures, first, error)
 
-    def _complete(self, segment: AckSegment, futures: list[Future[Position]], first: int,
+    def _complete(self, segment: AckSegment, futures: list[AppendFuture], first: int,
                   error: BaseException | None) -> None:
         segment.completed += len(futures)
         if error is not None and self._error is None:
             self._error = self._translate(error, segment.ledger_id)
-        if self._error is None:
-            lid, index = segment.ledger_id, segment.index
-            complete_results(futures, [Position(lid, e, index)
-                                       for e in range(first, first + len(futures))])
+        if self._error is None:  # each future makes its Position from its entry id
+            complete_results(futures, range(first, first + len(futures)))
         else:
             complete_in_order([(f, None, copy_error(self._error)) for f in futures])
 

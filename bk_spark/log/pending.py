@@ -19,8 +19,9 @@ So nothing a write leaves behind outlives the next commit of that sink, and a sw
 ledger can never be committed.
 
 A log writer's *spare* (the next ledger of a roll, created ahead: ``log/writer.py``) is
-registered the same way with the attempt :data:`SPARE_ATTEMPT`: the roll claims it before
-the CAS that lists it, the writer discards it when it closes or stops, and the next writer
+registered the same way with the attempt :data:`SPARE_ATTEMPT`: the roll claims it in the
+CAS that lists it (one transaction: :func:`record_path`), the writer discards it when it
+closes or stops, and the next writer
 of the log (:func:`sweep_spares`, when it opens the log) or ``delete_log`` sweeps the spare
 of a writer that died. (A process killed between creating its ledger and
 registering it leaves that ledger behind; its custom metadata ``bk-spark.log`` and
@@ -53,6 +54,12 @@ def register(bk: BookKeeper, log_name: str, ledger_id: int, attempt: str,
              txn_key: str | None) -> None:
     """Record a new ledger of write ``attempt`` (and sink ``txn_key``) before its first add."""
     _store(bk).create(log_name, ledger_id, {"attempt": attempt, "txn": txn_key})
+
+
+def record_path(bk: BookKeeper, log_name: str, ledger_id: int) -> str:
+    """The znode of ``ledger_id``'s record: a transaction that deletes it claims the ledger
+    (a log writer's roll claims its spare in the CAS that lists it)."""
+    return _store(bk).path(log_name, ledger_id)
 
 
 def registered(bk: BookKeeper, log_name: str) -> list[int]:

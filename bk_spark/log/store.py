@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from bk_spark.errors import (
@@ -32,10 +32,14 @@ def update_log(bk: BookKeeper, name: str, needs_change: Callable[[LogMetadata], 
                 make_change: Callable[[LogMetadata], LogMetadata],
                 current: Versioned[LogMetadata] | None = None,
                 max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-                allow_deleting: bool = False) -> Versioned[LogMetadata]:
+                allow_deleting: bool = False,
+                also_check: Sequence[tuple[str, int]] = (),
+                also_delete: Sequence[str] = ()) -> Versioned[LogMetadata]:
     """Every change of a log's metadata: :func:`metadata_update_loop` over the log store.
 
-    A log being deleted is not found (unless ``allow_deleting``).
+    A log being deleted is not found (unless ``allow_deleting``). ``also_check`` /
+    ``also_delete``: conditions on and deletes of other znodes, in the transaction of each
+    write (:meth:`LogMetadataStore.write`).
     """
     store = log_store(bk)
 
@@ -46,6 +50,6 @@ def update_log(bk: BookKeeper, name: str, needs_change: Callable[[LogMetadata], 
 
     return metadata_update_loop(
         read=lambda: store.read(name),
-        write=lambda md, version: store.write(name, md, version),
+        write=lambda md, version: store.write(name, md, version, also_check, also_delete),
         needs_change=needs, make_change=make_change, current=current,
         max_attempts=max_attempts)

@@ -4,10 +4,23 @@ adding the next one succeeded.
 
 A writer that rolls automatically does step 1 ahead of time: once the current ledger is
 half-way to a rolling limit, the roller creates the next ledger (the *spare*) and registers
-it as pending for the log (:mod:`bk_spark.log.pending`), so a roll is one claim and one CAS.
-The spare is claimed (its record deleted) before the CAS that lists it; an unused spare is
-deleted when the writer closes or stops, and a crashed writer's spare is swept by the next
-writer of the log (or by ``delete_log``): no spare outlives the next owner.
+it as pending for the log (:mod:`bk_spark.log.pending`). A roll is then one ZooKeeper
+transaction: the CAS that lists the spare also claims it (deletes its pending record) and
+checks its metadata is as created (not recovered by AutoRecovery meanwhile); if the claim
+or the check fails, nothing is written and the roll creates the next ledger itself. An
+unused spare is deleted when the writer closes or stops, and a crashed writer's spare is
+swept by the next writer of the log (or by ``delete_log``): no spare outlives the next
+owner.
+
+Appending, as a ledger's add does: an append takes the current ledger's lock once, and no
+lock of the writer. The ledger's sender frames each round it ships
+(:meth:`LedgerHandle.frame_rounds_with`): every entry of a round gets the same frame header,
+stamped ``max(now, the last stamp of the log)`` (:class:`LedgerStamps`), joined to the
+payload without a copy. A roll stops the previous ledger's adds
+(:meth:`LedgerHandle.stop_adds`, which also counts them) and caps its later stamps at the
+log's last stamp before the next ledger takes any append; an append that raced with the
+switch is refused by the previous ledger and retried under the writer's lock, which the
+switch holds. So timestamps never decrease in log order, across rolls too.
 """
 
 from __future__ import annotations
@@ -21,7 +34,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from bk_spark.core.futures import SharedConditionFuture, shared_condition
+from bk_spark.core.futures import shared_condition
 from bk_spark.core.ledger import LedgerHandle
 from bk_spark.errors import (
     BKError,
@@ -31,17 +44,17 @@ from bk_spark.errors import (
     LedgerStateError,
     LogNotFoundError,
     LogOwnershipLostError,
-    NoSuchLedgerError,
 )
 from bk_spark.io.metadata_store import Versioned
 from bk_spark.log import pending
-from bk_spark.log.acks import InOrderAcks, copy_error
+from bk_spark.log.acks import AppendFuture, InOrderAcks, copy_error
 from bk_spark.log.admin import delete_ledger_quietly
 from bk_spark.log.store import LEDGER_LOG_KEY, update_log
 from bk_spark.log.view import unlisted_ledgers
 from bk_spark.protocol import log_rules
-from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
+from bk_spark.protocol.ledger_metadata import LedgerMetadata
 from bk_spark.protocol.log_format import (
+    FRAME_HEADER_SIZE,
     LogLimits,
     LogMetadata,
     Position,
@@ -60,6 +73,70 @@ log = logging.getLogger(__name__)
 #: The share of a rolling limit (entries, bytes or age) at which the roller prepares the
 #: next ledger.
 SPARE_AT = 0.5
+#: How often the roller looks at the bytes of the current ledger when rolling by bytes.
+BYTES_POLL_S = 0.02
+
+
+#: The payload a null value is handed to the ledger as: an object of its own (made at run
+#: time, so no caller's payload is this object), which the round framer finds by identity
+#: and replaces with a null frame (:func:`encode_entry` of None). A plain ``bytes``: the
+#: ledger keeps it as it is (``bytes()`` of a subclass would copy it).
+NULL_PAYLOAD = bytes(bytearray(b"<null>"))
+
+
+class LogClock:
+    """The last timestamp given to an entry of the log (ms), shared by the ledgers in
+    flight: stamps are ``max(now, last)``."""
+
+    def __init__(self, floor: int) -> None:
+        self.lock = threading.Lock()
+        self.last = floor
+
+    def raise_to(self, floor: int) -> None:
+        with self.lock:
+            if floor > self.last:
+                self.last = floor
+
+
+class LedgerStamps:
+    """The timestamps of one ledger's entries, given a round at a time by the ledger's
+    sender (:meth:`frame`, its round framer), in entry order.
+
+    While the ledger takes appends a round is stamped ``max(now, log's last)`` and raises
+    the log's last; once the writer moved on (:meth:`seal`, after the ledger stopped taking
+    adds and before the next ledger took any) its remaining rounds are stamped with the
+    log's last stamp at that moment: no later than any entry of the next ledger, no earlier
+    than any of its own.
+    """
+
+    __slots__ = ("clock", "cap", "last", "nulls")
+
+    def __init__(self, clock: LogClock) -> None:
+        self.clock = clock
+        self.cap: int | None = None
+        self.last: int | None = None  # the stamp of its last framed entry (None: none)
+        self.nulls = False  # a null was appended: rounds are searched for NULL_PAYLOAD
+
+    def frame(self, payloads: list[bytes]) -> tuple[bytes, list[bytes]]:
+        clock = self.clock
+        with clock.lock:
+            if self.cap is None:
+                now = time.time_ns() // 1_000_000  # now_ms(), inlined
+                if now > clock.last:
+                    clock.last = now
+                ts = clock.last
+            else:
+                ts = self.cap
+        self.last = ts
+        header = frame_header(ts)
+        if not self.nulls or NULL_PAYLOAD not in payloads:
+            return header, payloads
+        null = encode_entry(None, ts)
+        return b"", [null if p is NULL_PAYLOAD else header + p for p in payloads]
+
+    def seal(self) -> None:
+        with self.clock.lock:
+            self.cap = self.clock.last
 
 
 @dataclass(frozen=True)
@@ -127,12 +204,8 @@ class LogWriter:
         info = md.value.find_in_tail(lh.id)
         assert info is not None
         self._index = info.index
-        # Every entry is stamped max(now, floor) and raises the floor to its stamp, so while
-        # the current ledger has entries the floor is its last entry's timestamp.
-        self._ts_floor = ts_floor
-        self._header = frame_header(ts_floor)  # always frame_header(self._ts_floor)
-        self._entries = 0  # entries appended to the current ledger
-        self._bytes = 0
+        self._clock = LogClock(ts_floor)  # the last stamp of the log
+        self._stamps = LedgerStamps(self._clock)  # the current ledger's
         self._started = time.monotonic()
         self._error: BKError | None = None
         self._error_lock = threading.Lock()
@@ -144,8 +217,12 @@ class LogWriter:
         # closed ledgers whose (last entry, last timestamp) is not recorded yet
         self._ends_to_record: dict[int, tuple[int, int | None]] = {}
         self._acks = InOrderAcks(self._on_add_failed)
-        self._segment = self._acks.open_segment(lh.id, self._index)
-        lh.complete_runs_with(self._segment.complete_run)
+        segment = self._acks.open_segment(lh.id, self._index)
+        lh.complete_runs_with(segment.complete_run)
+        lh.frame_rounds_with(self._stamps.frame, FRAME_HEADER_SIZE)
+        # What an append reads (one attribute, swapped whole by a roll): the current ledger
+        # and the acknowledgement segment of its appends.
+        self._current = (lh, segment)
         self._futures_condition = shared_condition()  # see core/futures.py
         c = config
         self._roll_entries = c.roll_max_entries if c.roll_max_entries is not None else math.inf
@@ -153,9 +230,8 @@ class LogWriter:
         # The next ledger, created ahead and registered as pending (the roller's; changed
         # under _meta_lock, and _lock for the roller's wait).
         self._spare: LedgerHandle | None = None
-        # Appends wake the roller (once) when the current ledger reaches these.
-        self._wake_entries, self._wake_bytes = math.inf, math.inf
-        self._roller_waiting = False
+        # An append that gets this entry id or a later one wakes the waiting roller (once).
+        self._wake_at: float = math.inf
         self._roller: threading.Thread | None = None
         if config.rolls:
             self._roller = threading.Thread(target=self._roll_loop, daemon=True,
@@ -181,10 +257,6 @@ class LogWriter:
     def is_closed(self) -> bool:
         return self._closed
 
-    def _last_ts(self) -> int | None:
-        """The timestamp of the current ledger's last entry (None: it has none)."""
-        return self._ts_floor if self._entries else None
-
     def _check_usable(self) -> None:
         if self._error is not None:
             raise copy_error(self._error)
@@ -198,6 +270,7 @@ class LogWriter:
                 self._error = err
             kept = self._error
         with self._lock:
+            self._lh.stop_adds()  # appends go to the slow path, which raises
             self._wakeup.notify_all()
         return kept
 
@@ -228,44 +301,61 @@ class LogWriter:
     def append_async(self, payload: bytes | None) -> Future[Position]:
         """Start appending one entry; the future yields its position when acknowledged.
 
-        The entry is stamped ``max(now, last timestamp of the log)`` (log_format.py).
-        ``None`` is a null value (:meth:`append`).
+        The entry is stamped ``max(now, last timestamp of the log)`` when the ledger's
+        sender ships it, a few ms at most after this call (log_format.py). ``None`` is a
+        null value (:meth:`append`).
         """
-        if payload is not None and payload.__class__ is not bytes:
-            payload = bytes(payload)
+        if payload.__class__ is not bytes:
+            return self._append_locked(payload)
+        lh, segment = self._current
+        fut = AppendFuture(self._futures_condition, segment)
+        try:  # the future is completed by the segment (complete_runs_with)
+            eid = lh.add_entry_token(payload, fut)
+        except (LedgerClosedError, LedgerFencedError):  # a roll switched ledgers, or stopped
+            return self._append_locked(payload)
+        if eid >= self._wake_at:
+            self._wake_roller()
+        return fut
+
+    def _append_locked(self, payload: bytes | bytearray | memoryview | None
+                       ) -> Future[Position]:
+        """An append under the writer's lock: a null or a payload of another type, or one
+        that met a ledger that stopped taking adds (a roll held the lock meanwhile)."""
         with self._lock:
             if self._error is not None or self._closed:
                 self._check_usable()  # raises
-            now = time.time_ns() // 1_000_000  # now_ms(), inlined: the hot path
-            if now > self._ts_floor:  # else stamped with the floor: never going back
-                self._ts_floor = now
-                self._header = frame_header(now)
-            lh = self._lh
-            fut: Future[Position] = SharedConditionFuture(self._futures_condition)
-            try:  # the future is completed by the segment (complete_runs_with)
-                if payload is None:
-                    eid = lh.add_entry_token(encode_entry(None, self._ts_floor), fut)
-                else:
-                    eid = lh.add_entry_token(self._header + payload, fut)  # one copy
-                    self._bytes += len(payload)
+            lh, segment = self._current
+            if payload is None:
+                self._stamps.nulls = True  # before the sender can see the null
+                payload = NULL_PAYLOAD
+            elif payload.__class__ is not bytes:
+                payload = bytes(payload)
+            fut = AppendFuture(self._futures_condition, segment)
+            try:
+                eid = lh.add_entry_token(payload, fut)
             except LedgerFencedError:
                 raise copy_error(self._set_error(self._lost_by_fencing(lh.id))) from None
-            self._entries = eid + 1  # the writer's ledgers start empty
-            # (rolling by age is the roller's own timer)
-            if self._roller_waiting and (self._entries >= self._wake_entries
-                                         or self._bytes >= self._wake_bytes):
-                self._roller_waiting = False
-                self._wakeup.notify_all()
+        if eid >= self._wake_at:
+            self._wake_roller()
         return fut
+
+    def _wake_roller(self) -> None:
+        with self._lock:
+            self._wake_at = math.inf  # once
+            self._wakeup.notify_all()
 
     # ----------------------------------------------------------------- rolling
     def _reached(self, share: float) -> bool:
-        """The current ledger reached ``share`` of a rolling limit (1.0: roll now)."""
+        """The current ledger reached ``share`` of a rolling limit (1.0: roll now). Its
+        bytes are the payload bytes acknowledged (the ledger's length less the frames)."""
         age = self.config.roll_max_age_s
-        return self._entries >= self._roll_entries * share or \
-            self._bytes >= self._roll_bytes * share or \
-            (age is not None and self._entries > 0
-             and time.monotonic() - self._started >= age * share)
+        lh = self._lh
+        entries = lh.added
+        return entries >= self._roll_entries * share or (
+            self._roll_bytes < math.inf and lh.length - FRAME_HEADER_SIZE * (
+                lh.last_add_confirmed + 1) >= self._roll_bytes * share) or (
+            age is not None and entries > 0
+            and time.monotonic() - self._started >= age * share)
 
     def _roller_due(self) -> bool:
         """A roll is due, or the spare for the next one (under _lock)."""
@@ -278,17 +368,23 @@ class LogWriter:
         try:
             while True:
                 with self._lock:
-                    while not (self._closed or self._error or self._roller_due()):
+                    while not (self._closed or self._error):
                         share = 1.0 if self._spare is not None else SPARE_AT
-                        self._wake_entries = self._roll_entries * share
-                        self._wake_bytes = self._roll_bytes * share
+                        # The entry id that reaches the count: set before looking at the
+                        # count, so an append that reaches it afterwards sees it (and wakes
+                        # this thread once it waits).
+                        self._wake_at = math.ceil(self._roll_entries * share) - 1 \
+                            if self._roll_entries < math.inf else math.inf
+                        if self._roller_due():
+                            break
                         wait = None
                         if age is not None:
                             wait = max(0.01, self._started + age * share - time.monotonic()) \
-                                if self._entries else age * share
-                        self._roller_waiting = True
+                                if self._lh.added else age * share
+                        if self._roll_bytes < math.inf:
+                            wait = BYTES_POLL_S if wait is None else min(wait, BYTES_POLL_S)
                         self._wakeup.wait(wait)
-                        self._roller_waiting = False
+                    self._wake_at = math.inf
                     if self._closed or self._error:
                         return
                 try:
@@ -325,43 +421,20 @@ class LogWriter:
             self._spare = lh
 
     def _take_spare(self) -> LedgerHandle | None:
-        """The spare for this roll, claimed (its pending record deleted: from now on the
-        roll decides its fate); None if there is none or another writer swept it."""
-        spare = self._spare
-        if spare is None:
-            return None
-        try:
-            # A spare waits up to half a rolling period; if a bookie of its ensemble died
-            # meanwhile, AutoRecovery recovers (fences and closes) an OPEN ledger without
-            # adds after its grace period: a roll into it would stop this writer.
-            try:
-                usable = self._bk.ledger_metadata(spare.id).state is LedgerState.OPEN
-            except NoSuchLedgerError:
-                usable = False
-            if not usable:
-                log.info("log %r: spare ledger %d is no longer open (recovered or deleted); "
-                         "creating the next ledger instead", self.name, spare.id)
-                self._discard_spare()
-                return None
-            claimed = pending.claim(self._bk, self.name, [spare.id])
-        except Exception:
-            return None  # kept as the spare, still pending: the next roll tries again
+        """The spare for this roll (None: none prepared); still pending, the roll's CAS
+        claims it (:meth:`_cas_add_ledger`)."""
         with self._lock:
-            self._spare = None
-        if not claimed:
-            log.info("log %r: spare ledger %d was swept (another writer opened the log)",
-                     self.name, spare.id)
-            return None
+            spare, self._spare = self._spare, None
         return spare
 
-    def _discard_spare(self) -> None:
-        """Delete an unused spare and its pending record (closing or stopping). Under
-        _meta_lock."""
-        spare = self._spare
+    def _discard_spare(self, spare: LedgerHandle | None = None) -> None:
+        """Delete an unused spare (this writer's, or ``spare``) and its pending record
+        (closing or stopping, or a spare the roll could not use). Under _meta_lock."""
+        if spare is None:
+            with self._lock:
+                spare, self._spare = self._spare, None
         if spare is None:
             return
-        with self._lock:
-            self._spare = None
         try:
             pending.discard(self._bk, self.name, [spare.id], self.config.password)
         except Exception as exc:  # still pending: the next writer of the log sweeps it
@@ -391,12 +464,26 @@ class LogWriter:
         """
         self._check_usable()
         # Step 1: create a new ledger (or take the one prepared ahead).
-        new = self._take_spare() or create_log_ledger(self._bk, self.name, self.config)
+        spare = self._take_spare()
+        new = spare or create_log_ledger(self._bk, self.name, self.config)
         # Steps 2 and 3: add it to the ledger list; write the list back with a CAS.
         try:
-            md, first_ts = self._cas_add_ledger(new.id, properties)
+            try:
+                md, first_ts = self._cas_add_ledger(new, properties, claim=spare is not None)
+            except LedgerStateError as exc:
+                if spare is None:
+                    raise
+                # A spare waits up to half a rolling period: if a bookie of its ensemble
+                # died meanwhile, AutoRecovery recovers (fences and closes) an OPEN ledger
+                # without adds after its grace period, and a writer that opened the log
+                # meanwhile swept it. Rolling into it would stop this writer.
+                log.info("log %r: spare ledger %d was recovered or swept (%s); creating the "
+                         "next ledger instead", self.name, spare.id, exc)
+                self._discard_spare(spare)
+                spare, new = None, create_log_ledger(self._bk, self.name, self.config)
+                md, first_ts = self._cas_add_ledger(new, properties, claim=False)
         except BaseException as exc:
-            self._forget_unlisted_ledger(new.id)
+            self._forget_unlisted_ledger(new.id, spare=spare is not None)
             if isinstance(exc, LogOwnershipLostError | LogNotFoundError):
                 self._set_error(exc)
             raise
@@ -404,19 +491,24 @@ class LogWriter:
         if self.config.after_roll_cas is not None:
             self.config.after_roll_cas(new.id)
         with self._acks.lock, self._lock:  # (lock order: see InOrderAcks.lock)
-            prev, prev_last_ts = self._lh, self._last_ts()
+            prev, prev_stamps = self._lh, self._stamps
+            appended = prev.stop_adds()  # an append meeting it retries under self._lock
+            prev_stamps.seal()  # its rounds still to ship: no later than the next ledger's
             info = md.value.find_in_tail(new.id)
             assert info is not None
-            self._segment = self._acks.open_segment(new.id, info.index, self._entries)
-            new.complete_runs_with(self._segment.complete_run)
-            self._lh, self._index = new, info.index
-            if first_ts > self._ts_floor:
-                self._ts_floor, self._header = first_ts, frame_header(first_ts)
-            self._entries, self._bytes = 0, 0
+            segment = self._acks.open_segment(new.id, info.index, appended)
+            stamps = LedgerStamps(self._clock)
+            new.complete_runs_with(segment.complete_run)
+            new.frame_rounds_with(stamps.frame, FRAME_HEADER_SIZE)
+            self._clock.raise_to(first_ts)  # the new ledger's first_ts bounds its entries
+            self._lh, self._stamps, self._index = new, stamps, info.index
+            self._current = (new, segment)
             self._started = time.monotonic()
+            if self._error is not None:
+                new.stop_adds()
         # Step 4: close the previous ledger (waits for its outstanding adds).
         self._close_ledger(prev)
-        self._record_description(prev.id, prev.last_add_confirmed, prev_last_ts)
+        self._record_description(prev.id, prev.last_add_confirmed, prev_stamps.last)
         return new.id
 
     def _ownership_check(self, m: LogMetadata, ledger_id: int) -> None:
@@ -428,9 +520,13 @@ class LogWriter:
                 f"writer has stopped. Appends not acknowledged may or may not be in the log; "
                 f"open a new writer to continue.")
 
-    def _cas_add_ledger(self, new_id: int, properties: PropertiesUpdate | None
-                        ) -> tuple[Versioned[LogMetadata], int]:
-        current_id = self._lh.id
+    def _cas_add_ledger(self, new: LedgerHandle, properties: PropertiesUpdate | None, *,
+                        claim: bool) -> tuple[Versioned[LogMetadata], int]:
+        """Steps 2 and 3 of a roll; ``claim``: ``new`` is the spare, claimed by the same
+        transaction (its pending record deleted, its metadata checked unchanged since it
+        was created: :class:`LedgerStateError` if either is not so, and nothing is
+        written)."""
+        current_id, new_id = self._lh.id, new.id
         first_ts = [0]
 
         def needs_change(m: LogMetadata) -> bool:
@@ -441,20 +537,29 @@ class LogWriter:
 
         def make_change(m: LogMetadata) -> LogMetadata:
             m = self._apply_descriptions(m)
-            first_ts[0] = max(now_ms(), self._ts_floor, m.max_known_ts_ms)
+            first_ts[0] = max(now_ms(), self._clock.last, m.max_known_ts_ms)
             m = m.with_ledger_added(new_id, first_ts[0])
             if properties is not None:
                 m = m.with_properties(properties)
             return m.spilled(self.config.limits)
 
+        checks, deletes = (), ()
+        if claim:
+            checks = ((self._bk.metadata_store.ledger_path(new_id), new.metadata_version),)
+            deletes = (pending.record_path(self._bk, self.name, new_id),)
         md = update_log(self._bk, self.name, needs_change=needs_change,
-                         make_change=make_change, current=self._md)
-        return md, first_ts[0] or max(now_ms(), self._ts_floor)
+                         make_change=make_change, current=self._md, also_check=checks,
+                         also_delete=deletes)
+        return md, first_ts[0] or max(now_ms(), self._clock.last)
 
-    def _forget_unlisted_ledger(self, ledger_id: int) -> None:
-        """Delete a ledger whose CAS failed, unless the log lists it after all."""
+    def _forget_unlisted_ledger(self, ledger_id: int, spare: bool = False) -> None:
+        """Delete a ledger whose CAS failed, unless the log lists it after all (a spare:
+        with its pending record)."""
         for lid in unlisted_ledgers(self._bk, self.name, [ledger_id]) or []:
-            delete_ledger_quietly(self._bk, lid, self.config.password)
+            if spare:
+                pending.discard(self._bk, self.name, [lid], self.config.password)
+            else:
+                delete_ledger_quietly(self._bk, lid, self.config.password)
 
     def _close_ledger(self, lh: LedgerHandle) -> None:
         try:
@@ -524,7 +629,8 @@ class LogWriter:
                     return
                 self._closed = True
                 self._wakeup.notify_all()
-                lh, last_ts, error = self._lh, self._last_ts(), self._error
+                lh, stamps, error = self._lh, self._stamps, self._error
+                lh.stop_adds()  # an append from now on raises (the slow path)
             try:
                 if error is None:
                     try:
@@ -533,7 +639,7 @@ class LogWriter:
                         log.info("log %r: ledger %d was fenced before close", self.name,
                                  lh.id)
                     else:
-                        self._record_description(lh.id, lh.last_add_confirmed, last_ts)
+                        self._record_description(lh.id, lh.last_add_confirmed, stamps.last)
             finally:
                 self._discard_spare()
         if self._roller is not None and self._roller is not threading.current_thread():

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import threading
 import time
+from bisect import bisect_right
+from itertools import accumulate
 from pathlib import Path
 
 import pytest
@@ -14,11 +16,13 @@ from bk_spark.core import BookKeeper
 from bk_spark.errors import (
     DigestMismatchError,
     InvalidConfigError,
+    LedgerClosedError,
     LedgerFencedError,
     LedgerStateError,
     NoSuchLedgerError,
     NotEnoughBookiesError,
     ReadPastLacError,
+    TooLargeError,
     UnauthorizedError,
 )
 from bk_spark.io.bookie_client import BookieClient
@@ -395,3 +399,32 @@ def test_a_ledger_read_in_batches_fetches_the_next_batch_while_the_caller_holds_
     assert sizes[0] == 250 and max(sizes) == 1000
     assert [e.payload for e in rh.read_entries(4990, 4999)] == [payload(i)
                                                                 for i in range(4990, 5000)]
+
+
+def test_a_round_framer_prefixes_every_entry_and_stopped_adds_are_refused(cluster, bk
+                                                                         ) -> None:
+    """frame_rounds_with: each round shipped gets the framer's prefix (called in entry
+    order, a round at a time; the ledger's length counts it); stop_adds: later adds are
+    refused while the ones taken are acknowledged and closed in."""
+    lh = bk.create_ledger(3, 2, 2)
+    rounds: list[int] = []
+
+    def framer(payloads: list[bytes]) -> tuple[bytes, list[bytes]]:
+        rounds.append(len(payloads))
+        return b"R%04d:" % len(rounds), payloads
+
+    lh.frame_rounds_with(framer, 6)
+    with pytest.raises(TooLargeError, match="less 6 bytes of framing"):
+        lh.add_entry(b"x" * (bk.config.max_entry_size - 5))
+    futs = [lh.add_entry_async(payload(i)) for i in range(400)]
+    assert lh.stop_adds() == 400 and lh.added == 400
+    with pytest.raises(LedgerClosedError, match="takes no more adds"):
+        lh.add_entry_async(payload(400))
+    assert [f.result(60) for f in futs] == list(range(400))
+    lh.close()
+    got = [e.payload for e in bk.open_ledger(lh.id, recovery=False).read_entries(0, 399)]
+    assert sum(rounds) == 400
+    firsts = [0, *accumulate(rounds)][:-1]  # the first entry id of each round
+    expected = [b"R%04d:" % (bisect_right(firsts, i)) + payload(i) for i in range(400)]
+    assert got == expected
+    assert lh.length == sum(map(len, expected))

@@ -16,16 +16,19 @@ from bk_spark.protocol.digest import DigestManager
 @pytest.mark.parametrize("digest_type", ["crc32c", "mac", "none"])
 @pytest.mark.parametrize("first", [0, 120, 16_370, 2**40])
 @pytest.mark.parametrize("lac", [-1, 0, 16_383, 2**40])
-def test_frame_run_equals_encoding_entry_by_entry(digest_type: str, first: int, lac: int
-                                                 ) -> None:
+@pytest.mark.parametrize("prefix", [b"", b"\x01" + bytes(range(8)), b"\x07" * 300])
+def test_frame_run_equals_encoding_entry_by_entry(digest_type: str, first: int, lac: int,
+                                                  prefix: bytes) -> None:
+    """``prefix`` (a log's frame header for a whole round) goes before every payload."""
     rng = random.Random(first ^ lac)
     codec = EntryCodec(987_654_321, DigestManager(digest_type, b"pw"))
     sizes = [0, 1, 127, 128, 1024, 16_383, 16_384, 70_000] + [rng.randint(0, 3000)
                                                                for _ in range(20)]
     payloads = [rng.randbytes(n) for n in sizes]
-    wire, ends = codec.frame_run(first, lac, 77, payloads)
+    wire, ends = codec.frame_run(first, lac, 77, payloads, prefix)
     length = 77
     for i, (framed, payload) in enumerate(zip(wire, payloads, strict=True)):
+        payload = prefix + payload
         length += len(payload)
         assert ends[i] == length
         expected = codec.encode(first + i, lac, length, payload)

@@ -27,19 +27,14 @@ from collections import deque
 
 from bk_spark.core import BookKeeper
 from bk_spark.errors import LogOwnershipLostError
-from bk_spark.log import LogWriter, open_log_writer
+from bk_spark.log import open_log_writer
 
 
-def stall_rolls_after_their_cas() -> None:
-    original = LogWriter._cas_add_ledger
-
-    def cas_then_stall(self, new_id, properties):  # type: ignore[no-untyped-def]
-        result = original(self, new_id, properties)
-        print(f"roll-cas {new_id}", flush=True)
-        threading.Event().wait()  # never closes the previous ledger
-        return result
-
-    LogWriter._cas_add_ledger = cas_then_stall  # type: ignore[method-assign]
+def stall_after_roll_cas(new_id: int) -> None:
+    """The writer's after_roll_cas hook: report the roll's CAS, then stall the roll for good
+    (the previous ledger is never closed; appends go on into it)."""
+    print(f"roll-cas {new_id}", flush=True)
+    threading.Event().wait()
 
 
 def main() -> None:
@@ -54,14 +49,14 @@ def main() -> None:
     p.add_argument("--stall-after-roll-cas", action="store_true")
     p.add_argument("--window", type=int, default=20)
     args = p.parse_args()
-    if args.stall_after_roll_cas:
-        stall_rolls_after_their_cas()
     deadline = time.monotonic() + args.seconds
     bk = BookKeeper(args.uri)
     acked = seq = session = 0
     while acked < args.count and time.monotonic() < deadline:
         session += 1
-        w = open_log_writer(bk, args.log, password=b"pw", roll_max_entries=args.roll_every)
+        w = open_log_writer(bk, args.log, password=b"pw", roll_max_entries=args.roll_every,
+                            after_roll_cas=stall_after_roll_cas if args.stall_after_roll_cas
+                            else None)
         print(f"open {session} {w.ledger_id}", flush=True)
         window: deque = deque()
         try:
