@@ -34,7 +34,7 @@ cluster-demo: install
 	$(PY) -m bk_spark.testbed
 
 test: install
-	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests
 
 test-unit: install
 	$(PY) -m pytest -q tests/unit
