@@ -152,8 +152,21 @@ class EntryIndex:
             del self._sparse[entry_id]
 
     def _grow(self, n: int) -> None:
+        """Extend the dense part by ``n`` slots; ids kept in the sparse part that the dense
+        part now reaches move into it, so that every id lives in exactly one place (a slot
+        of length 0 means "not here", and :meth:`get` does not look further)."""
+        start = len(self._length)
         self._high.frombytes(bytes(8 * n))
         self._length.frombytes(bytes(4 * n))
+        if self._sparse:
+            first = self._first
+            inside = [e for e in self._sparse if first + start <= e < first + start + n]
+            for entry_id in inside:
+                location = self._sparse.pop(entry_id)
+                k = entry_id - first
+                self._high[k] = location >> OFFSET_SHIFT
+                self._length[k] = location & LENGTH_MASK
+            self._count += len(inside)
 
     def update(self, pairs: Iterable[tuple[int, int]]) -> None:
         """Set many; ids within the dense part's reach (a batch of new adds) take at most

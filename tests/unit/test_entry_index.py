@@ -121,3 +121,30 @@ def test_looking_up_many_ids_at_once_answers_like_get_one_by_one():
     index[400] = loc(400, log_id=2)  # the arrays may still grow after a lookup
     assert index.get(400) is not None
     assert EntryIndex().get_many(asked)[1].tolist() == [0] * len(asked)
+
+
+@pytest.mark.parametrize("how", ["set", "update", "put_batch"])
+def test_an_id_kept_sparse_is_still_found_once_the_dense_part_grows_over_it(how):
+    """An id far past the dense end is kept aside (re-replication can write a later
+    fragment's entries first); when the dense part later grows over it (the entries in
+    between arrive), get / in / len / items still find it exactly once. (It used to sit
+    behind an empty dense slot: a read found it, get and compaction did not.)"""
+    far = DENSE_MAX_GAP + 500
+    index, model = EntryIndex(), {}
+    for eid in range(10):
+        index[eid] = model[eid] = loc(eid)
+    index[far] = model[far] = loc(far)
+    for start in range(10, far + 100, 4096):
+        ids = [e for e in range(start, min(start + 4096, far + 100)) if e != far]
+        if how == "set":
+            for e in ids:
+                index[e] = loc(e)
+        elif how == "update":
+            index.update([(e, loc(e)) for e in ids])
+        else:
+            spans = [(0 << 32) | (loc(e) & 0xFFFFFFFF) for e in ids]
+            index.put_batch(ids, loc(0) >> 32, spans)
+        model.update((e, index.get(e)) for e in ids)
+    assert far in index and index.get(far) == loc(far)
+    assert len(index) == len(model) and sorted(index.keys()) == sorted(model)
+    assert dict(index.items()) == model
