@@ -123,8 +123,12 @@ from bookie_server.validation import (
 log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
-#: Records of one log at most this far apart are read with one pread (a striped read's).
+#: Records of one log at most this far apart are read with one pread (a striped read's)...
 READ_SPAN_GAP = 64 * 1024
+#: ...when the gap is also at most this or the record before it: what a read takes in
+#: besides the records asked stays under their own size plus this per record (an entry log
+#: interleaves every ledger: small entries of one between large ones of another).
+READ_SPAN_SMALL_GAP = 4 * 1024
 
 ADD = int(RecordType.ADD)
 FENCE = int(RecordType.FENCE)
@@ -743,9 +747,11 @@ class BookieStorage:
         """The records at ``(log_ids, offsets, lens)``, back to back in the order given.
 
         Records are read in log and offset order, one pread per *span*: records of one log
-        whose gaps are at most :data:`READ_SPAN_GAP` (the entries of a striped read skip
-        the ones other bookies serve). When that order is the order given (one writer's
-        entries: always, but after compaction or a recovery's rewrite), a span of adjacent
+        whose gaps are at most :data:`READ_SPAN_GAP` and at most the record before or
+        :data:`READ_SPAN_SMALL_GAP` (the entries of a striped read skip the ones other
+        bookies serve; the bytes read stay within about twice the records'). When that order
+        is the order given (one writer's entries: always, but after compaction or a
+        recovery's rewrite), a span of adjacent
         records is the answer as read, and the records of a span with gaps are cut out with
         one numpy mask (record, gap, record, ...); otherwise they are cut out one by one
         and joined."""
@@ -755,8 +761,9 @@ class BookieStorage:
         order = np.lexsort((offsets, log_ids))
         lo, off, ln = log_ids[order], offsets[order], lens[order]
         ends = off + ln
-        cut = np.flatnonzero((lo[1:] != lo[:-1]) | (off[1:] - ends[:-1] > READ_SPAN_GAP) |
-                             (off[1:] < ends[:-1])) + 1
+        gaps = off[1:] - ends[:-1]
+        merge_up_to = np.minimum(READ_SPAN_GAP, np.maximum(READ_SPAN_SMALL_GAP, ln[:-1]))
+        cut = np.flatnonzero((lo[1:] != lo[:-1]) | (gaps > merge_up_to) | (gaps < 0)) + 1
         first = np.concatenate(([0], cut))
         last = np.concatenate((cut, [n])) - 1
         in_order = bool(np.all(order[1:] > order[:-1]))

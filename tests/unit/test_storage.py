@@ -745,3 +745,29 @@ def test_a_corrupt_record_header_in_an_entry_log_is_an_error_not_data(storage, c
     log.write_bytes(bytes(raw))
     with pytest.raises(BKError, match="corrupt"):
         storage.read_records(1, [1])
+
+
+def test_a_read_of_small_entries_between_large_ones_of_another_ledger_reads_little_more(
+        storage, monkeypatch):
+    """An entry log interleaves every ledger: a read of one ledger's 100-byte entries that
+    lie between another's 60 KB entries reads about its own records, not the whole stretch
+    of the log (a span over every gap up to 64 KiB read 458x the answer)."""
+    import bookie_server.storage as st
+
+    for e in range(0, 200, 10):  # interleaved: 10 small entries of 7, one large of 8
+        storage.add_entries(7, KEY, entries(7, e, 10, size=100))
+        storage.add_entries(8, KEY, entries(8, e // 10, 1, size=60_000))
+    read: list[int] = []
+    real = st.read_exact
+
+    def counted(fd: int, n: int, offset: int) -> bytes:
+        read.append(n)
+        return real(fd, n, offset)
+
+    monkeypatch.setattr(st, "read_exact", counted)
+    recs, missing = storage.read_records(7, range(200))
+    assert missing == [] and recs.entry_ids.tolist() == list(range(200))
+    assert [recs.data[a:b] for a, b in zip(recs.payload_starts.tolist(),
+                                           recs.payload_ends.tolist(), strict=True)] == \
+        [payload(7, e, 100) for e in range(200)]
+    assert sum(read) <= 2 * len(recs.data) + 4096 * len(read), (sum(read), len(recs.data))
