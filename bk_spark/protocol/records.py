@@ -96,9 +96,13 @@ def parse_records(data: bytes, lengths: bytes | np.ndarray) -> Records:
     record's length (``record_lengths`` bytes, or an array). Raises
     :class:`MalformedRecordsError` unless every record's header agrees with its length and
     its digest and payload lie inside it."""
-    lens = (np.frombuffer(lengths, LENGTHS_DTYPE) if isinstance(lengths, bytes | bytearray |
-                                                                 memoryview)
-            else np.asarray(lengths)).astype(np.int64)
+    if isinstance(lengths, bytes | bytearray | memoryview):
+        if len(lengths) % LENGTHS_DTYPE.itemsize:
+            raise MalformedRecordsError(f"record lengths of {len(lengths)} bytes: not whole "
+                                        f"lengths")
+        lens = np.frombuffer(lengths, LENGTHS_DTYPE).astype(np.int64)
+    else:
+        lens = np.asarray(lengths).astype(np.int64)
     n = len(lens)
     if n == 0:
         if len(data):

@@ -53,7 +53,8 @@ def test_records_parse_back_to_their_entries():
 
 
 @pytest.mark.parametrize("damage", ["short data", "long data", "header length", "digest past end",
-                                    "shorter than a header", "lengths of nothing"])
+                                    "shorter than a header", "lengths of nothing",
+                                    "lengths not whole"])
 def test_an_answer_whose_records_disagree_with_their_lengths_is_malformed(damage):
     codec = EntryCodec(LEDGER, DigestManager("crc32c"))
     data, lengths = packed(written(codec, 5))
@@ -71,10 +72,10 @@ def test_an_answer_whose_records_disagree_with_their_lengths_is_malformed(damage
     elif damage == "shorter than a header":
         lens[0] -= lens[0] - 10
         lens[1] += int(np.frombuffer(lengths, "<u4")[0]) - 10
-    else:
+    elif damage == "lengths of nothing":
         lens = lens[:0]
     with pytest.raises(MalformedRecordsError):
-        parse_records(data, lens.tobytes())
+        parse_records(data, lens.tobytes() + (b"\0" if damage == "lengths not whole" else b""))
 
 
 @pytest.mark.parametrize("digest_type", ["crc32c", "mac", "none"])
