@@ -188,11 +188,11 @@ def fetch_entries(bk: ClientContext, md: LedgerMetadata, codec: EntryCodec,
                 continue
             r = answer.records
             pos = np.minimum(np.searchsorted(ids, r.entry_ids), max(n - 1, 0))
-            wanted = (ids[pos] == r.entry_ids) & np.isin(pos, asked) & ~done[pos]
-            _, first = np.unique(pos, return_index=True)  # one record per entry
-            once = np.zeros(len(r), dtype=np.bool_)
-            once[first] = True
-            wanted &= once
+            asked_for = np.flatnonzero((ids[pos] == r.entry_ids) & np.isin(pos, asked) &
+                                       ~done[pos])
+            _, first = np.unique(pos[asked_for], return_index=True)  # one record per entry
+            wanted = np.zeros(len(r), dtype=np.bool_)
+            wanted[asked_for[first]] = True
             good = wanted & codec.verify_records(r)
             failed(pos[wanted & ~good].tolist(),
                    f"{bookie}: {codec.digest.digest_type} digest mismatch (corrupt or foreign "
