@@ -695,9 +695,14 @@ class BookieClientPool:
         self.config = config or ClientConfig()
         self._clients: dict[str, BookieClient] = {}
         self._lock = threading.Lock()
+        self._closed = False
 
     def get(self, bookie_id: str) -> BookieClient:
+        """The client of ``bookie_id``; :class:`BookieUnavailableError` once the pool is
+        closed (a read still running on another thread must not open new channels)."""
         with self._lock:
+            if self._closed:
+                raise BookieUnavailableError(f"bookie {bookie_id}: the client is closed")
             c = self._clients.get(bookie_id)
             if c is None:
                 c = self._clients[bookie_id] = BookieClient(bookie_id, self.config)
@@ -731,6 +736,7 @@ class BookieClientPool:
 
     def close(self) -> None:
         with self._lock:
+            self._closed = True
             clients, self._clients = list(self._clients.values()), {}
         for c in clients:
             c.close()

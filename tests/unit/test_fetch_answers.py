@@ -61,3 +61,20 @@ def test_a_record_not_asked_for_does_not_hide_the_asked_one_beside_it():
     assert got, "the read did not finish"
     assert got[0].entry_ids.tolist() == [5, 6]
     assert [bytes(p) for p in got[0].payloads()] == [b"payload-5", b"payload-6"]
+
+
+def test_a_closed_client_pool_opens_no_new_channel():
+    """A read still running on another thread when its client closes (a prefetch of
+    ``iter_batches`` the caller stopped consuming) gets an error, not a fresh channel that
+    nothing would close."""
+    import pytest
+
+    from bk_spark.errors import BookieUnavailableError
+    from bk_spark.io.bookie_client import BookieClientPool
+
+    pool = BookieClientPool()
+    first = pool.get("127.0.0.1:1")
+    assert pool.get("127.0.0.1:1") is first
+    pool.close()
+    with pytest.raises(BookieUnavailableError, match="the client is closed"):
+        pool.get("127.0.0.1:1")
