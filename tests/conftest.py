@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from bk_spark.sandbox import BookieProcess, ZooKeeperServer, free_port, wait_for_registrations
+from bk_spark.sandbox import (
+    BookieProcess,
+    ZooKeeperServer,
+    free_port,
+    start_bookies,
+    stop_bookies,
+    wait_for_registrations,
+)
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -65,14 +72,19 @@ class Cluster:
 
     def add_bookie(self, extra_args: list[str] | None = None, wait: bool = True
                    ) -> BookieProcess:
-        i = len(self.bookies)
-        b = BookieProcess(self.uri, self.base / f"bookie-{i}", port=free_port(),
-                          extra_args=small_journals(extra_args))
-        b.start()
-        self.bookies.append(b)
+        return self.add_bookies(1, extra_args, wait)[0]
+
+    def add_bookies(self, n: int, extra_args: list[str] | None = None, wait: bool = True
+                    ) -> list[BookieProcess]:
+        """Start ``n`` more bookies side by side (``wait``: until all are registered)."""
+        new = [BookieProcess(self.uri, self.base / f"bookie-{len(self.bookies) + i}",
+                             port=free_port(), extra_args=small_journals(extra_args))
+               for i in range(n)]
+        self.bookies += new
+        start_bookies(new)
         if wait:
             wait_for_registrations(self.uri, len([x for x in self.bookies if x.proc]))
-        return b
+        return new
 
     def restart(self, b: BookieProcess) -> None:
         b.stop()
@@ -81,7 +93,8 @@ class Cluster:
     def stop(self) -> None:
         for b in self.bookies:
             b.resume()
-            b.stop()
+        stop_bookies(self.bookies)
+        for b in self.bookies:
             b.drop_data()  # the disk a session needs stays small; bookie logs stay
 
 
@@ -93,8 +106,7 @@ def cluster_factory(metadata_uri: str, tmp_path: Path) -> Iterator[Callable[...,
     def make(n: int = 3, extra_args: list[str] | None = None) -> Cluster:
         c = Cluster(metadata_uri, tmp_path / f"cluster-{len(made)}")
         made.append(c)
-        for _ in range(n):
-            c.add_bookie(extra_args=extra_args, wait=False)
+        c.add_bookies(n, extra_args, wait=False)
         wait_for_registrations(metadata_uri, n)
         return c
 
@@ -116,8 +128,7 @@ def module_cluster(zk_server: ZooKeeperServer,
     A test that pauses, kills or restarts a bookie brings it back before it ends."""
     uri = f"zk://{zk_server.connect_string}/t-{uuid.uuid4().hex[:12]}"
     c = Cluster(uri, tmp_path_factory.mktemp("module-cluster"))
-    for _ in range(3):
-        c.add_bookie(wait=False)
+    c.add_bookies(3, wait=False)
     wait_for_registrations(uri, 3)
     yield c
     c.stop()

@@ -33,6 +33,8 @@ from bk_spark.sandbox import (
     ZooKeeperServer,
     free_port,
     pid_alive,
+    start_bookies,
+    stop_bookies,
     wait_for_registrations,
 )
 from bookie_server.journal import JOURNAL_SUFFIX, SPARE_PREFIX, RecordType, iter_file_records
@@ -112,8 +114,7 @@ class FaultCluster:
     def start(self) -> None:
         self.zk.start(timeout=60)
         try:
-            for s in self.slots:
-                s.process.start(timeout=60)
+            start_bookies([s.process for s in self.slots], timeout=60)
             wait_for_registrations(self.uri, len(self.slots), timeout=60)
         except BaseException:
             self.stop()
@@ -123,8 +124,8 @@ class FaultCluster:
         for s in self.slots:
             if s.state == "paused":
                 s.process.resume()
-            s.process.stop()
             s.state = "killed"
+        stop_bookies([s.process for s in self.slots])
         self.zk.stop()
 
     def pids(self) -> list[int]:

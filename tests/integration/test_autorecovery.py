@@ -27,7 +27,13 @@ from bk_spark.io.zk import connect_zk
 from bk_spark.log import open_log_reader, open_log_writer
 from bk_spark.metadata_uri import parse_metadata_service_uri
 from bk_spark.protocol.recovery_plan import bookies_of, entries_on_index
-from bk_spark.sandbox import BookieProcess, free_port, wait_for_registrations
+from bk_spark.sandbox import (
+    BookieProcess,
+    free_port,
+    start_bookies,
+    stop_bookies,
+    wait_for_registrations,
+)
 
 HEAL_TIMEOUT_S = 60.0
 AR_ARGS = ["--journal-file-size-mb", "8", "--entry-log-size-mb", "1",
@@ -54,13 +60,12 @@ def ar_cluster(zk_server, tmp_path_factory) -> Iterator[ARCluster]:
     bookies = [BookieProcess(uri, base / f"bookie-{i}", port=free_port(), extra_args=AR_ARGS)
                for i in range(5)]
     try:
-        for b in bookies:
-            b.start()
+        start_bookies(bookies)
         wait_for_registrations(uri, 5)
         yield ARCluster(uri, bookies)
     finally:
+        stop_bookies(bookies)
         for b in bookies:
-            b.stop()
             b.drop_data()
 
 

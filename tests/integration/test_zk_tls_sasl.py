@@ -24,18 +24,16 @@ from bk_spark.sandbox import (
     ZkServerTls,
     ZooKeeperServer,
     free_port,
+    start_bookies,
     wait_for_registrations,
 )
 from bk_spark.security import ZkSecurity
 
 
 def _bookies(uri: str, base: Path, n: int = 3) -> list[BookieProcess]:
-    out = []
-    for i in range(n):
-        b = BookieProcess(uri, base / f"bookie-{i}", port=free_port(),
-                          extra_args=["--journal-file-size-mb", "8"])
-        out.append(b)
-        b.start()
+    out = [BookieProcess(uri, base / f"bookie-{i}", port=free_port(),
+                         extra_args=["--journal-file-size-mb", "8"]) for i in range(n)]
+    start_bookies(out)
     return out
 
 
