@@ -17,6 +17,7 @@ independent checker of BookKeeper's guarantees.
 * :mod:`~bk_spark.faults.runner` — runs schedules on one shared cluster and sums them up.
 
 ``python -m bk_spark.faults --schedules 200`` (``make faults``) runs long schedules;
-``tests/faults/test_fault_schedules.py`` runs 20 short ones inside ``make test``; a failing
-schedule prints ``python -m bk_spark.faults --seed <seed>``, which replays it.
+``tests/faults/test_fault_schedules.py`` runs 14 short ones (one led by each kind of fault)
+inside ``make test``; a failing schedule prints ``python -m bk_spark.faults --seed <seed>``,
+which replays it.
 """

@@ -1,5 +1,6 @@
-"""The short mode of the fault suite (inside ``make test``): 20 seeded schedules on one
-shared cluster (ZooKeeper + 5 bookies), each checked by the independent checker.
+"""The short mode of the fault suite (inside ``make test``): 14 seeded schedules, one led by
+each kind of fault, on one shared cluster (ZooKeeper + 5 bookies), each checked by the
+independent checker.
 
 Each schedule runs writer processes (ledgers, a rolling log, sometimes two dueling log
 writers) while it kills, pauses, fills, corrupts and expires bookies, restarts ZooKeeper,

@@ -60,8 +60,8 @@ def stream_copy(uri: str, src: str, dst: str, ckpt: Path, log: Path,
 def test_sink_is_exactly_once_across_kill_9_and_restart_from_checkpoint(
         bk, uri, log_name, tmp_path):
     src, dst = log_name("src"), log_name("dst")
-    values = [f"v{i:05d}".encode() for i in range(1200)]
-    w = open_log_writer(bk, src, roll_max_entries=250)
+    values = [f"v{i:05d}".encode() for i in range(700)]  # 7 batches of 100
+    w = open_log_writer(bk, src, roll_max_entries=150)
     for f in [w.append_async(v) for v in values]:
         f.result()
     w.close()
@@ -80,7 +80,7 @@ def test_sink_is_exactly_once_across_kill_9_and_restart_from_checkpoint(
         os.killpg(first.pid, signal.SIGKILL)  # kill -9, the JVM and workers with it
         first.wait()
     committed = last_batch(bk, dst, key)
-    assert 3 <= committed < 11
+    assert 3 <= committed <= 6
     # The worst moment to die: the sink committed batch N, Spark's commit log did not
     # record it. Put the checkpoint in that state; the restart replays batch N.
     for stale in (ckpt / "commits" / str(committed), ckpt / "commits" / f".{committed}.crc"):
@@ -95,7 +95,7 @@ def test_sink_is_exactly_once_across_kill_9_and_restart_from_checkpoint(
         if second.poll() is None:
             os.killpg(second.pid, signal.SIGKILL)
     assert payloads(bk, dst) == values  # no duplicate, no gap, in order
-    assert last_batch(bk, dst, key) == 11
+    assert last_batch(bk, dst, key) == 6
     assert pending.registered(bk, dst) == []  # the killed run's ledgers were swept
     assert orphans(bk, dst) == []
 
