@@ -134,6 +134,18 @@ def test_starting_and_ending_offsets_are_positions(spark, bk, uri, log_name):
     assert got == sorted(v for _p, v in written[3:15])
 
 
+def test_an_ending_offset_past_a_closed_ledgers_end_reads_that_ledger_to_its_end(
+        spark, bk, uri, log_name):
+    name = log_name()
+    written = append_ledgers(bk, name, [10, 10])
+    first, last = written[0][0].ledger_id, written[-1][0].ledger_id
+    for lid, n in ((first, 10), (last, 20)):  # ledger 0..9 closed; the log's last, closed
+        end = f'{{"{name}": {{"ledger": {lid}, "entry": 15}}}}'
+        got = sorted(bytes(r.value) for r in
+                     read_log(spark, uri, name, endingOffsets=end).collect())
+        assert got == sorted(v for _p, v in written[:n])
+
+
 def test_pushdown_on_positions_shows_in_plan_and_reads_fewer_entries(
         spark, bk, uri, log_name, spark_cluster):
     name = log_name()
