@@ -7,6 +7,12 @@ time ranges of the log metadata, seeks inside a ledger by binary search, stops a
 entry past the upper bound (timestamps never decrease inside a ledger) and drops entries
 outside the range. Accepted: ``=``, ``IN``, ``<``, ``<=``, ``>``, ``>=`` and ``IS NOT
 NULL`` on those columns; everything else is left to Spark.
+
+A ledger read by id (option ``ledgers``) may belong to no log: its rows have a null ``log``
+and a null ``timestamp`` (its entries carry no frame), which no comparison and no ``IS NOT
+NULL`` matches, but which the source cannot drop by timestamp. So in such a read a filter on
+``timestamp`` still narrows the read of framed ledgers and is left to Spark as well, which
+drops the null ones.
 """
 
 from __future__ import annotations
@@ -172,7 +178,9 @@ def push(filters: list[Filter], c: Constraints, columns: Iterable[str],
          logs_never_null: bool) -> tuple[Constraints, list[Filter]]:
     """Fold the filters we answer into ``c``; returns it and the filters left to Spark.
 
-    ``columns``: the position columns present in the schema.
+    ``columns``: the position columns present in the schema. ``logs_never_null``: every
+    row comes from a log (its ``log`` and ``timestamp`` are never null); False for ledgers
+    read by id, whose ``timestamp`` filters are folded into ``c`` and left to Spark too.
     """
     present = set(columns)
     rejected: list[Filter] = []
@@ -203,6 +211,9 @@ def push(filters: list[Filter], c: Constraints, columns: Iterable[str],
         elif col == "timestamp":
             narrowed = _narrow(c.timestamps_us, f, _micros)
             new = None if narrowed is None else replace(c, timestamps_us=narrowed)
+            if new is not None and not logs_never_null:
+                c = new  # narrows the framed ledgers; Spark drops the null timestamps
+                new = None
         if new is None:
             rejected.append(f)
         else:

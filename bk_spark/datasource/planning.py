@@ -196,6 +196,17 @@ def given_offset(view: LogView, pos: GivenPosition, option: str, fail_on_data_lo
         f"with failOnDataLoss=false")
 
 
+def within_ledger(view: LogView, off: LogOffset, password: bytes) -> LogOffset:
+    """``off``, or the offset after its ledger's end when ``off`` lies past the last entry
+    of a closed ledger (an ``endingOffsets`` position the ledger never reached): the entries
+    before ``off`` are then the whole ledger, and a slice never asks for entries it lacks."""
+    info = view.at(off.index)
+    if info is None or off.entry == 0:
+        return off
+    last, closed = ledger_end(view.bk, info, password)
+    return after(view, info, last, closed) if closed and off.entry > last + 1 else off
+
+
 def timestamp_offset(view: LogView, timestamp_ms: int, password: bytes) -> LogOffset | None:
     """The offset of the first entry of the log appended at or after ``timestamp_ms``
     (None: every readable entry is older, the timestamp is past the end)."""

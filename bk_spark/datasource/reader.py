@@ -39,6 +39,7 @@ from bk_spark.datasource.planning import (
     start_offset,
     timestamp_offset,
     walk,
+    within_ledger,
 )
 from bk_spark.datasource.scan import ScanSpec, read_partition
 from bk_spark.errors import LogNotFoundError
@@ -106,13 +107,15 @@ class BookKeeperPushdownReader(BookKeeperBatchReader):
 def _end(view: LogView, o: ReadOptions) -> LogOffset | None:
     """Where a batch read of a log ends (exclusive; None: the readable end): the first
     entry appended at or after ``endingOffsetsByTimestamp`` / ``endingTimestamp`` (past
-    the end: the readable end, as Kafka), or a position (``endingOffsets``)."""
+    the end: the readable end, as Kafka), or a position (``endingOffsets``; past the end of
+    a closed ledger: that ledger's end, as past the log's readable end: its readable end)."""
     ts = o.end_timestamp(view.name)
     if ts is not None:
         return timestamp_offset(view, ts, o.password)
     bound = o.end_bound(view.name)
     if isinstance(bound, GivenPosition):
-        return given_offset(view, bound, "endingOffsets", o.fail_on_data_loss)
+        return within_ledger(view, given_offset(view, bound, "endingOffsets",
+                                                o.fail_on_data_loss), o.password)
     return None
 
 

@@ -95,6 +95,24 @@ def test_ledgers_option_reads_ledgers_by_id(spark, bk, uri, log_name):
     assert rows[(plain.id, 3)].log is None and rows[(plain.id, 3)].timestamp is None
 
 
+def test_timestamp_filters_on_ledgers_read_by_id_drop_the_null_timestamps_of_plain_ledgers(
+        spark, bk, uri, log_name):
+    name = log_name()
+    written = append_ledgers(bk, name, [5])
+    framed = written[0][0].ledger_id
+    plain = bk.create_ledger(3, 2, 2)
+    for i in range(4):
+        plain.add_entry(f"plain-{i}".encode())
+    plain.close()
+    df = spark.read.format("bookkeeper").option("metadataServiceUri", uri) \
+        .option("ledgers", f"{framed},{plain.id}").load()
+    for cond in ("timestamp > TIMESTAMP '2000-01-01 00:00:00'", "timestamp IS NOT NULL"):
+        rows = df.filter(cond).collect()
+        assert sorted((r.ledger_id, r.entry_id) for r in rows) == \
+            [(framed, e) for e in range(5)], cond
+    assert df.filter("timestamp IS NULL").count() == 4
+
+
 def test_min_partitions_splits_large_ledgers_into_entry_ranges(spark, bk, uri, log_name):
     name = log_name()
     append_ledgers(bk, name, [400, 3])
@@ -114,6 +132,18 @@ def test_starting_and_ending_offsets_are_positions(spark, bk, uri, log_name):
     df = read_log(spark, uri, name, startingOffsets=start, endingOffsets=end)
     got = sorted(bytes(r.value) for r in df.collect())
     assert got == sorted(v for _p, v in written[3:15])
+
+
+def test_an_ending_offset_past_a_closed_ledgers_end_reads_that_ledger_to_its_end(
+        spark, bk, uri, log_name):
+    name = log_name()
+    written = append_ledgers(bk, name, [10, 10])
+    first, last = written[0][0].ledger_id, written[-1][0].ledger_id
+    for lid, n in ((first, 10), (last, 20)):  # ledger 0..9 closed; the log's last, closed
+        end = f'{{"{name}": {{"ledger": {lid}, "entry": 15}}}}'
+        got = sorted(bytes(r.value) for r in
+                     read_log(spark, uri, name, endingOffsets=end).collect())
+        assert got == sorted(v for _p, v in written[:n])
 
 
 def test_pushdown_on_positions_shows_in_plan_and_reads_fewer_entries(
