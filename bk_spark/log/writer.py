@@ -44,6 +44,7 @@ from bk_spark.errors import (
     LedgerStateError,
     LogNotFoundError,
     LogOwnershipLostError,
+    TooLargeError,
 )
 from bk_spark.io.metadata_store import Versioned
 from bk_spark.log import pending
@@ -311,8 +312,10 @@ class LogWriter:
         fut = AppendFuture(self._futures_condition, segment)
         try:  # the future is completed by the segment (complete_runs_with)
             eid = lh.add_entry_token(payload, fut)
-        except (LedgerClosedError, LedgerFencedError):  # a roll switched ledgers, or stopped
-            return self._append_locked(payload)
+        except TooLargeError:
+            raise
+        except BKError:  # a roll switched ledgers, or the writer or its ledger stopped: the
+            return self._append_locked(payload)  # slow path raises the writer's own error
         if eid >= self._wake_at:
             self._wake_roller()
         return fut
@@ -333,8 +336,12 @@ class LogWriter:
             fut = AppendFuture(self._futures_condition, segment)
             try:
                 eid = lh.add_entry_token(payload, fut)
-            except LedgerFencedError:
-                raise copy_error(self._set_error(self._lost_by_fencing(lh.id))) from None
+            except TooLargeError:
+                raise
+            except BKError as exc:  # the ledger failed (its adds fail with it): the writer
+                # stops with that error, and each caller gets a copy of it (a traceback of
+                # its own, never the ledger's one exception raised again and again)
+                raise copy_error(self._on_add_failed(exc, lh.id)) from None
         if eid >= self._wake_at:
             self._wake_roller()
         return fut

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from bk_spark.errors import (
     LogOwnershipLostError,
     LogTruncatedError,
     NoSuchLedgerError,
+    NotEnoughBookiesError,
     UnauthorizedError,
 )
 from bk_spark.io.bookie_client import BookieClient
@@ -191,6 +193,30 @@ def test_opening_a_writer_fences_the_last_two_ledgers_and_adds_a_new_one(bk: Boo
         b.append(b"b0")
         b.close()
     assert payloads(read_all(bk, "fence")) == [b"a0", b"a1", b"b0"]
+
+
+def test_a_writer_stopped_by_a_failed_add_raises_a_copy_of_its_error_to_every_append(
+        cluster, bk: BookKeeper) -> None:
+    """A ledger add that fails (here: a bookie of a 3/3/3 ensemble dies and no other bookie
+    can replace it) stops the writer; every later append, on the hot path too, raises its
+    own copy of the writer's error, not the ledger's one exception object raised again and
+    again (whose traceback would grow with every raise, from every thread)."""
+    w = open_log_writer(bk, "stopped", password=PW, ensemble_size=3, write_quorum_size=3,
+                        ack_quorum_size=3)
+    w.append(b"a")
+    victim = bk.ledger_metadata(w.ledger_id).ensembles[0][1][0]
+    next(b for b in cluster.bookies if b.bookie_id == victim).kill()
+    with pytest.raises(NotEnoughBookiesError):
+        w.append(b"b", timeout=60)
+    raised = []
+    for payload in (b"c", b"d", bytearray(b"e"), b"f", None):
+        with pytest.raises(NotEnoughBookiesError) as info:
+            w.append_async(payload)
+        raised.append(info.value)
+    assert len({id(e) for e in raised}) == len(raised)
+    depths = {len(traceback.extract_tb(e.__traceback__)) for e in raised}
+    assert len(depths) == 1, depths  # each its own traceback, none grown by earlier raises
+    w.close()
 
 
 def test_a_writer_that_loses_the_roll_cas_stops_and_leaves_no_ledger_behind(
