@@ -15,6 +15,16 @@ class BKError(Exception):
     code: int = 8  # StatusCode.INTERNAL
 
 
+def copy_error(err: BKError) -> BKError:
+    """A fresh copy of a stopping error (a ledger's or a writer's) for one caller. Raising
+    one exception object again and again, from every thread, grows its traceback with each
+    raise and keeps those frames alive: each caller gets its own copy (and traceback)."""
+    try:
+        return type(err)(*err.args)
+    except TypeError:  # pragma: no cover - every BKError takes its message
+        return err
+
+
 class NoSuchLedgerError(BKError):
     """The ledger does not exist (in the metadata store or on a bookie)."""
 

@@ -37,6 +37,7 @@ from bk_spark.errors import (
     NoSuchLedgerError,
     TooLargeError,
     UnauthorizedError,
+    copy_error,
 )
 from bk_spark.io.entry import EntryCodec
 from bk_spark.io.metadata_store import Versioned
@@ -216,7 +217,7 @@ class LedgerHandle:
                    if self._max_payload < self._max_entry_size else ""))
         with self._lock:
             if self._error is not None:
-                raise self._error
+                raise copy_error(self._error)
             if self._closed or self._adds_stopped:
                 raise LedgerClosedError(f"ledger {self.id} is closed" if self._closed else
                                         f"ledger {self.id} takes no more adds")

@@ -24,9 +24,7 @@ from bk_spark.core.futures import (
     complete_in_order,
     complete_results,
 )
-from bk_spark.errors import (
-    BKError,
-)
+from bk_spark.errors import BKError, copy_error
 from bk_spark.protocol.log_format import (
     Position,
 )
@@ -138,11 +136,3 @@ class InOrderAcks:
             complete_results(futures, range(first, first + len(futures)))
         else:
             complete_in_order([(f, None, copy_error(self._error)) for f in futures])
-
-
-def copy_error(err: BKError) -> BKError:
-    """A fresh copy of a writer's stopping error, raised to each caller (a traceback each)."""
-    try:
-        return type(err)(*err.args)
-    except TypeError:  # pragma: no cover - every BKError takes its message
-        return err

@@ -45,10 +45,11 @@ from bk_spark.errors import (
     LogNotFoundError,
     LogOwnershipLostError,
     TooLargeError,
+    copy_error,
 )
 from bk_spark.io.metadata_store import Versioned
 from bk_spark.log import pending
-from bk_spark.log.acks import AppendFuture, InOrderAcks, copy_error
+from bk_spark.log.acks import AppendFuture, InOrderAcks
 from bk_spark.log.admin import delete_ledger_quietly
 from bk_spark.log.store import LEDGER_LOG_KEY, update_log
 from bk_spark.log.view import unlisted_ledgers

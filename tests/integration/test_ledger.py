@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from bisect import bisect_right
 from itertools import accumulate
 from pathlib import Path
@@ -234,6 +235,27 @@ def test_quorum_sizes_must_satisfy_e_ge_qw_ge_qa_ge_1(cluster, bk, e, qw, qa) ->
 def test_too_few_bookies_is_a_clear_error(cluster, bk) -> None:
     with pytest.raises(NotEnoughBookiesError, match="4"):
         bk.create_ledger(ensemble_size=4, write_quorum_size=2, ack_quorum_size=2)
+
+
+def test_adds_after_a_ledger_failed_each_raise_their_own_copy_of_its_error(cluster, bk
+                                                                       ) -> None:
+    """A ledger stopped by a failure (a bookie of a 3/3/3 ensemble dies, none can replace
+    it) refuses every later add with a copy of its error: the one exception object raised
+    again from every thread would grow its traceback with each raise."""
+    lh = bk.create_ledger(ensemble_size=3, write_quorum_size=3, ack_quorum_size=3,
+                          password=b"pw")
+    lh.add_entry(b"a")
+    victim = lh.metadata.ensembles[0][1][0]
+    next(b for b in cluster.bookies if b.bookie_id == victim).kill()
+    with pytest.raises(NotEnoughBookiesError):
+        lh.add_entry(b"b")
+    raised = []
+    for _ in range(4):
+        with pytest.raises(NotEnoughBookiesError) as info:
+            lh.add_entry_async(b"c")
+        raised.append(info.value)
+    assert len({id(e) for e in raised}) == len(raised)
+    assert len({len(traceback.extract_tb(e.__traceback__)) for e in raised}) == 1
 
 
 def test_non_fencing_open_reads_to_lac_and_does_not_disturb_the_writer(cluster, bk,
