@@ -4,6 +4,7 @@ entries is taken without per-entry work under the state lock."""
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 from test_journal import Recorder, open_journal
 
+from bookie_server import entrylog as entrylog_mod
 from bookie_server import journal as journal_mod
 from bookie_server import writeback
 from bookie_server.entrylog import EntryLogs
@@ -73,6 +75,36 @@ def test_entry_logs_write_back_what_they_grow_by_before_any_sync(tmp_path):
             time.sleep(0.01)
         # the flusher wrote back whole pages of what was appended, with no sync() call
         assert 512 * KiB <= logs.written_back <= 800 * KiB
+    finally:
+        logs.close()
+
+
+@pytest.mark.skipif(not writeback.available(), reason="sync_file_range is Linux-only")
+def test_a_failed_entry_log_write_back_fails_every_later_sync(tmp_path, monkeypatch):
+    """A write-back error is reported once per open file: ``sync_file_range`` on the log's
+    descriptor advances its error cursor (mm/filemap.c, file_fdatawait_range), so the
+    checkpoint's ``fdatasync`` on that descriptor returns 0 for pages that never reached
+    the disk. The flusher's error must fail the sync itself (the checkpoint then fails
+    the storage instead of releasing the journal that still holds those entries)."""
+    calls: list[int] = []
+
+    def eio(fd: int, offset: int, nbytes: int) -> None:
+        calls.append(offset)
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(entrylog_mod, "write_back", eio)
+    logs = EntryLogs(tmp_path / "logs", 64 * MiB, writeback_chunk=256 * KiB)
+    logs.open()
+    try:
+        logs.append([os.urandom(300 * KiB)])
+        deadline = time.monotonic() + 10
+        while not calls and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert calls, "the flusher never wrote back"
+        for _ in range(2):  # the sync right after, and every later one
+            with pytest.raises(OSError) as err:
+                logs.sync()
+            assert err.value.errno == errno.EIO
     finally:
         logs.close()
 
