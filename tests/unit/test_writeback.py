@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 from test_journal import Recorder, open_journal
+from test_storage import add, assert_has, make_config, open_storage, simulate_crash
 
 from bookie_server import entrylog as entrylog_mod
 from bookie_server import journal as journal_mod
@@ -107,6 +108,41 @@ def test_a_failed_entry_log_write_back_fails_every_later_sync(tmp_path, monkeypa
             assert err.value.errno == errno.EIO
     finally:
         logs.close()
+
+
+@pytest.mark.skipif(not writeback.available(), reason="sync_file_range is Linux-only")
+def test_a_checkpoint_after_a_failed_write_back_releases_no_journal_file(tmp_path, monkeypatch):
+    """The checkpoint's guarantee: the journal files it releases are covered by entry logs
+    and an index that are durable. After a failed write-back of the logs it fails (and
+    with it the bookie) instead, and a restart replays the entries from the journal."""
+    calls: list[int] = []
+
+    def eio(fd: int, offset: int, nbytes: int) -> None:
+        calls.append(offset)
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(entrylog_mod, "write_back", eio)
+    config = make_config(tmp_path, entry_log_size=16 * MiB)
+    s = open_storage(config)
+    try:
+        for i in range(15):  # ~1.5 MB: more than one write-back chunk, a few journal files
+            add(s, 1, i * 100, 100)
+        deadline = time.monotonic() + 10
+        while not calls and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert calls, "the flusher never wrote back"
+        first_file = min(s._journal.file_seqs())
+        with pytest.raises(OSError):
+            s.checkpoint()
+        assert min(s._journal.file_seqs()) == first_file
+    finally:
+        monkeypatch.undo()
+        simulate_crash(s)
+    s = open_storage(config)
+    try:
+        assert_has(s, 1, range(1500))
+    finally:
+        s.close()
 
 
 def test_entry_logs_without_write_back_leave_everything_to_sync(tmp_path):
