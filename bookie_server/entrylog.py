@@ -24,7 +24,12 @@ Guarantees kept here:
   ``writeback_chunk`` the logs grow by as soon as it is there, one chunk at a time
   (:func:`bookie_server.writeback.write_back`), so the checkpoint's sync finds little to
   write and never queues seconds of data in front of the journal's syncs (which share the
-  disk: :mod:`bookie_server.writeback`). Durability still comes from :meth:`sync` alone.
+  disk: :mod:`bookie_server.writeback`). Durability still comes from :meth:`sync` alone,
+  and a write-back error fails it: the kernel reports a write-back error once per open
+  file, and ``sync_file_range`` on the log's descriptor takes that report, so the
+  ``fdatasync`` after it would return 0 for pages that never reached the disk. The
+  flusher keeps the error and :meth:`sync` (which waits for a write-back in progress)
+  raises it, then and every time after.
 * :meth:`EntryLogs.delete` removes a log the storage found to hold no live entry; a reader
   that acquired the log before keeps a working file descriptor until it releases it.
 """
@@ -109,8 +114,11 @@ class EntryLogs:
         self._new_files = False
         self._chunk = writeback_chunk if writeback_chunk > 0 and writeback.available() else 0
         self._flush_wanted = threading.Condition(self._lock)
+        self._flush_idle = threading.Condition(self._lock)  # _flushing went False
         self._flusher: threading.Thread | None = None
         self._closing = False
+        self._flushing = False  # the flusher is writing back (its error not yet recorded)
+        self._writeback_error: OSError | None = None  # sticky: see the module docstring
         self.written_back = 0  # bytes the flusher wrote back (tests, metrics)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -215,7 +223,7 @@ class EntryLogs:
 
     def _run_flusher(self) -> None:
         """Write back every full chunk the logs grew by, one chunk at a time (see the
-        module docstring); a failure is only logged: :meth:`sync` reports it."""
+        module docstring); a failure is kept for :meth:`sync` to raise."""
         chunk = self._chunk
         while True:
             with self._lock:
@@ -229,6 +237,7 @@ class EntryLogs:
                     return
                 work = [(self._acquire_locked(log.log_id), log.written_back,
                          log.size & ~(writeback.PAGE - 1)) for log in due]
+                self._flushing = True
             try:
                 for log, start, end in work:
                     pos = start
@@ -241,17 +250,24 @@ class EntryLogs:
                         log.written_back = max(log.written_back, end)
                         self.written_back += end - start
             except OSError as exc:
-                _log.warning("entry log write-back failed (the checkpoint's sync reports "
-                             "it): %s", exc)
+                _log.error("entry log write-back failed (every later sync reports it): %s",
+                           exc)
                 with self._lock:  # do not spin on a failing disk: wait for the next chunk
+                    if self._writeback_error is None:
+                        self._writeback_error = exc
                     for log, _start, end in work:
                         log.written_back = max(log.written_back, end)
             finally:
-                self.release([w[0] for w in work])
+                with self._lock:
+                    self._release_locked([w[0] for w in work])
+                    self._flushing = False
+                    self._flush_idle.notify_all()
 
     def sync(self) -> None:
         """fsync every log written since the last call, then the directory if logs were
-        created. On error the logs stay marked unsynced."""
+        created. On error the logs stay marked unsynced. A write-back error of the
+        flusher, now or earlier, fails it too (the kernel reported that error to the
+        flusher, not to this ``fdatasync``: see the module docstring)."""
         with self._lock:
             ids, self._unsynced = self._unsynced, set()
             new_files, self._new_files = self._new_files, False
@@ -262,6 +278,14 @@ class EntryLogs:
                 os.fdatasync(log.fd)
             if new_files:
                 fsync_directory(self._dir)
+            with self._lock:
+                # A write-back that took an error report before our fdatasync checked
+                # has recorded it once its pass is over.
+                while self._flushing:
+                    self._flush_idle.wait()
+                failed = self._writeback_error
+            if failed is not None:
+                raise OSError(failed.errno, f"entry log write-back failed: {failed.strerror}")
         except BaseException:
             with self._lock:
                 self._unsynced |= ids

@@ -4,6 +4,7 @@ entries is taken without per-entry work under the state lock."""
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -11,7 +12,9 @@ import time
 import numpy as np
 import pytest
 from test_journal import Recorder, open_journal
+from test_storage import add, assert_has, make_config, open_storage, simulate_crash
 
+from bookie_server import entrylog as entrylog_mod
 from bookie_server import journal as journal_mod
 from bookie_server import writeback
 from bookie_server.entrylog import EntryLogs
@@ -75,6 +78,71 @@ def test_entry_logs_write_back_what_they_grow_by_before_any_sync(tmp_path):
         assert 512 * KiB <= logs.written_back <= 800 * KiB
     finally:
         logs.close()
+
+
+@pytest.mark.skipif(not writeback.available(), reason="sync_file_range is Linux-only")
+def test_a_failed_entry_log_write_back_fails_every_later_sync(tmp_path, monkeypatch):
+    """A write-back error is reported once per open file: ``sync_file_range`` on the log's
+    descriptor advances its error cursor (mm/filemap.c, file_fdatawait_range), so the
+    checkpoint's ``fdatasync`` on that descriptor returns 0 for pages that never reached
+    the disk. The flusher's error must fail the sync itself (the checkpoint then fails
+    the storage instead of releasing the journal that still holds those entries)."""
+    calls: list[int] = []
+
+    def eio(fd: int, offset: int, nbytes: int) -> None:
+        calls.append(offset)
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(entrylog_mod, "write_back", eio)
+    logs = EntryLogs(tmp_path / "logs", 64 * MiB, writeback_chunk=256 * KiB)
+    logs.open()
+    try:
+        logs.append([os.urandom(300 * KiB)])
+        deadline = time.monotonic() + 10
+        while not calls and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert calls, "the flusher never wrote back"
+        for _ in range(2):  # the sync right after, and every later one
+            with pytest.raises(OSError) as err:
+                logs.sync()
+            assert err.value.errno == errno.EIO
+    finally:
+        logs.close()
+
+
+@pytest.mark.skipif(not writeback.available(), reason="sync_file_range is Linux-only")
+def test_a_checkpoint_after_a_failed_write_back_releases_no_journal_file(tmp_path, monkeypatch):
+    """The checkpoint's guarantee: the journal files it releases are covered by entry logs
+    and an index that are durable. After a failed write-back of the logs it fails (and
+    with it the bookie) instead, and a restart replays the entries from the journal."""
+    calls: list[int] = []
+
+    def eio(fd: int, offset: int, nbytes: int) -> None:
+        calls.append(offset)
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(entrylog_mod, "write_back", eio)
+    config = make_config(tmp_path, entry_log_size=16 * MiB)
+    s = open_storage(config)
+    try:
+        for i in range(15):  # ~1.5 MB: more than one write-back chunk, a few journal files
+            add(s, 1, i * 100, 100)
+        deadline = time.monotonic() + 10
+        while not calls and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert calls, "the flusher never wrote back"
+        first_file = min(s._journal.file_seqs())
+        with pytest.raises(OSError):
+            s.checkpoint()
+        assert min(s._journal.file_seqs()) == first_file
+    finally:
+        monkeypatch.undo()
+        simulate_crash(s)
+    s = open_storage(config)
+    try:
+        assert_has(s, 1, range(1500))
+    finally:
+        s.close()
 
 
 def test_entry_logs_without_write_back_leave_everything_to_sync(tmp_path):
