@@ -497,6 +497,13 @@ class LedgerHandle:
                                     f"this writer") from None
         self._md = close_as_writer(self._bk, self._md, last, length)
 
+    def abandon(self, reason: str) -> None:
+        """Stop writing without closing: every outstanding and later add fails with
+        :class:`LedgerClosedError` (``reason``) and the sender thread ends. The ledger stays
+        OPEN in the metadata: whoever owns it next recovers or deletes it (what a writer that
+        crashed leaves, minus the threads a live process would keep running)."""
+        self._fail(LedgerClosedError(f"ledger {self.id} abandoned: {reason}"))
+
     def __enter__(self) -> LedgerHandle:
         return self
 

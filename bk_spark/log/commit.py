@@ -104,24 +104,32 @@ def write_closed_ledger(bk: BookKeeper, name: str, payloads: Iterable[bytes | No
     window = InFlightWindow(max_in_flight_entries, max_in_flight_bytes)
     first_ts = last_ts = 0
     entries = 0
-    for payload in payloads:
+    try:
+        for payload in payloads:
+            if lh is None:
+                lh = bk.create_ledger(ensemble_size, write_quorum_size, ack_quorum_size,
+                                      password=password,
+                                      custom_metadata={LEDGER_LOG_KEY: name,
+                                                       **(custom_metadata or {})})
+                lh.explicit_lac_interval_s = 0  # see above; set before the first add
+                if on_created is not None:
+                    on_created(lh.id)
+            ts = last_ts = ts_floor = max(now_ms(), ts_floor)
+            first_ts = first_ts or ts
+            window.push(lh.add_entry_async(encode_entry(payload, ts)),
+                        len(payload) if payload is not None else 0)
+            entries += 1
         if lh is None:
-            lh = bk.create_ledger(ensemble_size, write_quorum_size, ack_quorum_size,
-                                  password=password,
-                                  custom_metadata={LEDGER_LOG_KEY: name,
-                                                   **(custom_metadata or {})})
-            lh.explicit_lac_interval_s = 0  # see above; set before the first add
-            if on_created is not None:
-                on_created(lh.id)
-        ts = last_ts = ts_floor = max(now_ms(), ts_floor)
-        first_ts = first_ts or ts
-        window.push(lh.add_entry_async(encode_entry(payload, ts)),
-                    len(payload) if payload is not None else 0)
-        entries += 1
-    if lh is None:
-        return None
-    window.drain()
-    lh.close()
+            return None
+        window.drain()
+        lh.close()
+    except BaseException as exc:
+        # A failed add, a failing input (a Spark task's rows) or a failed close: the
+        # ledger stays out of every log (the caller's clean-up deletes it); stop its
+        # sender and adds in flight here, or they outlive the task in a reused worker.
+        if lh is not None and not lh.is_closed:
+            lh.abandon(f"the write failed: {exc!r}"[:200])
+        raise
     return WrittenLedger(ClosedLedger(lh.id, lh.last_add_confirmed, first_ts, last_ts),
                          entries)
 

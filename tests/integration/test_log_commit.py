@@ -26,6 +26,7 @@ from bk_spark.log import (
     open_log_writer,
     write_closed_ledger,
 )
+from bk_spark.protocol.ledger_metadata import LedgerState
 from bk_spark.protocol.log_format import LogLimits, encode_entry, now_ms
 
 
@@ -166,3 +167,25 @@ def test_a_closed_ledger_written_for_a_log_sends_no_explicit_lac(bk, monkeypatch
     assert calls == []
     commit_ledgers(bk, "slow", [written.ledger])
     assert read_all(bk, "slow") == [b"p0", b"p1", b"p2", b"p3"]
+
+
+def test_a_write_whose_input_fails_stops_its_ledgers_sender_and_leaves_it_out_of_the_log(
+        bk: BookKeeper) -> None:
+    """A Spark task's rows raising half way (or a failed add) leaves the ledger OPEN (for
+    the caller's clean-up) and stops its sender thread: a reused Python worker keeps no
+    thread per failed task."""
+    created: list[int] = []
+
+    def failing() -> Iterator[bytes]:
+        for i in range(50):
+            yield b"r%d" % i
+        raise RuntimeError("the task's input failed")
+
+    with pytest.raises(RuntimeError, match="input failed"):
+        write_closed_ledger(bk, "failing", failing(), on_created=created.append)
+    [lid] = created
+    deadline = time.monotonic() + 10
+    while any(t.name == f"ledger-{lid}-sender" for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "the failed write's sender thread still runs"
+        time.sleep(0.05)
+    assert bk.ledger_metadata(lid).state == LedgerState.OPEN  # for the clean-up to delete
