@@ -304,8 +304,11 @@ class LogWriter:
         """Start appending one entry; the future yields its position when acknowledged.
 
         The entry is stamped ``max(now, last timestamp of the log)`` when the ledger's
-        sender ships it, a few ms at most after this call (log_format.py). ``None`` is a
-        null value (:meth:`append`).
+        sender ships it, a few ms at most after this call (log_format.py), with one
+        exception: an entry still queued in the previous ledger when a roll switched
+        ledgers gets the log's last stamp at that moment (:class:`LedgerStamps`), which can
+        be earlier than this call by the time the queue took to ship. Stamps never
+        decrease along the log either way. ``None`` is a null value (:meth:`append`).
         """
         if payload.__class__ is not bytes:
             return self._append_locked(payload)
