@@ -181,11 +181,13 @@ def test_a_write_whose_input_fails_stops_its_ledgers_sender_and_leaves_it_out_of
             yield b"r%d" % i
         raise RuntimeError("the task's input failed")
 
+    before = set(threading.enumerate())  # (other tests' ledgers may share ids: own roots)
     with pytest.raises(RuntimeError, match="input failed"):
         write_closed_ledger(bk, "failing", failing(), on_created=created.append)
     [lid] = created
     deadline = time.monotonic() + 10
-    while any(t.name == f"ledger-{lid}-sender" for t in threading.enumerate()):
+    while any(t.name == f"ledger-{lid}-sender" and t not in before
+              for t in threading.enumerate()):
         assert time.monotonic() < deadline, "the failed write's sender thread still runs"
         time.sleep(0.05)
     assert bk.ledger_metadata(lid).state == LedgerState.OPEN  # for the clean-up to delete
