@@ -9,11 +9,13 @@ import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
 
+from bk_spark.datasource import connections
 from bk_spark.datasource.options import ReadOptions
 from bk_spark.datasource.source import resolve_read_format, scan_spec
 from bk_spark.datasource.stream import BookKeeperStreamReader
 from bk_spark.errors import LogTruncatedError
 from bk_spark.log import log_ledgers, open_log_writer, truncate_log
+from bk_spark.log.store import log_store
 from bk_spark.protocol.log_format import Position
 
 
@@ -173,3 +175,30 @@ def test_truncated_data_is_skipped_by_the_reader_when_not_fail_on_data_loss(
     strict = reader(uri, name, startingOffsets="earliest")
     with pytest.raises(LogTruncatedError, match="failOnDataLoss=false"):
         strict.latestOffset(start, ReadAllAvailable())
+
+
+def test_an_idle_stream_keeps_one_zookeeper_watch_on_its_log_however_long_it_waits(
+        bk, uri, log_name):
+    """Nothing readable past the query's position on a log nobody writes: every
+    latestOffset waits on a watch of the log's metadata. Spark asks several times a
+    second, and kazoo keeps every watcher armed on a path until the path changes: one
+    per wait grew the driver's memory without bound (and ran them all at the next change).
+    """
+    name = log_name()
+    fill(bk, name, 3)  # closed: the query's end is past the log's last ledger
+    r = reader(uri, name, startingOffsets="earliest")
+    start = r.initialOffset()
+    end = r.latestOffset(start, ReadAllAvailable())
+    for _ in range(12):
+        assert r.latestOffset(end, ReadAllAvailable()) == end
+    client = connections.client(r.options.uri, r.options.security)  # the reader's
+    # kazoo's table of armed data watchers (no public accessor): the one way to count them.
+    armed = client.zk._data_watchers.get(log_store(client).path(name), ())
+    assert len(armed) <= 1
+    fill(bk, name, 2)  # news still ends the wait: the next batch has it
+    deadline = time.monotonic() + 30
+    while (later := r.latestOffset(end, ReadAllAvailable())) == end and \
+            time.monotonic() < deadline:
+        pass
+    assert entries_between(r, end, later) == 2
+
