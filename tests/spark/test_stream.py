@@ -15,7 +15,8 @@ from bk_spark.datasource.source import resolve_read_format, scan_spec
 from bk_spark.datasource.stream import BookKeeperStreamReader
 from bk_spark.errors import LogTruncatedError
 from bk_spark.log import log_ledgers, open_log_writer, truncate_log
-from bk_spark.log.store import log_store
+from bk_spark.log.store import log_store, update_log
+from bk_spark.protocol.digest import master_key
 from bk_spark.protocol.log_format import Position
 
 
@@ -202,3 +203,29 @@ def test_an_idle_stream_keeps_one_zookeeper_watch_on_its_log_however_long_it_wai
         pass
     assert entries_between(r, end, later) == 2
 
+
+def test_a_ledger_truncated_while_a_task_reads_it_is_data_loss_not_a_read_error(
+        bk, uri, log_name):
+    """Truncation changes the log first, then deletes each dropped ledger: its data on the
+    bookies, then its metadata. A task reading the ledger in between finds no entries
+    where the ledger still exists: data loss like a ledger already gone (skipped with
+    failOnDataLoss=false, the data-loss error otherwise), not a NoSuchEntryError."""
+    name = log_name()
+    fill(bk, name, 40, roll_every=20)
+    lenient = reader(uri, name, startingOffsets="earliest", failOnDataLoss="false")
+    start = lenient.initialOffset()
+    end = lenient.latestOffset(start, ReadAllAvailable())
+    parts = lenient.partitions(start, end)
+    strict = reader(uri, name, startingOffsets="earliest")
+    first, second = log_ledgers(bk, name)
+    # truncate_log up to where it deletes the ledger's metadata (its last step).
+    update_log(bk, name, needs_change=lambda m: m.first_index <= first.index,
+               make_change=lambda m: m.truncated(second.index))
+    md = bk.ledger_metadata(first.ledger_id)
+    for b in {b for _first, ens in md.ensembles for b in ens}:
+        bk.bookies.get(b).delete_ledger(first.ledger_id, master_key(b""))
+    rows = [b for p in parts for b in lenient.read(p)]
+    assert sum(b.num_rows for b in rows) == 20  # the second ledger only
+    with pytest.raises(LogTruncatedError, match=f"ledger {first.ledger_id} of log "
+                                                f"'{name}'.*failOnDataLoss=false"):
+        [b for p in parts for b in strict.read(p)]
