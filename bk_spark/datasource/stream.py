@@ -47,9 +47,11 @@ from pyspark.sql.streaming.datasource import (
     ReadMinRows,
     SupportsTriggerAvailableNow,
 )
+from pyspark.sql.types import StructType
 
 from bk_spark.core.client import BookKeeper
 from bk_spark.datasource import connections
+from bk_spark.datasource.formats import check_still_readable
 from bk_spark.datasource.offsets import LogOffset, Offsets, from_json, to_json
 from bk_spark.datasource.options import ReadOptions
 from bk_spark.datasource.planning import (
@@ -79,9 +81,12 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
     of the last batch, entry sizes, the watches of idle logs) lives in this object;
     ``read()`` uses none of it."""
 
-    def __init__(self, options: ReadOptions, spec: ScanSpec) -> None:
+    def __init__(self, options: ReadOptions, spec: ScanSpec,
+                 stored: StructType | None = None) -> None:
         self.options = options
         self.spec = spec
+        #: The arrow schema the query reads (:class:`~.source.ReadFormat`'s ``stored``).
+        self.stored = stored
         self._target: Offsets | None = None
         self._latest: Offsets | None = None
         self._lag: dict[str, tuple[int, int]] = {}
@@ -184,6 +189,8 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             view = self._view(bk, name)
             if view is None:
                 continue
+            check_still_readable(view.md.properties, view.md.end_index > 0, name,
+                                 self.spec.entry_format, self.stored)
             views[name] = view
             s = self._checked_start(view, starts.get(name))
             e = log_end(view, o.password)

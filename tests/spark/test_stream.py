@@ -5,16 +5,19 @@ from __future__ import annotations
 import shutil
 import time
 
+import pyarrow as pa
 import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
+from pyspark.sql.types import StringType, StructField, StructType
 
 from bk_spark.datasource import connections
-from bk_spark.datasource.options import ReadOptions
+from bk_spark.datasource.options import ReadOptions, WriteOptions
 from bk_spark.datasource.source import resolve_read_format, scan_spec
 from bk_spark.datasource.stream import BookKeeperStreamReader
-from bk_spark.errors import LogTruncatedError
-from bk_spark.log import log_ledgers, open_log_writer, truncate_log
+from bk_spark.datasource.writer import BookKeeperBatchWriter
+from bk_spark.errors import LogFormatError, LogTruncatedError
+from bk_spark.log import create_log, log_ledgers, open_log_writer, truncate_log
 from bk_spark.log.store import log_store, update_log
 from bk_spark.protocol.digest import master_key
 from bk_spark.protocol.log_format import Position
@@ -73,10 +76,14 @@ def test_max_entries_per_trigger_sizes_batches_under_available_now(
     assert name in latest and latest != progress[0]["sources"][0]["endOffset"]
 
 
+SCHEMA = StructType([StructField("value", StringType())])
+
+
 def reader(uri: str, name: str, **options: str) -> BookKeeperStreamReader:
     o = ReadOptions.parse({"metadataServiceUri": uri, "log": name, **options},
                           streaming=True)
-    return BookKeeperStreamReader(o, scan_spec(o, resolve_read_format(o)))
+    rf = resolve_read_format(o)
+    return BookKeeperStreamReader(o, scan_spec(o, rf), rf.stored)
 
 
 def entries_between(r: BookKeeperStreamReader, start: dict, end: dict) -> int:
@@ -229,3 +236,20 @@ def test_a_ledger_truncated_while_a_task_reads_it_is_data_loss_not_a_read_error(
     with pytest.raises(LogTruncatedError, match=f"ledger {first.ledger_id} of log "
                                                 f"'{name}'.*failOnDataLoss=false"):
         [b for p in parts for b in strict.read(p)]
+
+
+def test_a_log_empty_when_the_query_started_then_written_in_arrow_fails_the_query_clearly(
+        bk, uri, log_name):
+    """A query's schema is fixed when it starts: an empty log reads as raw. Rows written in
+    arrow since must not reach the query as raw values (Arrow IPC bytes in ``value``)."""
+    name = log_name()
+    create_log(bk, name)
+    r = reader(uri, name, startingOffsets="earliest")
+    start = r.initialOffset()
+    assert r.spec.entry_format == "raw"
+    o = WriteOptions.parse({"metadataServiceUri": uri, "log": name}, streaming=False)
+    w = BookKeeperBatchWriter(o, SCHEMA, False)  # an empty log is written in arrow
+    w.commit([w.write(iter([pa.RecordBatch.from_pydict({"value": ["a", "b"]})]))])
+    with pytest.raises(LogFormatError, match=f"log '{name}' now holds arrow rows of "
+                                             f"struct<value:string>.*restart the query"):
+        r.latestOffset(start, ReadAllAvailable())
