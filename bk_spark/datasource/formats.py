@@ -128,6 +128,31 @@ def _without_nullability(t: DataType) -> Any:
     return strip(d)
 
 
+def check_still_readable(properties: Mapping[str, Any], has_ledgers: bool, log: str,
+                         entry_format: str, stored: StructType | None) -> None:
+    """Fail (:class:`LogFormatError`) when log ``log`` (its ``properties``) no longer holds
+    what a running streaming query reads as ``entry_format`` (and, for arrow, rows of
+    ``stored``, nullability aside): a query's schema is fixed when it starts, so a log that
+    was empty then (read as raw) and was written in arrow since, a log found by
+    ``logPattern`` in another format or schema, or a log overwritten in another format,
+    would otherwise be read wrongly (arrow entries as raw values) or fail deep in the
+    read. A log with no format yet (no ledgers) has nothing to read and passes."""
+    fmt = log_format(properties, has_ledgers)
+    if fmt is None:
+        return
+    if fmt == entry_format and (fmt == "raw" or stored is None or _without_nullability(
+            stored_schema(properties, log)) == _without_nullability(stored)):
+        return
+    now = "raw entries" if fmt == "raw" else \
+        f"arrow rows of {stored_schema(properties, log).simpleString()}"
+    was = "raw entries" if entry_format == "raw" else \
+        f"arrow rows of {stored.simpleString() if stored is not None else '?'}"
+    raise LogFormatError(
+        f"log {log!r} now holds {now}, but this streaming query reads {was} (what its logs "
+        f"held when it started; a log empty then reads as raw): restart the query to read "
+        f"the log as it is now, or read logs of different formats in separate queries")
+
+
 def merge_schemas(stored: StructType, new: StructType, log: str) -> StructType:
     """The schema to record when ``new`` rows are appended to a log holding ``stored``.
 

@@ -17,12 +17,20 @@ import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
+from bk_spark.core.client import BookKeeper
 from bk_spark.core.reader import FetchedEntries, ReadHandle
 from bk_spark.datasource import connections
 from bk_spark.datasource.filters import Constraints
 from bk_spark.datasource.formats import conform, unpack_arrow
 from bk_spark.datasource.planning import ScanPartition, Slice
-from bk_spark.errors import LogFormatError, LogTruncatedError, NoSuchLedgerError
+from bk_spark.errors import (
+    LogFormatError,
+    LogNotFoundError,
+    LogTruncatedError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+)
+from bk_spark.log import open_log_view
 from bk_spark.protocol.log_format import bisect_timestamp, decode_frames, entry_timestamp
 from bk_spark.security import ClientSecurity
 
@@ -58,7 +66,9 @@ def read_partition(spec: ScanSpec, partition: InputPartition) -> Iterator[pa.Rec
                 yield from _arrow_rows(spec, s, rh)
             else:
                 yield from _raw_rows(spec, s, rh)
-        except NoSuchLedgerError:
+        except (NoSuchLedgerError, NoSuchEntryError) as exc:
+            if isinstance(exc, NoSuchEntryError) and not _vanished(bk, s):
+                raise  # entries missing from a ledger still in its log: not a truncation
             what = (f"ledger {s.ledger_id}" + (f" of log {s.log!r}" if s.log else "") +
                     f" (entries {s.first_entry}..{s.last_entry})")
             if spec.fail_on_data_loss:
@@ -67,6 +77,23 @@ def read_partition(spec: ScanSpec, partition: InputPartition) -> Iterator[pa.Rec
                     f"Set option failOnDataLoss=false to skip lost data.") from None
             log.warning("%s was deleted before it could be read; skipping it "
                         "(failOnDataLoss=false)", what)
+
+
+def _vanished(bk: BookKeeper, s: Slice) -> bool:
+    """Whether the ledger of ``s`` is gone: deleted, or no longer in its log (truncated or
+    the log deleted; its ledgers are deleted after the change of the log, bookies first and
+    metadata last, so a read in between finds no entries where the ledger still exists)."""
+    try:
+        bk.ledger_metadata(s.ledger_id)
+    except NoSuchLedgerError:
+        return True
+    if s.log is None:
+        return False
+    try:
+        view = open_log_view(bk, s.log)
+    except LogNotFoundError:
+        return True
+    return view.md.deleting or view.index_of_ledger(s.ledger_id) is None
 
 
 @dataclass(frozen=True, eq=False)

@@ -120,7 +120,7 @@ class BookKeeperDataSource(DataSource):
         o = ReadOptions.parse(self.options, streaming=True)
         rf = resolve_read_format(o)
         _check_schema(schema, rf)
-        return BookKeeperStreamReader(o, scan_spec(o, rf))
+        return BookKeeperStreamReader(o, scan_spec(o, rf), rf.stored)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from bk_spark.datasource.writer import BookKeeperBatchWriter

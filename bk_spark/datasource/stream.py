@@ -47,9 +47,11 @@ from pyspark.sql.streaming.datasource import (
     ReadMinRows,
     SupportsTriggerAvailableNow,
 )
+from pyspark.sql.types import StructType
 
 from bk_spark.core.client import BookKeeper
 from bk_spark.datasource import connections
+from bk_spark.datasource.formats import check_still_readable
 from bk_spark.datasource.offsets import LogOffset, Offsets, from_json, to_json
 from bk_spark.datasource.options import ReadOptions
 from bk_spark.datasource.planning import (
@@ -70,17 +72,21 @@ from bk_spark.datasource.planning import (
 from bk_spark.datasource.scan import ScanSpec, read_partition
 from bk_spark.errors import InvalidConfigError, LogNotFoundError
 from bk_spark.log import watch_log
-from bk_spark.protocol.log_format import LedgerInfo
+from bk_spark.protocol.log_format import LedgerInfo, LogMetadata
 
 log = logging.getLogger(__name__)
 
 class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches of log entries. Driver-side state (the availableNow target, the time
-    of the last batch, entry sizes) lives in this object; ``read()`` uses none of it."""
+    of the last batch, entry sizes, the watches of idle logs) lives in this object;
+    ``read()`` uses none of it."""
 
-    def __init__(self, options: ReadOptions, spec: ScanSpec) -> None:
+    def __init__(self, options: ReadOptions, spec: ScanSpec,
+                 stored: StructType | None = None) -> None:
         self.options = options
         self.spec = spec
+        #: The arrow schema the query reads (:class:`~.source.ReadFormat`'s ``stored``).
+        self.stored = stored
         self._target: Offsets | None = None
         self._latest: Offsets | None = None
         self._lag: dict[str, tuple[int, int]] = {}
@@ -88,6 +94,7 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._last_batch_at = time.monotonic()
         self._sizes = EntrySizes()
         self._idle_ends: Offsets = {}
+        self._watches: Watches = {}
 
     # ------------------------------------------------------------------ offsets
     def _bk(self) -> BookKeeper:
@@ -162,7 +169,7 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         end, views, idle = self._latest_offset(start, limit)
         if idle and self._target is None and views:
             if wait_for_more(self._bk(), views, self._idle_ends, self.options.password,
-                             LATEST_OFFSET_WAIT_S):
+                             LATEST_OFFSET_WAIT_S, self._watches):
                 end, _views, _idle = self._latest_offset(start, limit)
         return end
 
@@ -182,6 +189,8 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             view = self._view(bk, name)
             if view is None:
                 continue
+            check_still_readable(view.md.properties, view.md.end_index > 0, name,
+                                 self.spec.entry_format, self.stored)
             views[name] = view
             s = self._checked_start(view, starts.get(name))
             e = log_end(view, o.password)
@@ -353,8 +362,13 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 LATEST_OFFSET_WAIT_S = 0.25
 
 
+#: The ZooKeeper watch armed on each log's metadata by :func:`wait_for_more`: the
+#: metadata read when it was armed, and the event its firing sets.
+Watches = dict[str, tuple[LogMetadata, threading.Event]]
+
+
 def wait_for_more(bk: BookKeeper, views: dict[str, LogView], ends: Offsets,
-                  password: bytes, timeout: float) -> bool:
+                  password: bytes, timeout: float, watches: Watches | None = None) -> bool:
     """Wait until some log may have more to read past ``ends``, at most ``timeout``
     seconds; True if one does (or may: its ledger closed or its metadata changed).
 
@@ -362,7 +376,15 @@ def wait_for_more(bk: BookKeeper, views: dict[str, LogView], ends: Offsets,
     last-add-confirmed on the bookies (:meth:`ReadHandle.wait_for_entry`, the
     bookie's LAC wait), a log whose end is past its last ledger waits on a
     ZooKeeper watch of its metadata (a new ledger, a close). Several logs wait
-    together and the first news ends the wait."""
+    together and the first news ends the wait.
+
+    ``watches`` (kept by the caller from one wait to the next): a watch that has not
+    fired yet is waited on again instead of arming another. A ZooKeeper client keeps
+    every watcher armed on a path until the path changes, so arming one per wait made an
+    idle query (several waits a second on a log nobody writes) hold ever more of them,
+    without bound, all run at once at the log's next change."""
+    if watches is None:
+        watches = {}
     waits: list[Callable[[], bool]] = []
     for name, view in views.items():
         end = ends.get(name)
@@ -375,10 +397,13 @@ def wait_for_more(bk: BookKeeper, views: dict[str, LogView], ends: Offsets,
                 return True  # it grew or closed since it was planned
             waits.append(lambda rh=rh, e=end.entry: rh.wait_for_entry(e, timeout))
         else:
-            changed = threading.Event()
-            before = view.md
-            if watch_log(bk, name, changed.set) != before:
-                return True
+            armed = watches.get(name)
+            if armed is None or armed[1].is_set():  # none yet, or it fired: arm one
+                changed = threading.Event()
+                armed = watches[name] = (watch_log(bk, name, changed.set), changed)
+            md, changed = armed
+            if md != view.md:
+                return True  # changed since the view was read (or its news is on the way)
             waits.append(lambda c=changed: c.wait(timeout))
     if not waits:
         return False

@@ -5,15 +5,21 @@ from __future__ import annotations
 import shutil
 import time
 
+import pyarrow as pa
 import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
+from pyspark.sql.types import StringType, StructField, StructType
 
-from bk_spark.datasource.options import ReadOptions
+from bk_spark.datasource import connections
+from bk_spark.datasource.options import ReadOptions, WriteOptions
 from bk_spark.datasource.source import resolve_read_format, scan_spec
 from bk_spark.datasource.stream import BookKeeperStreamReader
-from bk_spark.errors import LogTruncatedError
-from bk_spark.log import log_ledgers, open_log_writer, truncate_log
+from bk_spark.datasource.writer import BookKeeperBatchWriter
+from bk_spark.errors import LogFormatError, LogTruncatedError
+from bk_spark.log import create_log, log_ledgers, open_log_writer, truncate_log
+from bk_spark.log.store import log_store, update_log
+from bk_spark.protocol.digest import master_key
 from bk_spark.protocol.log_format import Position
 
 
@@ -70,10 +76,14 @@ def test_max_entries_per_trigger_sizes_batches_under_available_now(
     assert name in latest and latest != progress[0]["sources"][0]["endOffset"]
 
 
+SCHEMA = StructType([StructField("value", StringType())])
+
+
 def reader(uri: str, name: str, **options: str) -> BookKeeperStreamReader:
     o = ReadOptions.parse({"metadataServiceUri": uri, "log": name, **options},
                           streaming=True)
-    return BookKeeperStreamReader(o, scan_spec(o, resolve_read_format(o)))
+    rf = resolve_read_format(o)
+    return BookKeeperStreamReader(o, scan_spec(o, rf), rf.stored)
 
 
 def entries_between(r: BookKeeperStreamReader, start: dict, end: dict) -> int:
@@ -173,3 +183,73 @@ def test_truncated_data_is_skipped_by_the_reader_when_not_fail_on_data_loss(
     strict = reader(uri, name, startingOffsets="earliest")
     with pytest.raises(LogTruncatedError, match="failOnDataLoss=false"):
         strict.latestOffset(start, ReadAllAvailable())
+
+
+def test_an_idle_stream_keeps_one_zookeeper_watch_on_its_log_however_long_it_waits(
+        bk, uri, log_name):
+    """Nothing readable past the query's position on a log nobody writes: every
+    latestOffset waits on a watch of the log's metadata. Spark asks several times a
+    second, and kazoo keeps every watcher armed on a path until the path changes: one
+    per wait grew the driver's memory without bound (and ran them all at the next change).
+    """
+    name = log_name()
+    fill(bk, name, 3)  # closed: the query's end is past the log's last ledger
+    r = reader(uri, name, startingOffsets="earliest")
+    start = r.initialOffset()
+    end = r.latestOffset(start, ReadAllAvailable())
+    for _ in range(12):
+        assert r.latestOffset(end, ReadAllAvailable()) == end
+    client = connections.client(r.options.uri, r.options.security)  # the reader's
+    # kazoo's table of armed data watchers (no public accessor): the one way to count them.
+    armed = client.zk._data_watchers.get(log_store(client).path(name), ())
+    assert len(armed) <= 1
+    fill(bk, name, 2)  # news still ends the wait: the next batch has it
+    deadline = time.monotonic() + 30
+    while (later := r.latestOffset(end, ReadAllAvailable())) == end and \
+            time.monotonic() < deadline:
+        pass
+    assert entries_between(r, end, later) == 2
+
+
+def test_a_ledger_truncated_while_a_task_reads_it_is_data_loss_not_a_read_error(
+        bk, uri, log_name):
+    """Truncation changes the log first, then deletes each dropped ledger: its data on the
+    bookies, then its metadata. A task reading the ledger in between finds no entries
+    where the ledger still exists: data loss like a ledger already gone (skipped with
+    failOnDataLoss=false, the data-loss error otherwise), not a NoSuchEntryError."""
+    name = log_name()
+    fill(bk, name, 40, roll_every=20)
+    lenient = reader(uri, name, startingOffsets="earliest", failOnDataLoss="false")
+    start = lenient.initialOffset()
+    end = lenient.latestOffset(start, ReadAllAvailable())
+    parts = lenient.partitions(start, end)
+    strict = reader(uri, name, startingOffsets="earliest")
+    first, second = log_ledgers(bk, name)
+    # truncate_log up to where it deletes the ledger's metadata (its last step).
+    update_log(bk, name, needs_change=lambda m: m.first_index <= first.index,
+               make_change=lambda m: m.truncated(second.index))
+    md = bk.ledger_metadata(first.ledger_id)
+    for b in {b for _first, ens in md.ensembles for b in ens}:
+        bk.bookies.get(b).delete_ledger(first.ledger_id, master_key(b""))
+    rows = [b for p in parts for b in lenient.read(p)]
+    assert sum(b.num_rows for b in rows) == 20  # the second ledger only
+    with pytest.raises(LogTruncatedError, match=f"ledger {first.ledger_id} of log "
+                                                f"'{name}'.*failOnDataLoss=false"):
+        [b for p in parts for b in strict.read(p)]
+
+
+def test_a_log_empty_when_the_query_started_then_written_in_arrow_fails_the_query_clearly(
+        bk, uri, log_name):
+    """A query's schema is fixed when it starts: an empty log reads as raw. Rows written in
+    arrow since must not reach the query as raw values (Arrow IPC bytes in ``value``)."""
+    name = log_name()
+    create_log(bk, name)
+    r = reader(uri, name, startingOffsets="earliest")
+    start = r.initialOffset()
+    assert r.spec.entry_format == "raw"
+    o = WriteOptions.parse({"metadataServiceUri": uri, "log": name}, streaming=False)
+    w = BookKeeperBatchWriter(o, SCHEMA, False)  # an empty log is written in arrow
+    w.commit([w.write(iter([pa.RecordBatch.from_pydict({"value": ["a", "b"]})]))])
+    with pytest.raises(LogFormatError, match=f"log '{name}' now holds arrow rows of "
+                                             f"struct<value:string>.*restart the query"):
+        r.latestOffset(start, ReadAllAvailable())

@@ -56,3 +56,39 @@ def test_nulls_and_empty_values_survive_every_split_point() -> None:
                                    max_bytes=max_bytes))
         assert len(payloads) > 2 and all(len(p) <= max_bytes for p in payloads)
         assert _rows(payloads) == batch.slice(3).to_pylist() + batch.slice(0, 3).to_pylist()
+
+
+def test_a_running_stream_refuses_a_log_whose_format_or_schema_is_not_the_querys() -> None:
+    import json
+
+    import pytest
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from bk_spark.datasource.formats import (
+        FORMAT_PROPERTY,
+        SCHEMA_PROPERTY,
+        check_still_readable,
+        schema_property,
+    )
+    from bk_spark.errors import LogFormatError
+
+    ids = StructType([StructField("id", LongType(), False)])
+    names = StructType([StructField("name", StringType())])
+
+    def arrow(schema: StructType) -> dict:
+        return {FORMAT_PROPERTY: "arrow", SCHEMA_PROPERTY: schema_property(schema)}
+
+    check_still_readable({}, False, "l", "raw", None)  # empty, no format yet: nothing to read
+    check_still_readable({}, True, "l", "raw", None)  # ledgers, no format recorded: raw
+    check_still_readable({FORMAT_PROPERTY: "raw"}, True, "l", "raw", None)
+    nullable_ids = json.loads(ids.json())
+    nullable_ids["fields"][0]["nullable"] = True  # appends may widen nullability
+    check_still_readable(arrow(StructType.fromJson(nullable_ids)), True, "l", "arrow", ids)
+    # Empty when the query started (read as raw), written in arrow since.
+    with pytest.raises(LogFormatError, match="'l' now holds arrow rows of struct<id:bigint>, "
+                                             "but this streaming query reads raw entries"):
+        check_still_readable(arrow(ids), True, "l", "raw", None)
+    with pytest.raises(LogFormatError, match="now holds raw entries.*restart the query"):
+        check_still_readable({}, True, "l", "arrow", ids)
+    with pytest.raises(LogFormatError, match="struct<name:string>, but .* struct<id:bigint>"):
+        check_still_readable(arrow(names), True, "l", "arrow", ids)
