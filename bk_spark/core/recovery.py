@@ -264,21 +264,28 @@ def write_back(bk: ClientContext, md: Versioned[LedgerMetadata], master_key: byt
 
     Bookies of the last fragment that cannot take them (unavailable, readonly) are replaced
     by a new fragment starting at the first entry that missed its ack quorum, and the
-    entries from there are written again to their new write quorums. Returns the metadata
-    as it is now (CLOSED if another recoverer closed the ledger meanwhile).
+    entries from there are written again to their new write quorums. An entry of an earlier
+    fragment (read forward from a LAC below the last fragment) need not reach Qa again: it
+    did before its fragment ended. Returns the metadata as it is now (CLOSED if another
+    recoverer closed the ledger meanwhile).
     """
     replaced: set[str] = set()
     for _attempt in range(md.value.ensemble_size + 1):
         failed, bad = _write_back_once(bk, md.value, master_key, entries)
+        m = md.value
+        last_start, last_ensemble = m.ensembles[-1]
+        # An entry of an earlier fragment reached Qa bookies before its fragment ended (a
+        # writer starts a fragment at its LAC + 1; this write-back at the first entry that
+        # missed Qa): its write-back is a courtesy, and a bookie it names that is gone
+        # (the one a writer replaced) is AutoRecovery's to replace, not recovery's to wait for.
+        failed = [e for e in failed if e >= last_start]
         if not failed:
             return md
         first = min(failed)
-        m = md.value
-        last_start, last_ensemble = m.ensembles[-1]
         errors = bad[first]
         broken = {i: b for i, b in enumerate(last_ensemble)
                   if any(isinstance(err, REPLACEABLE_ERRORS) for b2, err in errors if b2 == b)}
-        if first < last_start or not broken:
+        if not broken:
             raise BookieUnavailableError(
                 f"ledger {m.ledger_id}: could not write back entry {first} to an ack quorum "
                 f"({'; '.join(f'{b}: {err}' for b, err in errors)})")

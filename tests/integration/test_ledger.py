@@ -194,6 +194,36 @@ def test_recovery_of_ledger_with_nothing_past_the_lac_closes_at_last_acked(clust
     assert rh.metadata.length == sum(len(payload(i)) for i in range(12))
 
 
+def test_recovery_after_an_ensemble_change_does_not_need_the_replaced_bookie(
+        cluster_factory, metadata_uri) -> None:
+    """E=3, Qw=Qa=2. Bookie X dies; the writer replaces it from entry 12 (its LAC + 1) and
+    gets 12 acknowledged, then crashes before any bookie learns LAC 12, so recovery reads
+    forward from 11: an entry of the fragment before, whose write quorum holds dead X.
+    Entry 11 was acknowledged before that fragment ended; writing it back to X cannot
+    succeed and need not: recovery used to fail until X came back (never, for a bookie
+    lost for good), now it closes the ledger at 12 with every entry."""
+    from bk_spark.core.context import BookKeeperConfig
+
+    c = cluster_factory(4)
+    procs = {b.bookie_id: b for b in c.bookies}
+    with BookKeeper(metadata_uri, BookKeeperConfig(explicit_lac_interval_s=0)) as w:
+        lh = w.create_ledger(3, 2, 2)
+        for i in range(12):
+            lh.add_entry(payload(i))
+        ensemble = lh.metadata.ensembles[0][1]
+        x = ensemble[0]  # in the write quorums of 11 ({2, 0}) and of 12 ({0, 1})
+        assert 0 in write_set(11, 3, 2) and 0 in write_set(12, 3, 2)
+        procs[x].kill()
+        lh.add_entry(payload(12), 60)  # fails on X: ensemble change from 12, then acked
+        md = w.ledger_metadata(lh.id)
+        assert [first for first, _ in md.ensembles] == [0, 12] and x not in md.ensembles[1][1]
+        lh.abandon("test: the writer crashed")
+    with BookKeeper(metadata_uri) as r:
+        rh = r.open_ledger(lh.id)
+        assert rh.metadata.state == LedgerState.CLOSED and rh.last_add_confirmed == 12
+        assert [e.payload for e in rh.read_entries(0, 12)] == [payload(i) for i in range(13)]
+
+
 def test_recovery_of_empty_ledger_closes_it_empty(cluster, bk) -> None:
     lh = bk.create_ledger(3, 2, 2)
     rh = bk.open_ledger(lh.id)
