@@ -11,6 +11,9 @@ fencing.txt "Fencing internals"):
 3. Read forward from the highest LAC, writing every entry found back to its
    whole write quorum with the recovery flag, until an entry is absent from
    (Qw - Qa) + 1 bookies of its write set: it cannot have been acknowledged.
+   The LAC entry itself was acknowledged: found absent, its copies were lost
+   (a bookie back with an empty disk) and recovery fails rather than close
+   the ledger below it.
    A bookie that cannot take the write-back is replaced, as ClientContext's recovery
    does: a new fragment from the first entry that missed its ack quorum, CASed while
    the ledger is IN_RECOVERY (only a recoverer may still change the ensemble).
@@ -243,6 +246,16 @@ def _read_forward(bk: ClientContext, md: Versioned[LedgerMetadata], codec: Entry
                 last = e
                 length = codec.verify(found[e])
             elif decision == RecoveryReadTally.ABSENT:
+                if e <= max_lac:
+                    # The LAC was acknowledged to the writer, so it has Qa copies: absent
+                    # from (Qw - Qa) + 1 bookies means copies were lost (a bookie back with
+                    # an empty disk) while the others do not answer. Closing here would
+                    # drop every entry up to the LAC: never close below it, wait instead.
+                    raise RecoveryError(
+                        f"ledger {m.ledger_id}: entry {e}, the last-add-confirmed a fenced "
+                        f"bookie reported, was acknowledged but no bookie of its write set "
+                        f"returns it ({(Qw - Qa) + 1} say they lack it); the ledger is not "
+                        f"closed below it: retry when its bookies are back")
                 stop = True
                 break
             else:
