@@ -149,6 +149,16 @@ class LedgerReplicator:
         password = ledger_password(md.value, self.passwords)
         codec = EntryCodec(ledger_id, DigestManager(md.value.digest_type, password))
         key = master_key(password)
+        try:
+            self._replicate_rounds(ledger_id, missing, result, password, codec, key)
+        except NoSuchLedgerError:
+            if self.bk.metadata_store.exists(ledger_id):
+                raise
+            result.replaced = set(missing)  # deleted meanwhile: nothing left to replicate
+        return result
+
+    def _replicate_rounds(self, ledger_id: int, missing: set[str], result: ReplicationResult,
+                          password: bytes, codec: EntryCodec, key: bytes) -> None:
         for _round in range(1000):
             m = self.bk.metadata_store.read(ledger_id).value
             todo = affected_fragments(m, missing)
@@ -182,7 +192,6 @@ class LedgerReplicator:
         final = self.bk.metadata_store.read(ledger_id).value
         named = {b for _f, ens in final.ensembles for b in ens}
         result.replaced = set(missing) - named
-        return result
 
     def _writer_idle(self, md: LedgerMetadata, missing: set[str]) -> bool:
         """Whether no add reached the last fragment for the grace period (BookKeeper's
@@ -231,12 +240,27 @@ class LedgerReplicator:
                 raise FragmentChangedError(f"{target} joined fragment {span.first} meanwhile")
             return True
 
-        self.bk.metadata_store.update(
-            lid, needs_change,
-            lambda m: m.with_fragment_bookie_replaced(span.first, index, old, target))
+        try:
+            self.bk.metadata_store.update(
+                lid, needs_change,
+                lambda m: m.with_fragment_bookie_replaced(span.first, index, old, target))
+        except NoSuchLedgerError:
+            # Deleted while we copied: its deleter never knew the replacement, so the copy
+            # is deleted here (leaving the bookie's tombstone), not kept forever.
+            self._discard_copy(lid, target, key)
+            raise
         log.info("ledger %d: fragment %d: %s replaced by %s (%d entries copied)",
                  lid, span.first, old, target, n)
         return n, nbytes
+
+    def _discard_copy(self, ledger_id: int, target: str, key: bytes) -> None:
+        try:
+            self.bk.bookies.get(target).delete_ledger(ledger_id, key)
+        except NoSuchLedgerError:
+            pass
+        except BKError as exc:
+            log.warning("ledger %d was deleted while re-replicated; its copy on %s stays "
+                        "(%s)", ledger_id, target, exc)
 
     def _copy(self, md: LedgerMetadata, codec: EntryCodec, key: bytes, ids: list[int],
               target: str) -> tuple[int, int]:

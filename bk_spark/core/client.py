@@ -21,7 +21,7 @@ from bk_spark.errors import (
 )
 from bk_spark.io.bookie_client import BookieClientPool, TlsOptions
 from bk_spark.io.entry import EntryCodec
-from bk_spark.io.metadata_store import LedgerMetadataStore, Versioned
+from bk_spark.io.metadata_store import LedgerMetadataStore, Versioned, metadata_update_loop
 from bk_spark.io.registration import list_bookies
 from bk_spark.io.zk import connect_zk
 from bk_spark.metadata_uri import parse_metadata_service_uri
@@ -153,7 +153,8 @@ class BookKeeper:
         return iter(self.metadata_store.list_ledgers())
 
     def delete_ledger(self, ledger_id: int, password: bytes = b"") -> None:
-        """Delete a ledger: its data on every bookie that holds it, then its metadata.
+        """Delete a ledger: its data on every bookie its metadata names, then the metadata
+        at the version those bookies were read from (again for bookies named meanwhile).
 
         ``password`` must be the ledger's: each bookie checks the master key derived from it
         (or an admin certificate) before deleting, and this client checks it first."""
@@ -161,17 +162,33 @@ class BookKeeper:
         md = self.metadata_store.read(ledger_id)
         check_password(password, md.value.password_digest, ledger_id)
         key = master_key(password)
-        bookies = {b for _first, ens in md.value.ensembles for b in ens}
-        for b in sorted(bookies):
-            try:
-                self.bookies.get(b).delete_ledger(ledger_id, key)
-            except NoSuchLedgerError:
-                pass
-            except UnauthorizedError:
-                raise  # the bookie holds another key (or refuses this identity): keep all
-            except BKError as exc:  # a down bookie's copy is orphaned; its GC cannot know
-                log.warning("ledger %d: could not delete its data on %s: %s", ledger_id, b, exc)
-        self.metadata_store.delete(ledger_id)
+        done: set[str] = set()
+
+        def delete_data(m: LedgerMetadata) -> LedgerMetadata:
+            for b in sorted({b for _first, ens in m.ensembles for b in ens} - done):
+                done.add(b)
+                try:
+                    self.bookies.get(b).delete_ledger(ledger_id, key)
+                except NoSuchLedgerError:
+                    pass
+                except UnauthorizedError:
+                    raise  # the bookie holds another key (or refuses this identity): keep all
+                except BKError as exc:  # a down bookie's copy is orphaned; its GC cannot know
+                    log.warning("ledger %d: could not delete its data on %s: %s", ledger_id,
+                                b, exc)
+            return m
+
+        def delete_metadata(m: LedgerMetadata, version: int) -> Versioned[LedgerMetadata]:
+            self.metadata_store.delete(ledger_id, version)
+            return Versioned(m, version)
+
+        # The metadata is deleted at the version whose bookies were emptied (a CAS, through
+        # the one update loop): a bookie named meanwhile (a re-replication's replacement,
+        # an ensemble change) changes the version, and the loop deletes its copy too
+        # instead of orphaning it under metadata that no longer exists.
+        metadata_update_loop(read=lambda: self.metadata_store.read(ledger_id),
+                             write=delete_metadata, needs_change=lambda m: True,
+                             make_change=delete_data, current=md)
 
     def _codec(self, md: LedgerMetadata, password: bytes) -> EntryCodec:
         return EntryCodec(md.ledger_id, DigestManager(md.digest_type, password))

@@ -11,6 +11,9 @@ fencing.txt "Fencing internals"):
 3. Read forward from the highest LAC, writing every entry found back to its
    whole write quorum with the recovery flag, until an entry is absent from
    (Qw - Qa) + 1 bookies of its write set: it cannot have been acknowledged.
+   The LAC entry itself was acknowledged: found absent, its copies were lost
+   (a bookie back with an empty disk) and recovery fails rather than close
+   the ledger below it.
    A bookie that cannot take the write-back is replaced, as ClientContext's recovery
    does: a new fragment from the first entry that missed its ack quorum, CASed while
    the ledger is IN_RECOVERY (only a recoverer may still change the ensemble).
@@ -243,6 +246,16 @@ def _read_forward(bk: ClientContext, md: Versioned[LedgerMetadata], codec: Entry
                 last = e
                 length = codec.verify(found[e])
             elif decision == RecoveryReadTally.ABSENT:
+                if e <= max_lac:
+                    # The LAC was acknowledged to the writer, so it has Qa copies: absent
+                    # from (Qw - Qa) + 1 bookies means copies were lost (a bookie back with
+                    # an empty disk) while the others do not answer. Closing here would
+                    # drop every entry up to the LAC: never close below it, wait instead.
+                    raise RecoveryError(
+                        f"ledger {m.ledger_id}: entry {e}, the last-add-confirmed a fenced "
+                        f"bookie reported, was acknowledged but no bookie of its write set "
+                        f"returns it ({(Qw - Qa) + 1} say they lack it); the ledger is not "
+                        f"closed below it: retry when its bookies are back")
                 stop = True
                 break
             else:
@@ -264,21 +277,28 @@ def write_back(bk: ClientContext, md: Versioned[LedgerMetadata], master_key: byt
 
     Bookies of the last fragment that cannot take them (unavailable, readonly) are replaced
     by a new fragment starting at the first entry that missed its ack quorum, and the
-    entries from there are written again to their new write quorums. Returns the metadata
-    as it is now (CLOSED if another recoverer closed the ledger meanwhile).
+    entries from there are written again to their new write quorums. An entry of an earlier
+    fragment (read forward from a LAC below the last fragment) need not reach Qa again: it
+    did before its fragment ended. Returns the metadata as it is now (CLOSED if another
+    recoverer closed the ledger meanwhile).
     """
     replaced: set[str] = set()
     for _attempt in range(md.value.ensemble_size + 1):
         failed, bad = _write_back_once(bk, md.value, master_key, entries)
+        m = md.value
+        last_start, last_ensemble = m.ensembles[-1]
+        # An entry of an earlier fragment reached Qa bookies before its fragment ended (a
+        # writer starts a fragment at its LAC + 1; this write-back at the first entry that
+        # missed Qa): its write-back is a courtesy, and a bookie it names that is gone
+        # (the one a writer replaced) is AutoRecovery's to replace, not recovery's to wait for.
+        failed = [e for e in failed if e >= last_start]
         if not failed:
             return md
         first = min(failed)
-        m = md.value
-        last_start, last_ensemble = m.ensembles[-1]
         errors = bad[first]
         broken = {i: b for i, b in enumerate(last_ensemble)
                   if any(isinstance(err, REPLACEABLE_ERRORS) for b2, err in errors if b2 == b)}
-        if first < last_start or not broken:
+        if not broken:
             raise BookieUnavailableError(
                 f"ledger {m.ledger_id}: could not write back entry {first} to an ack quorum "
                 f"({'; '.join(f'{b}: {err}' for b, err in errors)})")

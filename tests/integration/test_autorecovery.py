@@ -428,3 +428,68 @@ def test_three_racks_put_every_write_quorum_on_two_racks_including_after_bk_reco
             for _first, ensemble in client.ledger_metadata(lid).ensembles:
                 assert min(write_quorum_racks(ensemble, 2, racks)) >= 2, ensemble
         _read_all(client, expected)
+
+
+def _holds_nothing_of(bookie: str, ledger_id: int, last: int) -> bool:
+    from bk_spark.errors import NoSuchLedgerError
+    from bk_spark.io.bookie_client import BookieClient
+
+    c = BookieClient(bookie)
+    try:
+        return c.held_entries(ledger_id, 0, last) == []
+    except NoSuchLedgerError:
+        return True
+    finally:
+        c.close()
+
+
+def test_a_ledger_deleted_while_its_copy_is_made_leaves_nothing_on_the_replacement(
+        cluster_factory):
+    """The ledger is deleted after the worker copied a fragment to the replacement and
+    before its CAS: the CAS finds no ledger, and the copy must not stay on the replacement
+    (no deleter knew about it, so it used to stay there for ever)."""
+    c = cluster_factory(0)
+    c.add_bookies(4, extra_args=["--no-autorecovery"])
+    with BookKeeper(c.uri) as client:
+        (lid,) = _closed_ledgers(client, 1, 60, "X")
+        ensemble = client.ledger_metadata(lid).ensembles[0][1]
+        target = next(b.bookie_id for b in c.bookies if b.bookie_id not in ensemble)
+
+        def delete_before_the_cas(n: int, nbytes: int) -> None:
+            assert not _holds_nothing_of(target, lid, 59)  # the copy is there
+            client.delete_ledger(lid)
+
+        rep = LedgerReplicator(client, on_copied=delete_before_the_cas)
+        result = rep.replicate(lid, {ensemble[0]})
+        assert result.replaced == {ensemble[0]}  # nothing left to re-replicate
+        assert not client.metadata_store.exists(lid)
+        assert _holds_nothing_of(target, lid, 59)
+
+
+def test_deleting_a_ledger_while_a_replacement_lands_deletes_the_replacements_copy(
+        cluster_factory):
+    """A re-replication's CAS lands between the deleter's metadata read and its metadata
+    delete: the deleter must delete the copy on the bookie named meanwhile too (it deleted
+    the metadata unconditionally, orphaning that copy)."""
+    c = cluster_factory(0)
+    c.add_bookies(4, extra_args=["--no-autorecovery"])
+    with BookKeeper(c.uri) as client, BookKeeper(c.uri) as worker:
+        (lid,) = _closed_ledgers(client, 1, 60, "Y")
+        ensemble = client.ledger_metadata(lid).ensembles[0][1]
+        target = next(b.bookie_id for b in c.bookies if b.bookie_id not in ensemble)
+        store = client.metadata_store
+        real_read = store.read
+        landed = []
+
+        def replacement_lands_after_the_read(ledger_id: int):
+            md = real_read(ledger_id)
+            if not landed:  # the worker's copy and CAS finish while the deleter works
+                landed.append(LedgerReplicator(worker).replicate(lid, {ensemble[0]}))
+                assert target in bookies_of(worker.ledger_metadata(lid))
+            return md
+
+        store.read = replacement_lands_after_the_read
+        client.delete_ledger(lid)
+        assert landed and landed[0].replaced == {ensemble[0]}
+        assert not client.metadata_store.exists(lid)
+        assert _holds_nothing_of(target, lid, 59)

@@ -194,6 +194,83 @@ def test_recovery_of_ledger_with_nothing_past_the_lac_closes_at_last_acked(clust
     assert rh.metadata.length == sum(len(payload(i)) for i in range(12))
 
 
+def test_recovery_never_closes_a_ledger_below_the_lac_a_fenced_bookie_reported(cluster, bk
+                                                                               ) -> None:
+    """Entry 11 was acknowledged (a bookie holds LAC 11). Its copies: one on a bookie that
+    is down, one on a bookie that lost its disk and came back empty, so no copy answers and
+    that bookie says "no such entry". Recovery must not close the ledger below the LAC (it
+    used to close it empty, dropping entries 0-11 though all of them still have a copy): it
+    fails, and once the down bookie is back it closes the ledger at 11 with every entry."""
+    from bk_spark.core.recovery import RecoveryError
+
+    lh = bk.create_ledger(3, 2, 2)
+    for i in range(12):
+        lh.add_entry(payload(i))
+    ensemble = lh.metadata.ensembles[0][1]
+    procs = {b.bookie_id: b for b in cluster.bookies}
+    holders = [ensemble[i] for i in write_set(11, 3, 2)]
+    other = next(b for b in ensemble if b not in holders)
+    c = BookieClient(other)  # the writer's explicit LAC (it is idle) reaches the third one
+    try:
+        deadline = time.monotonic() + 10
+        while c.read_lac(lh.id).lac < 11:
+            assert time.monotonic() < deadline, "explicit LAC never reached the bookie"
+            time.sleep(0.05)
+    finally:
+        c.close()
+    lh.abandon("test: the writer is gone")
+    down, wiped = procs[holders[0]], procs[holders[1]]
+    down.kill()
+    wiped.kill()
+    wiped.drop_data()
+    wiped.start()
+    with pytest.raises(RecoveryError):
+        bk.open_ledger(lh.id)
+    assert bk.ledger_metadata(lh.id).state != LedgerState.CLOSED
+    down.start()
+    deadline = time.monotonic() + 30
+    while True:  # as the error says: retry once the bookie is back (and reconnected)
+        try:
+            rh = bk.open_ledger(lh.id)
+            break
+        except RecoveryError:
+            assert time.monotonic() < deadline, "recovery kept failing with the bookie back"
+            time.sleep(0.5)
+    assert rh.metadata.state == LedgerState.CLOSED and rh.last_add_confirmed == 11
+    assert rh.metadata.length == sum(len(payload(i)) for i in range(12))
+    assert [e.payload for e in rh.read_entries(0, 11)] == [payload(i) for i in range(12)]
+
+
+def test_recovery_after_an_ensemble_change_does_not_need_the_replaced_bookie(
+        cluster_factory, metadata_uri) -> None:
+    """E=3, Qw=Qa=2. Bookie X dies; the writer replaces it from entry 12 (its LAC + 1) and
+    gets 12 acknowledged, then crashes before any bookie learns LAC 12, so recovery reads
+    forward from 11: an entry of the fragment before, whose write quorum holds dead X.
+    Entry 11 was acknowledged before that fragment ended; writing it back to X cannot
+    succeed and need not: recovery used to fail until X came back (never, for a bookie
+    lost for good), now it closes the ledger at 12 with every entry."""
+    from bk_spark.core.context import BookKeeperConfig
+
+    c = cluster_factory(4)
+    procs = {b.bookie_id: b for b in c.bookies}
+    with BookKeeper(metadata_uri, BookKeeperConfig(explicit_lac_interval_s=0)) as w:
+        lh = w.create_ledger(3, 2, 2)
+        for i in range(12):
+            lh.add_entry(payload(i))
+        ensemble = lh.metadata.ensembles[0][1]
+        x = ensemble[0]  # in the write quorums of 11 ({2, 0}) and of 12 ({0, 1})
+        assert 0 in write_set(11, 3, 2) and 0 in write_set(12, 3, 2)
+        procs[x].kill()
+        lh.add_entry(payload(12), 60)  # fails on X: ensemble change from 12, then acked
+        md = w.ledger_metadata(lh.id)
+        assert [first for first, _ in md.ensembles] == [0, 12] and x not in md.ensembles[1][1]
+        lh.abandon("test: the writer crashed")
+    with BookKeeper(metadata_uri) as r:
+        rh = r.open_ledger(lh.id)
+        assert rh.metadata.state == LedgerState.CLOSED and rh.last_add_confirmed == 12
+        assert [e.payload for e in rh.read_entries(0, 12)] == [payload(i) for i in range(13)]
+
+
 def test_recovery_of_empty_ledger_closes_it_empty(cluster, bk) -> None:
     lh = bk.create_ledger(3, 2, 2)
     rh = bk.open_ledger(lh.id)
