@@ -306,7 +306,12 @@ class LedgerHandle:
         sink = self._sinks.get((index, bookie))
         if sink is None:
             sink = self._sinks.setdefault((index, bookie), _BookieSink(self, index, bookie))
-        self._bk.bookies.get(bookie).send_batch(self.id, self._master_key, entries, eids, sink)
+        try:
+            client = self._bk.bookies.get(bookie)
+        except BKError as exc:  # the BookKeeper client was closed under this writer
+            self._fail(exc)  # every add fails with it (the sender ends), none waits forever
+            return
+        client.send_batch(self.id, self._master_key, entries, eids, sink)
 
     def _on_responses(self, eids: np.ndarray, index: int, bookie: str,
                       err: BKError | None) -> None:

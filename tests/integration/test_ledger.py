@@ -15,6 +15,7 @@ import pytest
 
 from bk_spark.core import BookKeeper
 from bk_spark.errors import (
+    BookieUnavailableError,
     DigestMismatchError,
     InvalidConfigError,
     LedgerClosedError,
@@ -333,6 +334,22 @@ def test_adds_after_a_ledger_failed_each_raise_their_own_copy_of_its_error(clust
         raised.append(info.value)
     assert len({id(e) for e in raised}) == len(raised)
     assert len({len(traceback.extract_tb(e.__traceback__)) for e in raised}) == 1
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnhandledThreadExceptionWarning")
+def test_adds_of_a_ledger_whose_client_was_closed_fail_with_a_clear_error(cluster,
+                                                                         metadata_uri) -> None:
+    """Closing the BookKeeper client under a writer fails its adds (the client is closed)
+    instead of killing the ledger's sender thread with a traceback and leaving them hanging."""
+    client = BookKeeper(metadata_uri)
+    lh = client.create_ledger(3, 2, 2, password=b"pw")
+    lh.add_entry(b"before")
+    client.close()
+    late = lh.add_entry_async(b"after the close")
+    with pytest.raises(BookieUnavailableError, match="closed"):
+        late.result(timeout=30)
+    with pytest.raises(BookieUnavailableError, match="closed"):
+        lh.add_entry_async(b"later still")
 
 
 def test_non_fencing_open_reads_to_lac_and_does_not_disturb_the_writer(cluster, bk,
