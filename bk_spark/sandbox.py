@@ -359,12 +359,17 @@ def start_bookies(bookies: list[BookieProcess], timeout: float = 30.0,
                   detached: bool = False) -> None:
     """Start ``bookies`` side by side: every process is launched before the first is
     waited for, so n bookies take about the start-up of one (their imports and journal
-    replays overlap), not n times it."""
-    for b in bookies:
-        b.launch(detached)
-    deadline = time.monotonic() + timeout
-    for b in bookies:
-        b.wait_ready(max(deadline - time.monotonic(), 1.0))
+    replays overlap), not n times it. If one does not come up, every one of them that was
+    launched is stopped before the error is raised."""
+    try:
+        for b in bookies:
+            b.launch(detached)
+        deadline = time.monotonic() + timeout
+        for b in bookies:
+            b.wait_ready(max(deadline - time.monotonic(), 1.0))
+    except BaseException:
+        stop_bookies(bookies)
+        raise
 
 
 def stop_bookies(bookies: list[BookieProcess]) -> None:

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from bk_spark.sandbox import pid_alive, stop_pids
 
 OBEYS = "import time; time.sleep(60)"
@@ -36,3 +38,28 @@ def test_stop_pids_skips_pids_already_gone() -> None:
     p = subprocess.Popen([sys.executable, "-c", "pass"])
     p.wait()
     stop_pids([p.pid])  # no error: nothing to stop
+
+
+def test_start_bookies_stops_every_launched_bookie_when_one_fails(tmp_path) -> None:
+    """A bookie that cannot come up (here: no ZooKeeper answers its metadata URI, and its
+    port is taken by a listener that is not a bookie) fails the start, and the others
+    launched with it are stopped by their PIDs, not left running."""
+    import socket
+
+    from bk_spark.sandbox import BookieProcess, SandboxError, free_port, start_bookies
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    port = taken.getsockname()[1]
+    ok = [BookieProcess("zk://127.0.0.1:1/none", tmp_path / f"b{i}", port=free_port())
+          for i in range(2)]
+    bad = BookieProcess("zk://127.0.0.1:1/none", tmp_path / "bad", port=port)
+    try:
+        with pytest.raises(SandboxError):
+            start_bookies([*ok, bad], timeout=5)
+        assert all(b.proc is None for b in ok)
+    finally:
+        taken.close()
+        for b in ok:
+            if b.proc is not None:
+                b.kill()
