@@ -59,7 +59,7 @@ RunCompleter = Callable[[list[Any], int, "BKError | None"], None]
 RoundFramer = Callable[[list[bytes]], tuple[bytes, list[bytes]]]
 AddDone = Callable[[int, "BKError | None"], None]
 
-# Errors after which a bookie is replaced; anything else fails the ledger.
+
 class LedgerHandle:
     """A ledger opened for writing by its single writer (SWMR)."""
 

@@ -14,7 +14,7 @@ fencing.txt "Fencing internals"):
    The LAC entry itself was acknowledged: found absent, its copies were lost
    (a bookie back with an empty disk) and recovery fails rather than close
    the ledger below it.
-   A bookie that cannot take the write-back is replaced, as ClientContext's recovery
+   A bookie that cannot take the write-back is replaced, as BookKeeper's recovery
    does: a new fragment from the first entry that missed its ack quorum, CASed while
    the ledger is IN_RECOVERY (only a recoverer may still change the ensemble).
 4. CAS the state to CLOSED with the last entry found. Concurrent recoverers
@@ -106,7 +106,7 @@ def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], BookieCall[Any]], 
                       cancel_rest: bool = True) -> FragmentAnswers:
     """Send one request (``ask(bookie)``) to every bookie of the last fragment and gather
     the answers until they cover every write quorum ((Qw - Qa) + 1 bookies of each: the
-    seed's rule for fencing and for reading the last-add-confirmed, ClientContext's
+    seed's rule for fencing and for reading the last-add-confirmed, BookKeeper's
     ``ReadLastConfirmedOp`` over ``RRQuorumCoverageSet``).
 
     It returns as soon as the answers cover (or, with ``stop_when``, as soon as one
