@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from bk_spark.core.client import BookKeeper
 from bk_spark.core.reader import fetch_entries
-from bk_spark.errors import BKError, NoSuchLedgerError, UnauthorizedError
+from bk_spark.errors import BKError, BKTimeoutError, NoSuchLedgerError, UnauthorizedError
 from bk_spark.io.bookie_client import frame_entry
 from bk_spark.io.entry import EntryCodec
 from bk_spark.protocol.digest import DigestManager, master_key, password_digest
@@ -104,7 +104,7 @@ class _CopySink:
         with self.cv:
             if not self.cv.wait_for(lambda: self.pending <= 0 or self.error is not None,
                                     timeout):
-                raise BKError(f"re-replication adds still pending after {timeout:.0f}s")
+                raise BKTimeoutError(f"re-replication adds still pending after {timeout:.0f}s")
             if self.error is not None:
                 raise self.error
 

@@ -37,6 +37,7 @@ from bk_spark.errors import (
     BookieUnavailableError,
     DigestMismatchError,
     NoSuchLedgerError,
+    RecoveryError,
     UnauthorizedError,
 )
 from bk_spark.io.bookie_client import BookieCall
@@ -51,10 +52,6 @@ from bk_spark.protocol.schedule import QuorumCoverageSet, RecoveryReadTally, wri
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 1024
-
-
-class RecoveryError(BKError):
-    """Recovery could not finish (too many bookies unavailable); retry later."""
 
 
 def recover_ledger(bk: ClientContext, md: Versioned[LedgerMetadata], codec: EntryCodec,
