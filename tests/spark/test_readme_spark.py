@@ -7,6 +7,7 @@ secure cluster as well runs in ``tests/spark/test_spark_security.py``; the other
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,8 @@ BLOCKS = [b for b in readme.python_blocks(readme.README.read_text()) if b.needs 
 def test_the_readme_spark_block_runs_as_written(spark, uri: str, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     assert BLOCKS, "the Spark section's block"
-    monkeypatch.chdir(tmp_path)  # its checkpointLocation is relative
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # its checkpoint: pytest's to clean
     for block in BLOCKS:
         code = compile(readme.for_cluster(block.code, uri), f"README.md:{block.line}", "exec")
         exec(code, {"__name__": f"readme_block_{block.line}", "spark": spark})  # noqa: S102
