@@ -11,7 +11,8 @@ While elected, each tick:
    metadata when the Auditor is elected, whenever the registrations changed since it last
    did (their znodes' child versions, :func:`~bk_spark.io.registration.registrations_version`:
    a bookie that joined and died between two ticks, or while the Auditor was paused, still
-   changed them) and at each periodic check. Whether a lost bookie's ledgers are marked
+   changed them), when workers healed ledgers (fewer under-replicated) and at each
+   periodic check. Whether a lost bookie's ledgers are marked
    now is :data:`~bk_spark.protocol.audit_rules.LOST_BOOKIE_ACTIONS`: after
    ``lost_bookie_recovery_delay_s`` (0: at once) for a single loss, at once when more than
    one bookie is lost; every ledger with a fragment naming it is then marked
@@ -154,6 +155,8 @@ class Auditor:
                     status["last_check_marked"] = n
                     next_check = time.monotonic() + self.audit_interval_s
                 count = self.urm.count()
+                if count < written.get("under_replicated", 0):
+                    seen = None  # ledgers were healed: which bookies they name changed
                 self.metrics.under_replicated.set(count)
                 current = {**status, "under_replicated": count,
                            "lost_bookies": sorted(lost.lost)}
