@@ -506,7 +506,8 @@ def main() -> None:
             roll = max(n_adds // 5, 1000)
             geps, nledgers, largest = log_append(sb.metadata_service_uri, n_adds, roll)
             res.add(f"log append 1 KiB, rolling every {roll:,} entries",
-                    f"{geps:,.0f} e/s ({nledgers} ledgers, largest {largest:,} entries)", f"{leps:,.0f} e/s one ledger",
+                    f"{geps:,.0f} e/s ({nledgers} ledgers, largest {largest:,} entries)",
+                    f"{leps:,.0f} e/s one ledger",
                     f"{geps / leps:.2f}x")
             t50, t99, tail_lat = tail_latency(sb.metadata_service_uri)
             res.add("log tail latency (append -> seen by tailing reader) p50 / p99",
