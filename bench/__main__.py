@@ -335,7 +335,8 @@ def log_append(uri: str, n: int, roll_entries: int, size: int = KiB, in_flight: 
     from bk_spark.core import BookKeeper
 
     with BookKeeper(uri) as bk:
-        w = open_log_writer(bk, "bench-log", roll_max_entries=roll_entries)
+        name = f"bench-log-{os.getpid()}"  # its own log (runs may share a sandbox)
+        w = open_log_writer(bk, name, roll_max_entries=roll_entries)
         data = b"g" * size
         window: deque = deque()
         t0 = time.perf_counter()
@@ -351,7 +352,7 @@ def log_append(uri: str, n: int, roll_entries: int, size: int = KiB, in_flight: 
         assert last is not None
         from bk_spark.log import log_ledgers
 
-        ledgers = log_ledgers(bk, "bench-log")
+        ledgers = log_ledgers(bk, name)
         largest = max((i.last_entry_id + 1 for i in ledgers if i.last_entry_id is not None),
                       default=0)
         return n / dt, len(ledgers), largest

@@ -240,7 +240,7 @@ class LogWriter:
         # Which ledger each append goes to (roll_policy.py; under _lock): the current one, or
         # the queue of the next one once the current one is full for it. None: no limits.
         self._assign: LedgerAssignment[tuple[bytes, AppendFuture]] | None = (
-            LedgerAssignment(config.roll_limits) if config.rolls else None)
+            LedgerAssignment(config.roll_limits, time.monotonic) if config.rolls else None)
         self._max_payload = bk.config.max_entry_size - FRAME_HEADER_SIZE
         # The next ledger, created ahead and registered as pending (the roller's; changed
         # under _meta_lock, and _lock for the roller's wait).
@@ -363,8 +363,8 @@ class LogWriter:
             lh, segment = self._current
             fut = AppendFuture(self._futures_condition, segment)
             assign = self._assign
-            if assign is not None and assign.append(size, time.monotonic(), (
-                    NULL_PAYLOAD if payload is None else payload, fut)
+            if assign is not None and assign.append(
+                    size, (NULL_PAYLOAD if payload is None else payload, fut)
                     ) is Placement.ROLL_BEFORE:
                 if assign.wake:  # the roll adds it (_feed_waiting); wake the roller
                     assign.disarm()
@@ -546,7 +546,7 @@ class LogWriter:
         to ``new``, oldest first, as many as fit; the rest wait for the one after it (the
         roller rolls again at once)."""
         assert self._assign is not None
-        taken = self._assign.switch(time.monotonic())
+        taken = self._assign.switch()
         for i, (payload, fut) in enumerate(taken):
             fut._segment = segment
             if payload is NULL_PAYLOAD:

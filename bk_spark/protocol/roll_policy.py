@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from types import MappingProxyType
@@ -160,10 +160,13 @@ class LedgerAssignment(Generic[T]):
     """
 
     __slots__ = ("limits", "entries", "nbytes", "first_at", "waiting", "wake",
-                 "_wake_entries", "_wake_bytes")
+                 "_wake_entries", "_wake_bytes", "_max_entries", "_max_bytes", "_clock")
 
-    def __init__(self, limits: RollLimits) -> None:
+    def __init__(self, limits: RollLimits, clock: Callable[[], float]) -> None:
+        """``clock``: read when a ledger gets its first append (its age starts then)."""
         self.limits = limits
+        self._max_entries, self._max_bytes = limits.entries, limits.bytes
+        self._clock = clock
         self.entries = 0      # appends the current ledger took
         self.nbytes = 0       # their payload bytes
         self.first_at: float | None = None  # when its first append came (a monotonic clock)
@@ -172,27 +175,33 @@ class LedgerAssignment(Generic[T]):
         self._wake_entries = math.inf
         self._wake_bytes = math.inf
 
-    def append(self, size: int, now: float, item: T) -> Placement:
-        """Assign one append of ``size`` payload bytes (at ``now``): CURRENT and OWN_LEDGER
-        go to the current ledger (counted), ROLL_BEFORE waits with ``item``."""
+    def append(self, size: int, item: T) -> Placement:
+        """Assign one append of ``size`` payload bytes: CURRENT and OWN_LEDGER go to the
+        current ledger (counted), ROLL_BEFORE waits with ``item``."""
+        if (not self.waiting and self.entries < self._max_entries
+                and self.nbytes + size <= self._max_bytes):
+            # :data:`PLACEMENT`'s rows (False, True, _), inline: every append of a ledger
+            # that is not full takes this path (a test checks it agrees with the table)
+            self._count(size)
+            return Placement.CURRENT
         where = place(self.limits, self.entries, self.nbytes, size, bool(self.waiting))
         if where is Placement.ROLL_BEFORE:
             self.waiting.append((size, item))
             if len(self.waiting) == 1:  # the first to wait (the roller rolls while any do)
                 self.wake = True
         else:
-            self._count(size, now)
+            self._count(size)
         return where
 
-    def _count(self, size: int, now: float) -> None:
+    def _count(self, size: int) -> None:
         if self.entries == 0:
-            self.first_at = now
+            self.first_at = self._clock()
         self.entries += 1
         self.nbytes += size
         if self.entries >= self._wake_entries or self.nbytes >= self._wake_bytes:
             self.wake = True
 
-    def switch(self, now: float) -> list[T]:
+    def switch(self) -> list[T]:
         """The writer moved on to the next ledger (empty): the waiting appends that go to it,
         oldest first, as many as fit; the rest wait for the ledger after it."""
         self.entries, self.nbytes, self.first_at = 0, 0, None
@@ -203,7 +212,7 @@ class LedgerAssignment(Generic[T]):
             if place(self.limits, self.entries, self.nbytes, size) is Placement.ROLL_BEFORE:
                 break
             waiting.popleft()
-            self._count(size, now)
+            self._count(size)
             taken.append(item)
         return taken
 

@@ -97,25 +97,35 @@ def test_the_roller_rolls_a_full_or_old_ledger_and_prepares_the_next_half_way(
     assert roller_step(limits, entries, nbytes, age, waiting, spare) is step
 
 
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_appends_beyond_the_limit_wait_and_the_switch_feeds_them_in_order() -> None:
-    a: LedgerAssignment[int] = LedgerAssignment(RollLimits(max_entries=3))
-    where = [a.append(10, 0.0, i) for i in range(8)]
+    a: LedgerAssignment[int] = LedgerAssignment(RollLimits(max_entries=3), Clock())
+    where = [a.append(10, i) for i in range(8)]
     assert where == [P.CURRENT] * 3 + [P.ROLL_BEFORE] * 5
-    assert a.switch(1.0) == [3, 4, 5]       # as many as fit the next ledger
+    assert a.switch() == [3, 4, 5]       # as many as fit the next ledger
     assert a.entries == 3 and [i for _, i in a.waiting] == [6, 7]
     assert a.step(1.0, has_spare=False) is RollerStep.ROLL  # at once: appends still wait
-    assert a.switch(2.0) == [6, 7]
-    assert a.append(10, 2.0, 8) is P.CURRENT   # nothing waits any more: room for one
-    assert a.append(10, 2.0, 9) is P.ROLL_BEFORE
-    assert a.switch(3.0) == [9] and not a.waiting
+    assert a.switch() == [6, 7]
+    assert a.append(10, 8) is P.CURRENT   # nothing waits any more: room for one
+    assert a.append(10, 9) is P.ROLL_BEFORE
+    assert a.switch() == [9] and not a.waiting
 
 
 def test_the_roller_is_woken_once_per_threshold() -> None:
-    a: LedgerAssignment[int] = LedgerAssignment(RollLimits(max_entries=10))
+    a: LedgerAssignment[int] = LedgerAssignment(RollLimits(max_entries=10), Clock())
     a.arm(has_spare=False)
     woken = []
     for i in range(12):
-        a.append(1, 0.0, i)
+        a.append(1, i)
         if a.wake:
             woken.append(i)
             a.disarm()
@@ -123,42 +133,44 @@ def test_the_roller_is_woken_once_per_threshold() -> None:
     assert woken == [4, 10]
     a.arm(has_spare=True)
     assert not a.wake and a.step(0.0, True) is RollerStep.ROLL  # full, and two wait
-    assert a.switch(0.0) == [10, 11] and not a.waiting
+    assert a.switch() == [10, 11] and not a.waiting
     a.arm(has_spare=True)
     for i in range(12, 20):
-        a.append(1, 0.0, i)
+        a.append(1, i)
     assert a.wake   # the 10th entry of the ledger: full
     a.disarm()
-    assert a.append(1, 0.0, 20) is P.ROLL_BEFORE and a.wake   # the first to wait
+    assert a.append(1, 20) is P.ROLL_BEFORE and a.wake   # the first to wait
     a.disarm()
-    assert a.append(1, 0.0, 21) is P.ROLL_BEFORE and not a.wake
+    assert a.append(1, 21) is P.ROLL_BEFORE and not a.wake
 
 
 def test_age_counts_from_the_first_entry_of_the_ledger() -> None:
-    a: LedgerAssignment[int] = LedgerAssignment(RollLimits(max_age_s=2.0))
+    clock = Clock(100.0)
+    a: LedgerAssignment[int] = LedgerAssignment(RollLimits(max_age_s=2.0), clock)
     assert a.next_age_check(100.0, False) is None   # no entry: no age
-    a.append(1, 100.0, 0)
+    a.append(1, 0)
     assert a.next_age_check(100.5, False) == pytest.approx(0.5)   # the spare at 1 s
     assert a.next_age_check(100.5, True) == pytest.approx(1.5)    # the roll at 2 s
     assert a.step(102.0, True) is RollerStep.ROLL
-    assert a.append(1, 103.0, 1) is P.CURRENT   # age holds no append back
-    assert a.switch(104.0) == [] and a.next_age_check(104.0, False) is None
+    clock.now = 103.0
+    assert a.append(1, 1) is P.CURRENT   # age holds no append back
+    assert a.switch() == [] and a.next_age_check(104.0, False) is None
 
 
 def simulate(limits: RollLimits, sizes: list[int], roll_after: list[int]
              ) -> list[list[tuple[int, int]]]:
     """A writer whose rolls take ``roll_after[k]`` more appends to switch (the appends in
     flight meanwhile): the ledgers, each a list of (append index, size)."""
-    a: LedgerAssignment[tuple[int, int]] = LedgerAssignment(limits)
+    a: LedgerAssignment[tuple[int, int]] = LedgerAssignment(limits, Clock())
     ledgers: list[list[tuple[int, int]]] = [[]]
     rolls = iter(roll_after)
     countdown: int | None = None
 
     def switch() -> None:
-        ledgers.append(a.switch(0.0))
+        ledgers.append(a.switch())
 
     for i, size in enumerate(sizes):
-        if a.append(size, 0.0, (i, size)) is not P.ROLL_BEFORE:
+        if a.append(size, (i, size)) is not P.ROLL_BEFORE:
             ledgers[-1].append((i, size))
         if countdown is None and a.step(0.0, True) is RollerStep.ROLL:
             countdown = next(rolls, 0)  # the roller starts a roll
@@ -190,3 +202,21 @@ def test_no_ledger_exceeds_a_limit_and_the_log_keeps_append_order_whatever_is_in
         if max_bytes is not None and sum(s for _, s in ledger) > max_bytes:
             assert len(ledger) == 1  # only an entry larger than the limit, alone
     assert all(ledgers[:-1])  # only the last ledger may be empty (rolled when full)
+
+
+@settings(max_examples=300, deadline=None)
+@given(max_entries=st.one_of(st.none(), st.integers(1, 5)),
+       max_bytes=st.one_of(st.none(), st.integers(0, 50)),
+       sizes=st.lists(st.integers(0, 60), max_size=40),
+       switch_at=st.sets(st.integers(0, 40)))
+def test_an_assignment_places_every_append_as_the_table_says(
+        max_entries: int | None, max_bytes: int | None, sizes: list[int],
+        switch_at: set[int]) -> None:
+    """LedgerAssignment.append (with its inline common case) agrees with :func:`place`."""
+    limits = RollLimits(max_entries, max_bytes)
+    a: LedgerAssignment[int] = LedgerAssignment(limits, Clock())
+    for i, size in enumerate(sizes):
+        if i in switch_at:
+            a.switch()
+        expected = place(limits, a.entries, a.nbytes, size, bool(a.waiting))
+        assert a.append(size, i) is expected
