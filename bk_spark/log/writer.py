@@ -11,15 +11,15 @@ entry larger than ``roll_max_bytes`` gets a ledger to itself, and the age limit 
 one roll's latency (age never holds an append back). The roller thread rolls as soon as the
 current ledger is full, appends wait, or its first entry is ``roll_max_age_s`` old.
 
-The roller also does step 1 ahead of time: once the current ledger is
-half-way to a rolling limit, the roller creates the next ledger (the *spare*) and registers
-it as pending for the log (:mod:`bk_spark.log.pending`). A roll is then one ZooKeeper
-transaction: the CAS that lists the spare also claims it (deletes its pending record) and
-checks its metadata is as created (not recovered by AutoRecovery meanwhile); if the claim
-or the check fails, nothing is written and the roll creates the next ledger itself. An
-unused spare is deleted when the writer closes or stops, and a crashed writer's spare is
-swept by the next writer of the log (or by ``delete_log``): no spare outlives the next
-owner.
+The roller (:mod:`bk_spark.log.roller`: its thread and the spare ledger) also does step 1
+ahead of time: once the current ledger is half-way to a rolling limit, it creates the next
+ledger (the *spare*) and registers it as pending for the log (:mod:`bk_spark.log.pending`).
+A roll is then one ZooKeeper transaction: the CAS that lists the spare also claims it
+(deletes its pending record) and checks its metadata is as created (not recovered by
+AutoRecovery meanwhile); if the claim or the check fails, nothing is written and the roll
+creates the next ledger itself. An unused spare is deleted when the writer closes or stops,
+and a crashed writer's spare is swept by the next writer of the log (or by ``delete_log``):
+no spare outlives the next owner.
 
 Appending, as a ledger's add does: an append takes the current ledger's lock once, and (a
 writer that rolls) the writer's lock around its assignment. The ledger's sender frames each
@@ -59,6 +59,7 @@ from bk_spark.io.metadata_store import Versioned
 from bk_spark.log import pending
 from bk_spark.log.acks import AckSegment, AppendFuture, InOrderAcks
 from bk_spark.log.admin import delete_ledger_quietly
+from bk_spark.log.roller import Roller
 from bk_spark.log.store import LEDGER_LOG_KEY, update_log
 from bk_spark.log.view import unlisted_ledgers
 from bk_spark.protocol import log_rules
@@ -74,12 +75,7 @@ from bk_spark.protocol.log_format import (
     now_ms,
 )
 from bk_spark.protocol.log_rules import LogDecision
-from bk_spark.protocol.roll_policy import (
-    LedgerAssignment,
-    Placement,
-    RollerStep,
-    RollLimits,
-)
+from bk_spark.protocol.roll_policy import LedgerAssignment, Placement, RollLimits
 
 if TYPE_CHECKING:
     from bk_spark.core.client import BookKeeper
@@ -222,8 +218,9 @@ class LogWriter:
         self._error_lock = threading.Lock()
         self._closed = False
         # Lock order: _meta_lock -> the acknowledgement deliverer (InOrderAcks.lock) ->
-        # _lock -> _error_lock -> a ledger's own locks. The roller thread takes _meta_lock
-        # for each step and _lock to look at the assignment; an append takes _lock only.
+        # _lock -> _error_lock -> a ledger's own locks. The roller (roller.py) takes
+        # _meta_lock for each step and _lock (as _wakeup) to look at the assignment and its
+        # spare; an append takes _lock only (none, for a writer without limits).
         self._lock = threading.RLock()
         self._wakeup = threading.Condition(self._lock)  # wakes the roller
         self._meta_lock = threading.Lock()  # one metadata-changing operation at a time
@@ -242,13 +239,15 @@ class LogWriter:
         self._assign: LedgerAssignment[tuple[bytes, AppendFuture]] | None = (
             LedgerAssignment(config.roll_limits, time.monotonic) if config.rolls else None)
         self._max_payload = bk.config.max_entry_size - FRAME_HEADER_SIZE
-        # The next ledger, created ahead and registered as pending (the roller's; changed
-        # under _meta_lock, and _lock for the roller's wait).
-        self._spare: LedgerHandle | None = None
-        self._roller: threading.Thread | None = None
-        if config.rolls:
-            self._roller = threading.Thread(target=self._roll_loop, daemon=True,
-                                            name=f"log-roller-{name}")
+        # The roller thread and the spare ledger (None: no limits, no roller).
+        self._roller: Roller | None = None
+        if self._assign is not None:
+            self._roller = Roller(
+                bk, name, config.password, self._assign, self._wakeup, self._meta_lock,
+                max_age_s=config.roll_max_age_s,
+                create_ledger=lambda: create_log_ledger(bk, name, config),
+                roll=lambda: self._roll_locked(None),
+                stopped=lambda: self._closed or self._error is not None)
             self._roller.start()
 
     # ----------------------------------------------------------------- state
@@ -327,8 +326,27 @@ class LogWriter:
         be earlier than this call by the time the queue took to ship. Stamps never
         decrease along the log either way. ``None`` is a null value (:meth:`append`).
         """
-        if self._assign is not None or payload.__class__ is not bytes:
+        assign = self._assign
+        if payload.__class__ is not bytes:
             return self._append_locked(payload)
+        if assign is not None:  # _append_locked's path for bytes, inline (the hot path)
+            size = len(payload)
+            if size > self._max_payload:
+                return self._append_locked(payload)  # raises TooLargeError
+            with self._lock:
+                if self._error is not None or self._closed:
+                    self._check_usable()  # raises
+                lh, segment = self._current
+                fut = AppendFuture(self._futures_condition, segment)
+                if assign.append(size, (payload, fut)) is not Placement.ROLL_BEFORE:
+                    try:
+                        lh.add_entry_token(payload, fut)
+                    except BKError as exc:  # the ledger failed: the writer stops
+                        raise copy_error(self._on_add_failed(exc, lh.id)) from None
+                if assign.wake:
+                    assign.disarm()
+                    self._wakeup.notify_all()
+            return fut
         # A writer without rolling limits: no lock of the writer, the ledger's only.
         lh, segment = self._current
         fut = AppendFuture(self._futures_condition, segment)
@@ -387,83 +405,12 @@ class LogWriter:
         return fut
 
     # ----------------------------------------------------------------- rolling
-    def _roll_loop(self) -> None:
-        """The roller: rolls when the current ledger is full, appends wait for the next one,
-        or its first entry reached the age limit, and prepares the next ledger once the
-        current one is half-way (:func:`~bk_spark.protocol.roll_policy.roller_step`;
-        :meth:`_prepare_spare`). Appends wake it when they reach its next threshold
-        (:meth:`LedgerAssignment.arm`); age is a timed wait."""
-        assign = self._assign
-        assert assign is not None
-        age = self.config.roll_max_age_s
-        try:
-            while True:
-                with self._lock:
-                    while not (self._closed or self._error):
-                        has_spare = self._spare is not None
-                        assign.arm(has_spare)  # before looking: no wake-up is lost
-                        now = time.monotonic()
-                        if assign.step(now, has_spare) is not RollerStep.WAIT:
-                            break
-                        wait = assign.next_age_check(now, has_spare)
-                        if wait is None and age is not None:  # no entry yet: look again
-                            wait = age * 0.5
-                        self._wakeup.wait(None if wait is None else max(0.005, wait))
-                    assign.disarm()
-                    if self._closed or self._error:
-                        return
-                try:
-                    with self._meta_lock:
-                        with self._lock:
-                            step = RollerStep.WAIT if self._closed else assign.step(
-                                time.monotonic(), self._spare is not None)
-                        if step is RollerStep.ROLL:
-                            self._roll_locked(None)
-                        elif step is RollerStep.PREPARE_SPARE:
-                            self._prepare_spare()
-                except (LogOwnershipLostError, LogNotFoundError):
-                    return
-                except Exception as exc:  # e.g. no bookies or ZooKeeper away for now
-                    log.warning("log %r: rolling failed, retrying in 1s: %s", self.name, exc)
-                    with self._lock:
-                        self._wakeup.wait(1.0)
-        finally:
-            with self._meta_lock:
-                self._discard_spare()
-
-    def _prepare_spare(self) -> None:
-        """Step 1 of the next roll, ahead of time: create the next ledger and register it as
-        pending for the log (so that, should this process die, the next writer of the log
-        finds and deletes it). Under _meta_lock."""
-        lh = create_log_ledger(self._bk, self.name, self.config)
-        try:
-            pending.register(self._bk, self.name, lh.id, pending.SPARE_ATTEMPT, None)
-        except BaseException:
-            delete_ledger_quietly(self._bk, lh.id, self.config.password)
-            raise
-        with self._lock:
-            self._spare = lh
-
     def _take_spare(self) -> LedgerHandle | None:
-        """The spare for this roll (None: none prepared); still pending, the roll's CAS
-        claims it (:meth:`_cas_add_ledger`)."""
-        with self._lock:
-            spare, self._spare = self._spare, None
-        return spare
+        return self._roller.take_spare() if self._roller is not None else None
 
     def _discard_spare(self, spare: LedgerHandle | None = None) -> None:
-        """Delete an unused spare (this writer's, or ``spare``) and its pending record
-        (closing or stopping, or a spare the roll could not use). Under _meta_lock."""
-        if spare is None:
-            with self._lock:
-                spare, self._spare = self._spare, None
-        if spare is None:
-            return
-        try:
-            pending.discard(self._bk, self.name, [spare.id], self.config.password)
-        except Exception as exc:  # still pending: the next writer of the log sweeps it
-            log.warning("log %r: could not delete spare ledger %d: %s", self.name, spare.id,
-                        exc)
+        if self._roller is not None:  # (only a roller prepares spares)
+            self._roller.discard_spare(spare)
 
     def roll(self, properties: PropertiesUpdate | None = None) -> int:
         """Roll to a new ledger; returns its id. Appends continue meanwhile.
@@ -704,7 +651,7 @@ class LogWriter:
                         self._record_description(lh.id, lh.last_add_confirmed, stamps.last)
             finally:
                 self._discard_spare()
-        if self._roller is not None and self._roller is not threading.current_thread():
+        if self._roller is not None:
             self._roller.join(5.0)
 
     def __enter__(self) -> LogWriter:
