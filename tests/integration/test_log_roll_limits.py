@@ -143,3 +143,18 @@ def test_property_no_ledger_exceeds_a_limit_and_the_log_reads_back_in_append_ord
     assert [r.payload for r in records] == values
     assert [r.position for r in records] == positions
     check_limits(records, max_entries, max_bytes)
+
+
+def test_close_puts_every_append_waiting_for_a_ledger_into_one_before_it_returns(
+        bk: BookKeeper) -> None:
+    """Closing right after 1,000 appends with ``roll_max_entries=100``: most of them still
+    wait for a ledger; close rolls until each has one, and every future completes."""
+    w = open_log_writer(bk, "close-waiting", password=PW, roll_max_entries=100)
+    futures = [w.append_async(None if i % 50 == 1 else f"{i}".encode()) for i in range(1_000)]
+    w.close()
+    positions = [f.result(0) for f in futures]  # all done by close
+    assert positions == sorted(positions)
+    sizes = ledger_sizes(bk, "close-waiting")
+    assert sizes[:10] == [100] * 10 and not any(sizes[10:]), sizes
+    assert [r.payload for r in read_all(bk, "close-waiting")] == [
+        None if i % 50 == 1 else f"{i}".encode() for i in range(1_000)]
