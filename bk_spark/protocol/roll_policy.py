@@ -182,12 +182,7 @@ class LedgerAssignment(Generic[T]):
                 and self.nbytes + size <= self._max_bytes):
             # :data:`PLACEMENT`'s rows (False, True, _), inline: every append of a ledger
             # that is not full takes this path (a test checks it agrees with the table)
-            if self.entries == 0:
-                self.first_at = self._clock()
-            self.entries += 1
-            self.nbytes += size
-            if self.entries >= self._wake_entries or self.nbytes >= self._wake_bytes:
-                self.wake = True
+            self._count(size)
             return Placement.CURRENT
         where = place(self.limits, self.entries, self.nbytes, size, bool(self.waiting))
         if where is Placement.ROLL_BEFORE:
