@@ -823,6 +823,14 @@ class BookieStorage:
                 ranges.append((start, prev))
         return ranges
 
+    def master_key(self, ledger_id: int) -> bytes:
+        """The master key stored with a ledger this bookie has (on its first add or fence):
+        what re-replication adds to a replacement bookie with when it knows no password.
+        The caller authorizes (the gRPC service answers bookie and admin roles only; the
+        in-process AutoRecovery reads its own bookie's)."""
+        check_id("ledger id", ledger_id)
+        return bytes(self._state(ledger_id).master_key)
+
     def ledger_state(self, ledger_id: int) -> tuple[int, int, bool]:
         """``(lac, last entry id or -1, fenced)`` of a ledger this bookie has."""
         check_id("ledger id", ledger_id)

@@ -30,6 +30,8 @@ from bk_spark.core.client import BookKeeper
 from bk_spark.errors import (
     BKError,
     InvalidConfigError,
+    NoSuchLedgerError,
+    NotEnoughBookiesError,
 )
 from bk_spark.io.registration import clear_decommissioning, mark_decommissioning
 from bk_spark.io.underreplication import UnderReplicationManager
@@ -134,21 +136,25 @@ def autorecovery_disable(metadata_service_uri: UriOpt = None) -> None:
 
 def ledger_underreplicated(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False
                            ) -> None:
-    """List under-replicated ledgers: missing bookies and the worker holding each."""
+    """List under-replicated ledgers: missing bookies, the worker holding each, and why the
+    last attempt to heal it failed (empty: none failed)."""
     with connect(metadata_service_uri) as bk:
         urm = UnderReplicationManager(bk.zk, bk.msu.root)
         rows = [{"ledger": r.ledger_id, "missing": sorted(r.missing),
-                 "lock_holder": urm.lock_holder(r.ledger_id), "marked_ms": r.marked_ms}
+                 "lock_holder": urm.lock_holder(r.ledger_id), "marked_ms": r.marked_ms,
+                 "reason": r.reason}
                 for r in urm.list()]
     if as_json:
         print_json(rows)
         return
-    t = Table("ledger", "missing bookies", "worker", "marked")
+    t = Table("ledger", "missing bookies", "worker", "marked", "reason")
     for r in rows:
         t.add_row(str(r["ledger"]), ", ".join(r["missing"]), r["lock_holder"] or "-",
-                  format_time(r["marked_ms"]))
+                  format_time(r["marked_ms"]), r["reason"] or "-")
     console.print(t)
-    console.print(f"{len(rows)} under-replicated ledgers")
+    failing = sum(1 for r in rows if r["reason"])
+    console.print(f"{len(rows)} under-replicated ledgers"
+                  + (f", {failing} of them failing (see reason)" if failing else ""))
 
 
 def _check_bookie_id(bookie: str) -> str:
@@ -171,6 +177,14 @@ def recover(
         replicator = LedgerReplicator(
             bk, passwords=(b"", *(p.encode() for p in recovery_password or ())),
             open_ledger_grace_s=open_ledger_grace)
+        # Placement first, for every ledger: with no possible replacement nothing is marked
+        # or copied, and the command fails at once naming the constraint (as BookKeeper's
+        # recoverBookieData does), instead of retrying what no retry can fix.
+        for lid in ledgers_naming(bk, bookie):
+            try:
+                replicator.check_replaceable(bk.ledger_metadata(lid), {bookie})
+            except NoSuchLedgerError:
+                continue
         todo = mark_ledgers_of(bk, urm, [bookie])
         copied = 0
         started = time.monotonic()
@@ -183,6 +197,8 @@ def recover(
                         continue
                     try:
                         result = replicator.replicate(lid, {bookie})
+                    except NotEnoughBookiesError:
+                        raise  # bookies left meanwhile: no retry brings them back
                     except BKError as exc:
                         err_console.print(f"ledger {lid}: {exc}; retrying")
                         left.append(lid)
