@@ -32,6 +32,7 @@ from bk_spark.errors import (
     InvalidConfigError,
     NoSuchLedgerError,
     NotEnoughBookiesError,
+    RecoveryKeyUnavailableError,
 )
 from bk_spark.io.registration import clear_decommissioning, mark_decommissioning
 from bk_spark.io.underreplication import UnderReplicationManager
@@ -53,7 +54,10 @@ GraceOpt = Annotated[float, typer.Option(
 
 PasswordsOpt = Annotated[list[str] | None, typer.Option(
     "--recovery-password", envvar="BK_RECOVERY_PASSWORD",
-    help="a ledger password re-replication may use (repeatable; the empty one always is)")]
+    help="a ledger password re-replication may use (repeatable; the empty one always is). "
+         "Rarely needed: a worker in a bookie takes a ledger's key from its own copy, one "
+         "with a --allow-bookie/--allow-admin certificate from a surviving bookie; a 'mac' "
+         "ledger needs its password")]
 
 
 @autorecovery_app.callback()
@@ -188,6 +192,7 @@ def recover(
         todo = mark_ledgers_of(bk, urm, [bookie])
         copied = 0
         started = time.monotonic()
+        left_to_workers: set[int] = set()
         with progress_bar(f"re-replicating {bookie}", len(todo)) as advance:
             for _attempt in range(600):
                 left = []
@@ -199,6 +204,15 @@ def recover(
                         result = replicator.replicate(lid, {bookie})
                     except NotEnoughBookiesError:
                         raise  # bookies left meanwhile: no retry brings them back
+                    except RecoveryKeyUnavailableError as exc:
+                        if not urm.workers():  # nobody else can copy it: say so now
+                            raise
+                        if lid not in left_to_workers:  # a worker in a bookie holding a
+                            left_to_workers.add(lid)    # copy can: wait for it
+                            err_console.print(f"ledger {lid}: left to the replication "
+                                              f"workers ({exc})")
+                        left.append(lid)
+                        continue
                     except BKError as exc:
                         err_console.print(f"ledger {lid}: {exc}; retrying")
                         left.append(lid)
