@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 BK     := $(VENV)/bin/bk
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo cluster-demo test test-unit test-integration bench lint proto faults \
+.PHONY: install demo cluster-demo test test-long test-unit test-integration bench lint proto faults \
 	faults-network clean java
 
 install: $(STAMP)
@@ -33,8 +33,13 @@ cluster-demo: install
 	  --config-settings editable_mode=compat
 	$(PY) -m bk_spark.testbed
 
+# make test keeps under 20 minutes on a 2-core machine: scenarios marked `long` (a short
+# mode of each stays in make test) run in make test-long, and their long forms in make faults.
 test: install
-	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 -m "not long" tests
+
+test-long: install
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 -m long tests
 
 test-unit: install
 	$(PY) -m pytest -q tests/unit
@@ -48,7 +53,7 @@ bench: install
 # Fault injection: 200 seeded long schedules against real processes (bookies killed, paused,
 # filled, corrupted; ZooKeeper restarted; writers and the Spark driver killed), checked by an
 # independent checker. Prints a summary; a failing schedule prints the command replaying it.
-faults: install
+faults: install test-long
 	$(PY) -m bk_spark.faults --schedules 200
 	$(MAKE) faults-network
 

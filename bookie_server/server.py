@@ -106,7 +106,8 @@ class BookieService:
 
     def held_entries(self, req: pb.HeldEntriesRequest, _key_required: bool = True
                      ) -> pb.HeldEntriesResponse:
-        ranges = self.storage.held_ranges(req.ledger_id, req.first_entry, req.last_entry)
+        ranges = self.storage.held_ranges(req.ledger_id, req.first_entry, req.last_entry,
+                                          verify=req.verify_entries)
         return pb.HeldEntriesResponse(status=pb.OK, range_first=[a for a, _ in ranges],
                                       range_last=[b for _, b in ranges])
 

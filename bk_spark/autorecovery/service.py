@@ -37,7 +37,10 @@ class AutoRecoveryConfig:
     ``open_ledger_grace_s``: how long an open ledger's last fragment must see no add before
     a worker recovers the ledger (``--open-ledger-grace``); ``passwords``: candidate ledger
     passwords (``--recovery-password``, the empty one always included; seldom needed: see
-    :func:`~bk_spark.autorecovery.replicator.ledger_secret`).
+    :func:`~bk_spark.autorecovery.replicator.ledger_secret`);
+    ``audit_verify_entries``: how many of the entries a bookie holds in one fragment the
+    periodic check has it read back and verify (framing, ids, crc32c checksum; the first,
+    the last and the rest at random, at most 8 MiB per fragment; 0: trust the index).
     """
 
     lost_bookie_recovery_delay_s: float = 60.0
@@ -46,11 +49,13 @@ class AutoRecoveryConfig:
     worker_poll_s: float = 1.0
     auditor_tick_s: float = 1.0
     passwords: tuple[bytes, ...] = field(default=(b"",))
+    audit_verify_entries: int = 8
     run_auditor: bool = True
     run_worker: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("lost_bookie_recovery_delay_s", "open_ledger_grace_s"):
+        for name in ("lost_bookie_recovery_delay_s", "open_ledger_grace_s",
+                     "audit_verify_entries"):
             if not getattr(self, name) >= 0:
                 raise InvalidConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in ("audit_interval_s", "worker_poll_s", "auditor_tick_s"):
@@ -99,7 +104,8 @@ class AutoRecoveryService:
         if cfg.run_auditor:
             auditor = Auditor(bk, urm, self.identity, self.metrics,
                               lost_bookie_recovery_delay_s=cfg.lost_bookie_recovery_delay_s,
-                              audit_interval_s=cfg.audit_interval_s, tick_s=cfg.auditor_tick_s)
+                              audit_interval_s=cfg.audit_interval_s, tick_s=cfg.auditor_tick_s,
+                              verify_entries=cfg.audit_verify_entries)
             self._spawn("auditor", auditor.run)
         log.info("autorecovery %s started (auditor %s, worker %s)", self.identity,
                  cfg.run_auditor, cfg.run_worker)

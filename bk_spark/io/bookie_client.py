@@ -593,12 +593,14 @@ class BookieClient:
         _raise_for(resp, self.bookie_id)
         return resp
 
-    def held_entries(self, ledger_id: int, first_entry: int, last_entry: int
-                     ) -> list[tuple[int, int]]:
+    def held_entries(self, ledger_id: int, first_entry: int, last_entry: int, *,
+                     verify: int = 0) -> list[tuple[int, int]]:
         """Which entries of ``first_entry..last_entry`` the bookie holds, as ascending
-        ``(first, last)`` ranges (one call per fragment: the Auditor's periodic check)."""
+        ``(first, last)`` ranges (one call per fragment: the Auditor's periodic check).
+        ``verify``: the bookie reads back up to that many of them and leaves out any whose
+        record is corrupt (``HeldEntriesRequest.verify_entries``)."""
         req = pb.HeldEntriesRequest(ledger_id=ledger_id, first_entry=first_entry,
-                                    last_entry=last_entry)
+                                    last_entry=last_entry, verify_entries=max(0, verify))
         try:
             resp = self._held(req, timeout=self.config.read_timeout_s)
         except grpc.RpcError as exc:

@@ -141,14 +141,16 @@ class ReadLacResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., message: _Optional[str] = ..., lac: _Optional[int] = ..., last_entry: _Optional[int] = ..., fenced: _Optional[bool] = ...) -> None: ...
 
 class HeldEntriesRequest(_message.Message):
-    __slots__ = ("ledger_id", "first_entry", "last_entry")
+    __slots__ = ("ledger_id", "first_entry", "last_entry", "verify_entries")
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     FIRST_ENTRY_FIELD_NUMBER: _ClassVar[int]
     LAST_ENTRY_FIELD_NUMBER: _ClassVar[int]
+    VERIFY_ENTRIES_FIELD_NUMBER: _ClassVar[int]
     ledger_id: int
     first_entry: int
     last_entry: int
-    def __init__(self, ledger_id: _Optional[int] = ..., first_entry: _Optional[int] = ..., last_entry: _Optional[int] = ...) -> None: ...
+    verify_entries: int
+    def __init__(self, ledger_id: _Optional[int] = ..., first_entry: _Optional[int] = ..., last_entry: _Optional[int] = ..., verify_entries: _Optional[int] = ...) -> None: ...
 
 class HeldEntriesResponse(_message.Message):
     __slots__ = ("status", "message", "range_first", "range_last")
