@@ -165,3 +165,44 @@ def test_bk_recover_with_no_spare_bookie_fails_at_once_naming_the_constraint_and
     after_md = bk.versioned_metadata(loss.stuck)
     assert (after_md.version, after_md.value) == (before_md.version, before_md.value)
     assert urm.get(loss.stuck) == before_rec
+
+
+def test_under_mutual_tls_a_standalone_recover_with_a_bookie_certificate_copies_the_key(
+        cluster_factory, tmp_path):
+    """No worker runs in the bookies and nobody gives the password: ``bk recover``, holding
+    a certificate the bookies list with ``--allow-bookie``, copies the ledger's master key
+    from a surviving bookie (``ReadMasterKey``) and heals it; the application's own
+    certificate may not read that key."""
+    from bk_spark.certs import issue_cert, make_ca
+    from bk_spark.errors import UnauthorizedError
+    from bk_spark.security import ClientSecurity
+
+    ca = make_ca(tmp_path / "ca")
+    server, app, worker = (issue_cert(ca, tmp_path / "certs", n)
+                           for n in ("bookie", "app", "recoverer"))
+    c = cluster_factory(0)
+    c.add_bookies(4, extra_args=[
+        "--tls-cert", str(server.cert), "--tls-key", str(server.key), "--tls-ca", str(ca.cert),
+        "--tls-client-auth", "require", "--allow-client", "app", "--allow-bookie", "recoverer",
+        "--no-autorecovery"])
+    as_app = ClientSecurity(str(ca.cert), str(app.cert), str(app.key))
+    with BookKeeper(c.uri, security=as_app) as bk:
+        lh = bk.create_ledger(3, 2, 2, password=PASSWORD)
+        payloads = [b"tls-%d" % i for i in range(30)]
+        for f in [lh.add_entry_async(p) for p in payloads]:
+            f.result(30)
+        lh.close()
+        victim = next(b for b in c.bookies if b.bookie_id == lh.metadata.ensembles[0][1][0])
+        with pytest.raises(UnauthorizedError):
+            bk.bookies.get(lh.metadata.ensembles[0][1][1]).read_master_key(lh.id)
+        victim.kill()
+        env = {"BK_TLS_CA": str(ca.cert), "BK_TLS_CERT": str(worker.cert),
+               "BK_TLS_KEY": str(worker.key)}
+        got = subprocess.run(
+            [sys.executable, "-m", "bk_spark.cli", "recover", victim.bookie_id],
+            env={**os.environ, **env, "BK_METADATA_SERVICE_URI": c.uri},
+            capture_output=True, text=True, timeout=60)
+        assert got.returncode == 0, got.stdout + got.stderr
+        assert victim.bookie_id not in bookies_of(bk.ledger_metadata(lh.id))
+        rh = bk.open_ledger(lh.id, PASSWORD)
+        assert [e.payload for e in rh.read_entries(0, 29)] == payloads
