@@ -22,6 +22,7 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Callable
 
 from bk_spark.autorecovery.metrics import AutoRecoveryMetrics
 from bk_spark.autorecovery.replicator import LedgerReplicator
@@ -43,8 +44,10 @@ class ReplicationWorker:
 
     def __init__(self, urm: UnderReplicationManager, replicator: LedgerReplicator,
                  worker_id: str, metrics: AutoRecoveryMetrics, *, poll_s: float = 1.0,
-                 retry_s: float = RETRY_BASE_S, max_retry_s: float = RETRY_CAP_S) -> None:
+                 retry_s: float = RETRY_BASE_S, max_retry_s: float = RETRY_CAP_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.urm = urm
+        self._clock = clock
         self.replicator = replicator
         self.worker_id = worker_id
         self.metrics = metrics
@@ -77,7 +80,7 @@ class ReplicationWorker:
             self._failures.pop(lid, None)
             self._retry_at.pop(lid, None)
         random.shuffle(records)  # several workers start on different ledgers
-        now = time.monotonic()
+        now = self._clock()
         worked = False
         for rec in records:
             if stop is not None and stop.is_set():
@@ -96,7 +99,7 @@ class ReplicationWorker:
         rec = self.urm.get(ledger_id)  # re-read under the lock
         if rec is None or not rec.missing:
             return False
-        started = time.monotonic()
+        started = self._clock()
         try:
             result = self.replicator.replicate(ledger_id, set(rec.missing))
         except (BKError, ZooKeeperError) as exc:
@@ -107,13 +110,13 @@ class ReplicationWorker:
             self.urm.mark_replicated(ledger_id, result.replaced)
         if progressed or not result.deferred:
             self._failures.pop(ledger_id, None)
-            if rec.reason:
+            if rec.reason and set(rec.missing) - result.replaced:  # (healed: record gone)
                 self.urm.set_reason(ledger_id, "")
         if result.deferred or set(rec.missing) - result.replaced:
-            self._retry_at[ledger_id] = time.monotonic() + min(self.retry_s, 1.0)
+            self._retry_at[ledger_id] = self._clock() + min(self.retry_s, 1.0)
         else:
             self._retry_at.pop(ledger_id, None)
-            self.metrics.ledger_seconds.observe(time.monotonic() - started)
+            self.metrics.ledger_seconds.observe(self._clock() - started)
         return progressed
 
     def _failed(self, ledger_id: int, recorded: str, reason: str) -> None:
@@ -123,7 +126,7 @@ class ReplicationWorker:
         count += 1
         self._failures[ledger_id] = (count, reason)
         delay = retry_delay(count, self.retry_s, self.max_retry_s)
-        self._retry_at[ledger_id] = time.monotonic() + delay
+        self._retry_at[ledger_id] = self._clock() + delay
         self.metrics.failures.inc()
         level = (logging.WARNING
                  if warn_of_failure(count, reason != last, self.retry_s, self.max_retry_s)

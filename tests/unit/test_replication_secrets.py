@@ -125,3 +125,88 @@ def test_the_reason_travels_with_the_record_and_survives_merges_and_clears():
     assert back.without([A]).reason == r.reason
     assert UnderReplicated.from_bytes(7, replace(r, reason="").to_bytes()).reason == ""
     assert b"reason" not in replace(r, reason="").to_bytes()  # old readers see old records
+
+
+class _Urm:
+    """The under-replication records in memory (the recipe's interface the worker uses)."""
+
+    def __init__(self, rec: UnderReplicated) -> None:
+        self.rec: UnderReplicated | None = rec
+        self.reason_writes = 0
+
+    def list(self):
+        return [self.rec] if self.rec else []
+
+    def get(self, lid: int):
+        return self.rec
+
+    def is_enabled(self) -> bool:
+        return True
+
+    def try_lock(self, lid: int, owner: str) -> bool:
+        return True
+
+    def unlock(self, lid: int) -> None:
+        pass
+
+    def set_reason(self, lid: int, reason: str) -> None:
+        if self.rec is not None and self.rec.reason != reason:
+            self.reason_writes += 1
+            self.rec = self.rec.with_reason(reason)
+
+    def mark_replicated(self, lid: int, done) -> None:
+        assert self.rec is not None
+        self.rec = self.rec.without(done)
+        if not self.rec.missing:
+            self.rec = None
+
+
+class _FailingReplicator:
+    def __init__(self) -> None:
+        self.attempts: list[float] = []
+        self.heal = False
+
+    def replicate(self, lid: int, missing: set[str]):
+        from bk_spark.autorecovery.replicator import ReplicationResult
+
+        self.attempts.append(clock[0])
+        if self.heal:
+            return ReplicationResult(lid, replaced=set(missing), entries=3)
+        raise RecoveryKeyUnavailableError(f"ledger {lid}: no key")
+
+
+clock = [0.0]
+
+
+def test_a_failing_ledger_is_retried_ever_less_often_warned_of_rarely_its_reason_kept(caplog):
+    import logging
+
+    from bk_spark.autorecovery.metrics import AutoRecoveryMetrics
+    from bk_spark.autorecovery.worker import ReplicationWorker
+
+    clock[0] = 0.0
+    urm = _Urm(UnderReplicated(7, frozenset({A}), 1))
+    rep = _FailingReplicator()
+    metrics = AutoRecoveryMetrics()
+    w = ReplicationWorker(urm, rep, "w", metrics, retry_s=5, max_retry_s=300,  # type: ignore
+                          clock=lambda: clock[0])
+    with caplog.at_level(logging.DEBUG, logger="bk_spark.autorecovery.worker"):
+        while clock[0] < 3600:  # an hour of passes, one a second
+            w.run_once()
+            clock[0] += 1.0
+    gaps = [b - a for a, b in zip(rep.attempts, rep.attempts[1:], strict=False)]
+    assert gaps[:7] == [5, 10, 20, 40, 80, 160, 300]
+    assert set(gaps[7:]) == {300}
+    assert len(rep.attempts) < 20  # not 720 (every 5 s)
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, [r.getMessage() for r in warnings]  # first, and at the cap
+    assert "RecoveryKeyUnavailableError: ledger 7: no key" in urm.rec.reason
+    assert urm.reason_writes == 1
+    assert metrics.unhealable.collect()[0].samples[0].value == 1
+    # the cause goes away: the next attempt heals it and the count starts again
+    rep.heal = True
+    clock[0] += 300
+    w.run_once()
+    assert urm.rec is None
+    w.run_once()
+    assert metrics.unhealable.collect()[0].samples[0].value == 0
