@@ -244,11 +244,10 @@ class LedgerReplicator:
                                         set(missing) | {af.bookie})
             except NotEnoughBookiesError as exc:
                 raise NotEnoughBookiesError(
-                    f"ledger {md.ledger_id}, fragment from entry {af.span.first}: no bookie "
-                    f"can replace {af.bookie}. Placement's constraint: a replacement is a "
-                    f"registered writable bookie (not readonly, not decommissioning) outside "
-                    f"the fragment's ensemble {list(af.span.ensemble)}, and none is ({exc}). "
-                    f"Nothing was changed") from None
+                    f"ledger {md.ledger_id}, fragment from entry {af.span.first}: {exc} "
+                    f"(placement's constraint: a replacement is a registered writable "
+                    f"bookie, not readonly nor decommissioning, outside the fragment's "
+                    f"ensemble). Nothing was changed") from None
 
     # ------------------------------------------------------------------ one ledger
     def replicate(self, ledger_id: int, missing: set[str]) -> ReplicationResult:

@@ -159,7 +159,7 @@ def test_bk_recover_with_no_spare_bookie_fails_at_once_naming_the_constraint_and
     took = time.monotonic() - started
     assert got.returncode == 1, got.stdout + got.stderr
     said = " ".join((got.stderr + got.stdout).split())
-    assert f"no bookie can replace {loss.victim}" in said, said
+    assert f"no writable bookie left to replace {loss.victim}" in said, said
     assert "outside the fragment's ensemble" in said and "Nothing was changed" in said
     assert took < 20, f"bk recover took {took:.1f}s"
     after_md = bk.versioned_metadata(loss.stuck)
