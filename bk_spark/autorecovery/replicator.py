@@ -232,6 +232,17 @@ class LedgerReplicator:
         return self.bk.topology().replace_bookie(ensemble, index, write_quorum_size,
                                                  exclude=exclude)
 
+    def holds_copy(self, ledger_id: int) -> bool:
+        """Whether the worker's own bookie holds a copy of the ledger (so its key: step 2 of
+        :func:`ledger_secret`); False for a worker outside a bookie."""
+        if self.local_key is None:
+            return False
+        try:
+            self.local_key(ledger_id)
+            return True
+        except BKError:
+            return False
+
     # ------------------------------------------------------------------ placement first
     def check_replaceable(self, md: LedgerMetadata, missing: set[str]) -> None:
         """Raise :class:`NotEnoughBookiesError` naming the placement constraint when some

@@ -80,6 +80,9 @@ class ReplicationWorker:
             self._failures.pop(lid, None)
             self._retry_at.pop(lid, None)
         random.shuffle(records)  # several workers start on different ledgers
+        # ledgers this worker's bookie holds first: it has their key (the others it can copy
+        # only with a password or, under mutual TLS, a key read from a surviving bookie)
+        records.sort(key=lambda r: not self.replicator.holds_copy(r.ledger_id))
         now = self._clock()
         worked = False
         for rec in records:

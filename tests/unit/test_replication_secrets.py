@@ -166,6 +166,9 @@ class _FailingReplicator:
         self.attempts: list[float] = []
         self.heal = False
 
+    def holds_copy(self, lid: int) -> bool:
+        return False
+
     def replicate(self, lid: int, missing: set[str]):
         from bk_spark.autorecovery.replicator import ReplicationResult
 
