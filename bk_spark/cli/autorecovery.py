@@ -104,8 +104,10 @@ def autorecovery_status(metadata_service_uri: UriOpt = None, as_json: JsonOpt = 
     with connect(metadata_service_uri) as bk:
         urm = UnderReplicationManager(bk.zk, bk.msu.root)
         status = urm.status()
+        records = list(urm.list())
         out = {"enabled": urm.is_enabled(), "auditor": urm.auditor(), "workers": urm.workers(),
-               "under_replicated": urm.count(),
+               "under_replicated": len(records),
+               "failing": sum(1 for r in records if r.reason),
                "last_check_ms": status.get("last_check_ms"),
                "last_bookie_check_ms": status.get("last_bookie_check_ms"),
                "lost_bookies": status.get("lost_bookies", [])}
@@ -117,6 +119,8 @@ def autorecovery_status(metadata_service_uri: UriOpt = None, as_json: JsonOpt = 
     t.add_row("auditor", out["auditor"] or "none elected")
     t.add_row("workers", ", ".join(out["workers"]) or "none")
     t.add_row("under-replicated ledgers", str(out["under_replicated"]))
+    t.add_row("of them failing", f"{out['failing']} (reasons: bk ledger underreplicated)"
+              if out["failing"] else "0")
     t.add_row("lost bookies", ", ".join(out["lost_bookies"]) or "none")
     t.add_row("last full check", format_time(out["last_check_ms"]))
     console.print(t)

@@ -146,6 +146,8 @@ def test_a_ledger_that_cannot_heal_says_why_in_the_listing_and_in_a_metric(
     table = _bk_cli(loss.uri, "ledger", "underreplicated")
     assert "reason" in table.stdout and "failing" in table.stdout
     assert max(_metric(bk, "autorecovery_unhealable_ledgers")) >= 1
+    status = _bk_cli(loss.uri, "autorecovery", "status", "--json")
+    assert json.loads(status.stdout)["failing"] >= 1, status.stdout + status.stderr
 
 
 def test_bk_recover_with_no_spare_bookie_fails_at_once_naming_the_constraint_and_changes_nothing(
