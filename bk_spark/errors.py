@@ -53,6 +53,12 @@ class UnauthorizedError(BKError):
     code = 4
 
 
+class RecoveryKeyUnavailableError(UnauthorizedError):
+    """Re-replication cannot learn what it needs to copy a ledger: its master key (from a
+    matching ``--recovery-password``, the worker's own bookie, or a surviving bookie under
+    mutual TLS), or for a ``mac`` ledger its password. The message names what to set."""
+
+
 class TooLargeError(BKError):
     """An entry is larger than the bookie's maximum entry size."""
 

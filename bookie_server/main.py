@@ -154,7 +154,8 @@ def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None) -> type
         recovery_password: Annotated[list[str] | None, typer.Option(
             "--recovery-password", envvar="BK_RECOVERY_PASSWORD",
             help="a ledger password this bookie's re-replication may use (repeatable; the empty "
-                 "one always is)")] = None,
+                 "one always is). Needed only for 'mac' ledgers: the worker takes other "
+                 "ledgers' keys from the copies this bookie holds")] = None,
         debug_expose_session: Annotated[bool, typer.Option(
             "--debug-expose-session", hidden=True,
             help="fault injection: write the ZooKeeper session to <data-dir>/zk-session")

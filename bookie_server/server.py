@@ -26,7 +26,7 @@ from bk_spark.errors import BKError, InvalidRequestError, UnauthorizedError
 from bk_spark.io.registration import BookieRegistration
 from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.protocol.records import LENGTHS_DTYPE
-from bookie_server.access import AccessPolicy, peer_identities
+from bookie_server.access import CLIENT, AccessPolicy, peer_identities
 from bookie_server.config import BookieConfig, MiB
 from bookie_server.metrics import BookieMetrics
 from bookie_server.storage import BookieStorage
@@ -120,6 +120,13 @@ class BookieService:
         self.storage.delete_ledger(req.ledger_id, req.master_key if key_required else None)
         return pb.DeleteLedgerResponse(status=pb.OK)
 
+    def read_master_key(self, req: pb.MasterKeyRequest, _key_required: bool = True
+                        ) -> pb.MasterKeyResponse:
+        """The key stored with the ledger (re-replication with no password): the wrapper
+        has already refused every peer without the bookie or admin role."""
+        return pb.MasterKeyResponse(status=pb.OK,
+                                    master_key=self.storage.master_key(req.ledger_id))
+
     def info(self, req: pb.InfoRequest, _key_required: bool = True) -> pb.InfoResponse:
         used, free = self.storage.disk_usage()
         return pb.InfoResponse(
@@ -138,6 +145,7 @@ class BookieService:
             t0 = time.perf_counter()
             try:
                 key_required = True
+                role = CLIENT
                 if policy.restricted:  # the peer's verified certificate decides its role
                     names = peer_identities(context.auth_context())
                     role = policy.role(names)
@@ -147,6 +155,11 @@ class BookieService:
                             f"{', '.join(sorted(names)) or '(none)'} is in no allow-list of "
                             f"this bookie: ask its operator to add it")
                     key_required = policy.key_required(role, name)
+                if not policy.may_call(role, name):
+                    raise UnauthorizedError(
+                        f"bookie {self.config.bookie_id}: {name} is answered to bookie and "
+                        f"admin certificates only (mutual TLS with --allow-bookie / "
+                        f"--allow-admin); this peer is a {role}")
                 try:
                     req = req_type.FromString(raw)
                 except (DecodeError, RuntimeError, ValueError) as exc:
@@ -174,6 +187,8 @@ class BookieService:
                              self.delete_ledger),
             "Info": (pb.InfoRequest, pb.InfoResponse, self.info),
             "HeldEntries": (pb.HeldEntriesRequest, pb.HeldEntriesResponse, self.held_entries),
+            "ReadMasterKey": (pb.MasterKeyRequest, pb.MasterKeyResponse,
+                              self.read_master_key),
         }
         handlers = {
             name: grpc.unary_unary_rpc_method_handler(

@@ -870,6 +870,14 @@ class BookieStorage:
             ranges.append((start, prev))
         return ranges
 
+    def master_key(self, ledger_id: int) -> bytes:
+        """The master key stored with a ledger this bookie has (on its first add or fence):
+        what re-replication adds to a replacement bookie with when it knows no password.
+        The caller authorizes (the gRPC service answers bookie and admin roles only; the
+        in-process AutoRecovery reads its own bookie's)."""
+        check_id("ledger id", ledger_id)
+        return bytes(self._state(ledger_id).master_key)
+
     def _corrupt_entries(self, ledger_id: int, picks: Sequence[tuple[int, int]],
                          pinned: dict) -> set[int]:
         """The entries of ``picks`` (entry id, location) whose stored record does not check

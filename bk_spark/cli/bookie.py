@@ -30,7 +30,10 @@ def _start_autorecovery(server: BookieServer, options: AutoRecoveryOptions) -> C
         identity=cfg.bookie_id,
         registry=server.metrics.registry,
         # under mutual TLS the bookie's worker presents the bookie's own certificate
-        security=_bookie_client_security(cfg))
+        security=_bookie_client_security(cfg),
+        # the keys this bookie stored: its worker heals the password-protected ledgers it
+        # holds a copy of with no password configured (nothing crosses the network)
+        local_key=server.storage.master_key)
     recovery.start_in_background()
     return recovery.stop
 

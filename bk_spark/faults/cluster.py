@@ -25,7 +25,6 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
-from bk_spark.faults.writers import PASSWORD
 from bk_spark.io.registration import list_bookies
 from bk_spark.sandbox import (
     BookieProcess,
@@ -46,8 +45,9 @@ BOOKIE_ARGS = ("--journal-file-size-mb", "1", "--entry-log-size-mb", "1",
                "--gc-interval", "3", "--disk-check-interval", "0.25",
                "--debug-expose-session",
                "--lost-bookie-recovery-delay", str(LOST_BOOKIE_DELAY_S),
-               "--audit-interval", str(AUDIT_INTERVAL_S), "--open-ledger-grace", "10",
-               "--recovery-password", PASSWORD.decode())
+               "--audit-interval", str(AUDIT_INTERVAL_S), "--open-ledger-grace", "10")
+# No --recovery-password: every ledger the schedules write has a password (PASSWORD), and
+# AutoRecovery must heal them, closed or left open, as it heals users' (issue 25).
 ENTRY_LOG_HEADER = 16
 
 

@@ -225,3 +225,19 @@ class InfoResponse(_message.Message):
     max_entry_size: int
     version: str
     def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., message: _Optional[str] = ..., bookie_id: _Optional[str] = ..., read_only: _Optional[bool] = ..., ledgers: _Optional[int] = ..., disk_used_bytes: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., max_entry_size: _Optional[int] = ..., version: _Optional[str] = ...) -> None: ...
+
+class MasterKeyRequest(_message.Message):
+    __slots__ = ("ledger_id",)
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    def __init__(self, ledger_id: _Optional[int] = ...) -> None: ...
+
+class MasterKeyResponse(_message.Message):
+    __slots__ = ("status", "message", "master_key")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    MASTER_KEY_FIELD_NUMBER: _ClassVar[int]
+    status: StatusCode
+    message: str
+    master_key: bytes
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., message: _Optional[str] = ..., master_key: _Optional[bytes] = ...) -> None: ...
