@@ -69,6 +69,7 @@ def run_bookie(config: BookieConfig, *, autorecovery: AutoRecoveryOptions | None
     from bookie_server.server import BookieServer
 
     server = BookieServer(config)
+    server.check_cookies()  # a bookie that refuses to start starts nothing beside it
     stop_recovery = None
     if autorecovery is not None and start_autorecovery is not None:
         stop_recovery = start_autorecovery(server, autorecovery)

@@ -29,7 +29,8 @@ from bk_spark.protocol.cookie_rules import Action, Decision
 from bk_spark.protocol.records import LENGTHS_DTYPE
 from bookie_server.access import AccessPolicy, peer_identities
 from bookie_server.config import BookieConfig, MiB
-from bookie_server.cookie import check_cookies, lost_data_error
+from bookie_server.cookie import check_cookies as run_cookie_check
+from bookie_server.cookie import lost_data_error
 from bookie_server.metrics import BookieMetrics
 from bookie_server.storage import BookieStorage
 from bookie_server.validation import check_read_range, check_same_ledger
@@ -199,13 +200,20 @@ class BookieServer:
         self.grpc_server: grpc.Server | None = None
         self.metrics_port: int | None = None
         self._stopped = threading.Event()
+        self._cookie_checked = False
+        self._decision: Decision | None = None  # of the cookie check
 
-    def _check_cookies(self) -> Decision | None:
+    def check_cookies(self) -> Decision | None:
         """Start-up step 1: the cookie check (:mod:`bookie_server.cookie`), before the
-        storage opens; None for a bookie without a metadata service (nothing to check)."""
+        storage opens; None for a bookie without a metadata service (nothing to check).
+        Runs once: :meth:`start` calls it unless the caller did (``bk bookie`` does, before
+        it starts AutoRecovery beside a bookie that may refuse)."""
+        if self._cookie_checked:
+            return self._decision
+        self._cookie_checked = True
         if not self.config.metadata_service_uri:
             return None
-        decision = check_cookies(self.config)
+        self._decision = decision = run_cookie_check(self.config)
         if decision.action is Action.REPAIR:
             try:
                 from bookie_server.self_repair import enter_repair  # noqa: F401
@@ -221,7 +229,7 @@ class BookieServer:
         request is served; 4. gRPC; 5. metrics; 6. registration in ZooKeeper."""
         cfg = self.config
         tune_allocator()  # megabyte batches in and out: see bk_spark.allocator
-        decision = self._check_cookies()
+        decision = self.check_cookies()
         self.storage.start()
         if decision is not None and decision.action is Action.REPAIR:
             from bookie_server.self_repair import enter_repair

@@ -65,10 +65,11 @@ def cookie_list(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False) -
         print_json({"instance_id": instance, "cookies": rows})
         return
     console.print(f"cluster instance id: {instance or '(none: no bookie started yet)'}")
-    t = Table("bookie", "registered", "directories", "instance id")
+    t = Table("bookie", "registered", "directories", "cluster")
     for r in rows:
         t.add_row(r["bookie"], "yes" if r["registered"] else "no",
-                  "\n".join(r["journal_dirs"] + r["ledger_dirs"]), r["instance_id"])
+                  "\n".join(r["journal_dirs"] + r["ledger_dirs"]),
+                  "this" if r["instance_id"] == instance else f"OTHER: {r['instance_id']}")
     console.print(t)
     console.print(f"{len(rows)} cookies")
 

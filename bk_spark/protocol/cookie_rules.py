@@ -345,8 +345,8 @@ REFUSALS: dict[Situation, Refusal] = {
         "empty {dirs}, or give the directories the bookie had before"),
     Situation.DATA_LOST: Refusal(
         "{dirs} lost their stamp while ZooKeeper holds the cookie of {bookie_id}: the disk "
-        "was wiped or replaced, and the bookie forgot entries it acknowledged and ledgers it "
-        "fenced, and it must not serve them as if nothing happened",
+        "was wiped or replaced: the bookie forgot entries it acknowledged and ledgers it "
+        "fenced, and must not serve them as if nothing happened",
         "repair it in place: start it with `--on-lost-data repair` (the default); or "
         "re-replicate its ledgers and start it empty: `bk recover {bookie_id} -m {uri}`, "
         "then `bk bookie format --data-dir {data_dir} --bookie-id {bookie_id} -m {uri} "

@@ -11,11 +11,20 @@ import subprocess
 import sys
 import uuid
 
+import pytest
+
 from bk_spark.core import BookKeeper
 from bk_spark.io.cookies import ensure_instance_id
 from bk_spark.io.zk import connect_zk
 from bk_spark.metadata_uri import parse_metadata_service_uri
-from bk_spark.sandbox import BOOKIE_COMMAND, BookieProcess, free_port
+from bk_spark.sandbox import (
+    BOOKIE_COMMAND,
+    BookieProcess,
+    Sandbox,
+    SandboxError,
+    free_port,
+    write_state,
+)
 
 CLI = [sys.executable, "-m", "bk_spark.cli"]
 
@@ -170,3 +179,29 @@ def test_a_restarted_bookie_serves_its_data_on_its_stamped_directories(
         rh = client.open_ledger(lid, password=b"p", recovery=False)
         assert [e.payload for e in rh.read_entries(0, 9)] == [f"e{i}".encode()
                                                               for i in range(10)]
+
+
+def test_a_sandbox_restarts_on_its_directories_and_shows_why_a_wiped_bookie_refuses(
+        tmp_path) -> None:
+    """`bk sandbox start/stop` and start again (with `--bookie-port 0`: the bookie keeps its
+    port) serve; a bookie whose directory was deleted refuses, and the sandbox says why."""
+    sb = Sandbox(tmp_path / "sb", n_bookies=1, zk_port=free_port(), first_bookie_port=0,
+                 bookie_args=["--on-lost-data", "refuse"])
+    sb.start()
+    port = sb.bookies[0].port
+    sb.stop()
+    again = Sandbox(tmp_path / "sb", n_bookies=1, zk_port=sb.zk_port, first_bookie_port=0,
+                    bookie_args=["--on-lost-data", "refuse"])
+    try:
+        write_state(tmp_path / "sb", again.start())
+        assert again.bookies[0].port == port
+    finally:
+        again.stop()
+    again.bookies[0].drop_data()
+    third = Sandbox(tmp_path / "sb", n_bookies=1, zk_port=sb.zk_port, first_bookie_port=0,
+                    bookie_args=["--on-lost-data", "refuse"])
+    with pytest.raises(SandboxError) as err:
+        third.start()  # stops what it started when a bookie does not come up
+    assert third.bookies[0].port == port  # the state file kept its address
+    assert f"bookie 127.0.0.1:{port} did not start: bookie 127.0.0.1:{port} refuses to " \
+           f"start (data_lost)" in str(err.value)
