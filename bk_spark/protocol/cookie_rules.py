@@ -283,7 +283,8 @@ def decide_startup(facts: StartupFacts) -> Decision:
 
 @dataclass(frozen=True)
 class RefusalContext:
-    """What a refusal message names: the bookie, its data directory, the cluster."""
+    """What a refusal message names: the bookie, its data directory, the cluster (its
+    metadata service URI and instance id, None for a root no bookie started on)."""
 
     bookie_id: str
     data_dir: str
@@ -310,8 +311,8 @@ REFUSALS: dict[Situation, Refusal] = {
         "{data_dir} --bookie-id {bookie_id} -m {uri} --force`"),
     Situation.OTHER_CLUSTER: Refusal(
         "{dirs} belong to the cluster with instance id {other}, but the metadata service "
-        "{uri} is the cluster {instance_id}: this bookie is pointed at the wrong ZooKeeper "
-        "(or the root was reset)",
+        "{uri} is {cluster}: this bookie is pointed at the wrong ZooKeeper (or the root "
+        "was reset)",
         "start it with the metadata service URI of its own cluster (`-m zk://.../root`); to "
         "make it a new, empty bookie of this cluster instead: `bk bookie format --data-dir "
         "{data_dir} -m {uri} --force`"),
@@ -360,7 +361,8 @@ def refusal_message(decision: Decision, ctx: RefusalContext, because: str = "") 
     assert decision.situation is not None
     r = REFUSALS[decision.situation]
     fields = {"bookie_id": ctx.bookie_id, "data_dir": ctx.data_dir, "uri": ctx.uri,
-              "instance_id": ctx.instance_id or "(none yet)",
+              "cluster": (f"the cluster {ctx.instance_id}" if ctx.instance_id else
+                          "a root no bookie has started on yet (no cluster instance id)"),
               "dirs": ", ".join(decision.dirs) or ctx.data_dir,
               "other": decision.other or "?"}
     return (f"bookie {ctx.bookie_id} refuses to start ({decision.situation.value}): "
