@@ -10,11 +10,12 @@ import shutil
 import subprocess
 import sys
 import uuid
+from dataclasses import replace
 
 import pytest
 
 from bk_spark.core import BookKeeper
-from bk_spark.io.cookies import ensure_instance_id
+from bk_spark.io.cookies import CookieStore, ensure_instance_id
 from bk_spark.io.zk import connect_zk
 from bk_spark.metadata_uri import parse_metadata_service_uri
 from bk_spark.sandbox import (
@@ -205,3 +206,32 @@ def test_a_sandbox_restarts_on_its_directories_and_shows_why_a_wiped_bookie_refu
     assert third.bookies[0].port == port  # the state file kept its address
     assert f"bookie 127.0.0.1:{port} did not start: bookie 127.0.0.1:{port} refuses to " \
            f"start (data_lost)" in str(err.value)
+
+
+def test_an_added_empty_directory_is_accepted_and_the_cookie_restamped(
+        cluster_factory, metadata_uri: str) -> None:
+    """Storage expansion. A bookie's directories are fixed by its --data-dir, so the added
+    directory is made the other way round: the cookie is rewritten as one from before the
+    bookie used its (empty) ledgers directory. The bookie accepts the new directory, stamps
+    it, and its cookie lists it again (a CAS: the znode's version moves on)."""
+    c = cluster_factory(1)
+    b = c.bookies[0]
+    b.stop()
+    msu = parse_metadata_service_uri(metadata_uri)
+    zk = connect_zk(msu)
+    try:
+        store = CookieStore(zk, msu)
+        before = store.update(b.bookie_id, needs_change=lambda _c: True,
+                              make_change=lambda c: replace(c, ledger_dirs=()))
+        ledgers = b.data_dir / "ledgers"
+        shutil.rmtree(ledgers)  # it held nothing: no ledger was written
+        (b.data_dir / "journal" / "VERSION").write_bytes(before.value.to_bytes())
+        b.start()
+        after = store.read(b.bookie_id)
+    finally:
+        zk.stop()
+        zk.close()
+    assert after.value.ledger_dirs == (str(ledgers.absolute()),)
+    assert after.version == before.version + 1
+    assert json.loads((ledgers / "VERSION").read_text()) == after.value.to_dict()
+    write_a_ledger(metadata_uri, 1)  # and it serves
