@@ -217,7 +217,9 @@ class BookieServer:
         if decision.action is Action.REPAIR:
             try:
                 from bookie_server.self_repair import enter_repair  # noqa: F401
-            except ImportError:
+            except ModuleNotFoundError as exc:  # only its absence: its own errors surface
+                if exc.name != "bookie_server.self_repair":
+                    raise
                 raise lost_data_error(self.config, decision, "this build has no self-repair "
                                       "(bookie_server.self_repair is missing)") from None
         return decision
