@@ -106,6 +106,12 @@ class DigestMismatchError(BKError):
     """An entry's digest does not match its content (corrupt copy)."""
 
 
+class InvalidCookieError(BKError):
+    """A bookie's cookie does not match its directories or its cluster (BookKeeper's
+    InvalidCookieException): it refuses to start; the message names the situation and the
+    command that fixes it (:mod:`bk_spark.protocol.cookie_rules`)."""
+
+
 class InvalidConfigError(BKError, ValueError):
     """A bad option or argument; the message names it."""
 
@@ -152,3 +158,4 @@ _BY_CODE: dict[int, type[BKError]] = {
 def error_for_code(code: int, message: str) -> BKError:
     """The exception a wire status code stands for (``code`` must not be OK)."""
     return _BY_CODE.get(code, BKError)(message)
+

@@ -25,9 +25,12 @@ from bk_spark.allocator import tune_allocator
 from bk_spark.errors import BKError, InvalidRequestError, UnauthorizedError
 from bk_spark.io.registration import BookieRegistration
 from bk_spark.proto import bookie_pb2 as pb
+from bk_spark.protocol.cookie_rules import Action, Decision
 from bk_spark.protocol.records import LENGTHS_DTYPE
 from bookie_server.access import CLIENT, AccessPolicy, peer_identities
 from bookie_server.config import BookieConfig, MiB
+from bookie_server.cookie import check_cookies as run_cookie_check
+from bookie_server.cookie import lost_data_error
 from bookie_server.metrics import BookieMetrics
 from bookie_server.storage import BookieStorage
 from bookie_server.validation import check_read_range, check_same_ledger
@@ -213,11 +216,47 @@ class BookieServer:
         self.grpc_server: grpc.Server | None = None
         self.metrics_port: int | None = None
         self._stopped = threading.Event()
+        self._cookie_checked = False
+        self._decision: Decision | None = None  # of the cookie check
+
+    def check_cookies(self) -> Decision | None:
+        """Start-up step 1: the cookie check (:mod:`bookie_server.cookie`), before the
+        storage opens; None for a bookie without a metadata service (nothing to check).
+        Runs once: :meth:`start` calls it unless the caller did (``bk bookie`` does, before
+        it starts AutoRecovery beside a bookie that may refuse)."""
+        if self._cookie_checked:
+            return self._decision
+        self._cookie_checked = True
+        if not self.config.metadata_service_uri:
+            return None
+        self._decision = decision = run_cookie_check(self.config)
+        if decision.action is Action.REPAIR:
+            try:
+                from bookie_server.self_repair import enter_repair  # noqa: F401
+            except ModuleNotFoundError as exc:  # only its absence: its own errors surface
+                if exc.name != "bookie_server.self_repair":
+                    raise
+                raise lost_data_error(self.config, decision, "this build has no self-repair "
+                                      "(bookie_server.self_repair is missing)") from None
+        return decision
 
     def start(self) -> None:
+        """Start the bookie, in this order: 1. the cookie check (a bookie whose directories
+        do not match its cookie refuses here); 2. the storage (journal replay); 3. for a
+        bookie that lost data, the self-repair's first step (limbo marking) before any
+        request is served; 4. gRPC; 5. metrics; 6. registration in ZooKeeper."""
         cfg = self.config
         tune_allocator()  # megabyte batches in and out: see bk_spark.allocator
+        decision = self.check_cookies()
         self.storage.start()
+        if decision is not None and decision.action is Action.REPAIR:
+            from bookie_server.self_repair import enter_repair
+
+            try:
+                enter_repair(self, decision)
+            except BaseException:
+                self.storage.close()
+                raise
         limit = grpc_message_limit(cfg)
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=cfg.grpc_workers,

@@ -36,6 +36,7 @@ from bk_spark.sandbox import (
     stop_bookies,
     wait_for_registrations,
 )
+from bookie_server.cookie import UNSAFE_SERVE_LOST_DATA_ENV
 from bookie_server.journal import JOURNAL_SUFFIX, SPARE_PREFIX, RecordType, iter_file_records
 
 LOST_BOOKIE_DELAY_S = 6.0
@@ -155,13 +156,19 @@ class FaultCluster:
         self.kill(i, forever=True)
         s = self.slots[i]
         s.process.drop_data()
+        s.process.env[UNSAFE_SERVE_LOST_DATA_ENV] = "1"  # see wipe()
         s.lost = True
 
     def wipe(self, i: int) -> None:
         """Bookie wiped: ``kill -9``, empty its data directory, start it again at the same
-        address (only AutoRecovery's periodic check can tell it lost everything)."""
+        address (only AutoRecovery's periodic check can tell it lost everything).
+
+        Its cookie would make it refuse (or repair itself): the test-only switch
+        ``BK_TEST_UNSAFE_SERVE_LOST_DATA`` makes it serve as if nothing happened, the fault
+        these schedules inject (so only writers with Qw > Qa get it, see plan.py)."""
         self.kill(i)
         self.slots[i].process.drop_data()
+        self.slots[i].process.env[UNSAFE_SERVE_LOST_DATA_ENV] = "1"
         self.restart(i)
 
     def restart(self, i: int, max_disk_bytes: int | None = None) -> None:

@@ -35,6 +35,7 @@ from bk_spark.sandbox import (
     stop_bookies,
     wait_for_registrations,
 )
+from bookie_server.cookie import UNSAFE_SERVE_LOST_DATA_ENV
 
 HEAL_TIMEOUT_S = 60.0
 AR_ARGS = ["--journal-file-size-mb", "8", "--entry-log-size-mb", "1",
@@ -206,6 +207,9 @@ def test_a_wiped_bookie_is_found_by_the_periodic_check_and_its_ledgers_re_replic
     # check can notice the empty disk
     wiped.kill()
     wiped.drop_data()
+    # its cookie would make it refuse or repair itself (tests/integration/test_cookies.py):
+    # the test-only switch makes it serve empty as if nothing happened, for the check to find
+    wiped.env[UNSAFE_SERVE_LOST_DATA_ENV] = "1"
     wiped.start()
     _wait_healed(bk, {wiped.bookie_id})
     _read_all(bk, expected)
