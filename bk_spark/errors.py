@@ -53,6 +53,12 @@ class UnauthorizedError(BKError):
     code = 4
 
 
+class RecoveryKeyUnavailableError(UnauthorizedError):
+    """Re-replication cannot learn what it needs to copy a ledger: its master key (from a
+    matching ``--recovery-password``, the worker's own bookie, or a surviving bookie under
+    mutual TLS), or for a ``mac`` ledger its password. The message names what to set."""
+
+
 class TooLargeError(BKError):
     """An entry is larger than the bookie's maximum entry size."""
 
@@ -137,6 +143,12 @@ class CheckFailedError(BKError):
     verification) found a fault; the message says which."""
 
 
+class InvalidCookieError(BKError):
+    """A bookie's cookie does not match its directories or its cluster (BookKeeper's
+    InvalidCookieException): it refuses to start; the message names the situation and the
+    command that fixes it (:mod:`bk_spark.protocol.cookie_rules`)."""
+
+
 class InvalidConfigError(BKError, ValueError):
     """A bad option or argument; the message names it."""
 
@@ -183,3 +195,4 @@ _BY_CODE: dict[int, type[BKError]] = {
 def error_for_code(code: int, message: str) -> BKError:
     """The exception a wire status code stands for (``code`` must not be OK)."""
     return _BY_CODE.get(code, BKError)(message)
+

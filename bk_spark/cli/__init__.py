@@ -1,9 +1,10 @@
 """The ``bk`` command: one module per command group (see the README's layout table).
 
 :mod:`.common` (console, shared options, connecting, errors as one line), :mod:`.sandbox`,
-:mod:`.bookie` (a bookie, the bookie list), :mod:`.ledger`, :mod:`.log`, :mod:`.checks`
-(simpletest, bookie-sanity), :mod:`.admin` (spark-check, zk-acl), :mod:`.autorecovery`
-(autorecovery, underreplicated, recover, decommission).
+:mod:`.bookie` (a bookie, its format, the bookie list), :mod:`.cookie` (cookies),
+:mod:`.ledger`, :mod:`.log`, :mod:`.checks` (simpletest, bookie-sanity), :mod:`.admin`
+(spark-check, zk-acl), :mod:`.autorecovery` (autorecovery, underreplicated, recover,
+decommission).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from bk_spark.cli import admin, autorecovery, bookie, checks, ledger, log, sandbox
+from bk_spark.cli import admin, autorecovery, bookie, checks, cookie, ledger, log, sandbox
 from bk_spark.cli.common import err_console
 from bk_spark.errors import BKError
 
@@ -28,6 +29,7 @@ app.add_typer(bookie.bookie_app, name="bookie")
 app.add_typer(ledger.ledger_app, name="ledger")
 app.add_typer(log.log_app, name="log")
 app.add_typer(autorecovery.autorecovery_app, name="autorecovery")
+app.add_typer(cookie.cookie_app, name="cookie")
 app.command("bookies")(bookie.bookies)
 app.command("spark-check")(admin.spark_check)
 app.command("zk-acl")(admin.zk_acl)
@@ -36,6 +38,7 @@ app.command("bookie-sanity")(checks.bookie_sanity)
 app.command("recover")(autorecovery.recover)
 ledger.ledger_app.command("underreplicated")(autorecovery.ledger_underreplicated)
 bookie.bookie_app.command("decommission")(autorecovery.decommission)
+bookie.bookie_app.command("format")(bookie.format_bookie)
 
 
 @app.callback()

@@ -31,7 +31,10 @@ from bk_spark.errors import (
     BKError,
     BKTimeoutError,
     InvalidConfigError,
+    NoSuchLedgerError,
+    NotEnoughBookiesError,
     RecoveryError,
+    RecoveryKeyUnavailableError,
 )
 from bk_spark.io.registration import clear_decommissioning, mark_decommissioning
 from bk_spark.io.underreplication import UnderReplicationManager
@@ -53,7 +56,10 @@ GraceOpt = Annotated[float, typer.Option(
 
 PasswordsOpt = Annotated[list[str] | None, typer.Option(
     "--recovery-password", envvar="BK_RECOVERY_PASSWORD",
-    help="a ledger password re-replication may use (repeatable; the empty one always is)")]
+    help="a ledger password re-replication may use (repeatable; the empty one always is). "
+         "Rarely needed: a worker in a bookie takes a ledger's key from its own copy, one "
+         "with a --allow-bookie/--allow-admin certificate from a surviving bookie; a 'mac' "
+         "ledger needs its password")]
 
 
 @autorecovery_app.callback()
@@ -100,8 +106,10 @@ def autorecovery_status(metadata_service_uri: UriOpt = None, as_json: JsonOpt = 
     with connect(metadata_service_uri) as bk:
         urm = UnderReplicationManager(bk.zk, bk.msu.root)
         status = urm.status()
+        records = list(urm.list())
         out = {"enabled": urm.is_enabled(), "auditor": urm.auditor(), "workers": urm.workers(),
-               "under_replicated": urm.count(),
+               "under_replicated": len(records),
+               "failing": sum(1 for r in records if r.reason),
                "last_check_ms": status.get("last_check_ms"),
                "last_bookie_check_ms": status.get("last_bookie_check_ms"),
                "lost_bookies": status.get("lost_bookies", [])}
@@ -113,6 +121,8 @@ def autorecovery_status(metadata_service_uri: UriOpt = None, as_json: JsonOpt = 
     t.add_row("auditor", out["auditor"] or "none elected")
     t.add_row("workers", ", ".join(out["workers"]) or "none")
     t.add_row("under-replicated ledgers", str(out["under_replicated"]))
+    t.add_row("of them failing", f"{out['failing']} (reasons: bk ledger underreplicated)"
+              if out["failing"] else "0")
     t.add_row("lost bookies", ", ".join(out["lost_bookies"]) or "none")
     t.add_row("last full check", format_time(out["last_check_ms"]))
     console.print(t)
@@ -136,21 +146,25 @@ def autorecovery_disable(metadata_service_uri: UriOpt = None) -> None:
 
 def ledger_underreplicated(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False
                            ) -> None:
-    """List under-replicated ledgers: missing bookies and the worker holding each."""
+    """List under-replicated ledgers: missing bookies, the worker holding each, and why the
+    last attempt to heal it failed (empty: none failed)."""
     with connect(metadata_service_uri) as bk:
         urm = UnderReplicationManager(bk.zk, bk.msu.root)
         rows = [{"ledger": r.ledger_id, "missing": sorted(r.missing),
-                 "lock_holder": urm.lock_holder(r.ledger_id), "marked_ms": r.marked_ms}
+                 "lock_holder": urm.lock_holder(r.ledger_id), "marked_ms": r.marked_ms,
+                 "reason": r.reason}
                 for r in urm.list()]
     if as_json:
         print_json(rows)
         return
-    t = Table("ledger", "missing bookies", "worker", "marked")
+    t = Table("ledger", "missing bookies", "worker", "marked", "reason")
     for r in rows:
         t.add_row(str(r["ledger"]), ", ".join(r["missing"]), r["lock_holder"] or "-",
-                  format_time(r["marked_ms"]))
+                  format_time(r["marked_ms"]), r["reason"] or "-")
     console.print(t)
-    console.print(f"{len(rows)} under-replicated ledgers")
+    failing = sum(1 for r in rows if r["reason"])
+    console.print(f"{len(rows)} under-replicated ledgers"
+                  + (f", {failing} of them failing (see reason)" if failing else ""))
 
 
 def _check_bookie_id(bookie: str) -> str:
@@ -173,9 +187,18 @@ def recover(
         replicator = LedgerReplicator(
             bk, passwords=(b"", *(p.encode() for p in recovery_password or ())),
             open_ledger_grace_s=open_ledger_grace)
+        # Placement first, for every ledger: with no possible replacement nothing is marked
+        # or copied, and the command fails at once naming the constraint (as BookKeeper's
+        # recoverBookieData does), instead of retrying what no retry can fix.
+        for lid in ledgers_naming(bk, bookie):
+            try:
+                replicator.check_replaceable(bk.ledger_metadata(lid), {bookie})
+            except NoSuchLedgerError:
+                continue
         todo = mark_ledgers_of(bk, urm, [bookie])
         copied = 0
         started = time.monotonic()
+        left_to_workers: set[int] = set()
         with progress_bar(f"re-replicating {bookie}", len(todo)) as advance:
             for _attempt in range(600):
                 left = []
@@ -185,6 +208,17 @@ def recover(
                         continue
                     try:
                         result = replicator.replicate(lid, {bookie})
+                    except NotEnoughBookiesError:
+                        raise  # bookies left meanwhile: no retry brings them back
+                    except RecoveryKeyUnavailableError as exc:
+                        if not urm.workers():  # nobody else can copy it: say so now
+                            raise
+                        if lid not in left_to_workers:  # a worker in a bookie holding a
+                            left_to_workers.add(lid)    # copy can: wait for it
+                            err_console.print(f"ledger {lid}: left to the replication "
+                                              f"workers ({exc})")
+                        left.append(lid)
+                        continue
                     except BKError as exc:
                         err_console.print(f"ledger {lid}: {exc}; retrying")
                         left.append(lid)

@@ -288,8 +288,8 @@ def log_append(
     ack_quorum: AckQuorumOpt = None, password: PasswordOpt = "",
     roll_max_entries: Annotated[int | None, typer.Option(
         "--roll-max-entries", min=1,
-        help="roll to a new ledger every N entries (soft: adds in flight finish in the "
-             "current ledger)")] = None,
+        help="roll to a new ledger every N entries (no ledger holds more, however many "
+             "appends are in flight)")] = None,
     create: Annotated[bool, typer.Option("--create", help="create the log if missing")] = False,
     metadata_service_uri: UriOpt = None, as_json: JsonOpt = False,
 ) -> None:
