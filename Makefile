@@ -6,7 +6,7 @@ BK     := $(VENV)/bin/bk
 STAMP  := $(VENV)/.installed
 
 .PHONY: install demo cluster-demo test test-long test-unit test-integration bench lint proto faults \
-	faults-network clean java
+	faults-network clean java readme
 
 install: $(STAMP)
 
@@ -74,6 +74,10 @@ lint: install
 proto: install
 	$(PY) -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. \
 	  bk_spark/proto/bookie.proto
+
+# Rewrite README.md's generated tables (tests/unit/test_readme_tables.py fails when stale).
+readme: install
+	$(PY) -m bk_spark.readme
 
 clean:
 	rm -rf $(VENV) .bk-sandbox .demo-sandbox build *.egg-info

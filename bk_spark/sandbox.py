@@ -203,10 +203,6 @@ class ZooKeeperServer:
         """Where clients connect: the plaintext port, else the TLS port."""
         return f"127.0.0.1:{self.port if self.port is not None else self.tls.port}"
 
-    @property
-    def tls_connect_string(self) -> str | None:
-        return None if self.tls is None else f"127.0.0.1:{self.tls.port}"
-
     def _config(self) -> tuple[str, list[str]]:
         """zoo.cfg's text and the JVM's extra flags."""
         lines = ["tickTime=500", f"dataDir={self.data_dir / 'data'}",

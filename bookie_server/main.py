@@ -198,7 +198,7 @@ def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None) -> type
                 "--autorecovery: python -m bookie_server runs the bare bookie; run the bookie "
                 "with `bk bookie` for an in-process AutoRecovery (or `bk autorecovery` beside it)")
         if port and not port_is_free(port, host):
-            raise BKError(
+            raise InvalidConfigError(
                 f"port {port} on {host} is taken: is another bookie running? choose another --port")
         if debug_expose_session:
             from bk_spark.io.registration import SESSION_FILE_ENV

@@ -22,7 +22,7 @@ import grpc
 from google.protobuf.message import DecodeError, Message
 
 from bk_spark.allocator import tune_allocator
-from bk_spark.errors import BKError, InvalidRequestError, UnauthorizedError
+from bk_spark.errors import BKError, InvalidConfigError, InvalidRequestError, UnauthorizedError
 from bk_spark.io.registration import BookieRegistration
 from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.protocol.cookie_rules import Action, Decision
@@ -284,7 +284,7 @@ class BookieServer:
             bound = 0
         if bound == 0:
             self.storage.close()
-            raise BKError(f"cannot listen on {address}: port taken?")
+            raise InvalidConfigError(f"cannot listen on {address}: port taken?")
         server.start()
         self.grpc_server = server
         if cfg.metrics_port is not None:

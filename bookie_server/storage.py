@@ -77,6 +77,8 @@ import numpy as np
 
 from bk_spark.errors import (
     BKError,
+    BookieStorageError,
+    CorruptedEntryError,
     InvalidRequestError,
     LedgerFencedError,
     NoSuchLedgerError,
@@ -188,7 +190,8 @@ class _Waiter:
     def wait(self) -> None:
         self._lock.acquire()
         if self.error is not None:
-            raise BKError(f"write failed ({self.error}): restart the bookie") from self.error
+            raise BookieStorageError(f"write failed ({self.error}): restart the bookie"
+                                     ) from self.error
 
 
 class _Op:
@@ -287,7 +290,7 @@ class BookieStorage:
         checkpoint, checkpoint the result, and start the background threads (checkpoint, GC,
         disk check; one whose ``*_interval_s`` is <= 0 is not started)."""
         if self._started or self._closed:
-            raise BKError("storage already started (or closed)")
+            raise BookieStorageError("storage already started (or closed)")
         self._data_dir.mkdir(parents=True, exist_ok=True)
         self._ledgers_dir.mkdir(parents=True, exist_ok=True)
         applied, position = self._index.load(self._tombstones)
@@ -370,9 +373,9 @@ class BookieStorage:
 
     def _check_writable(self) -> None:
         if self._failure is not None:
-            raise BKError(f"bookie storage failed ({self._failure}): restart the bookie")
+            raise BookieStorageError(f"bookie storage failed ({self._failure}): restart the bookie")
         if self._closed or not self._started:
-            raise BKError("bookie storage is not running")
+            raise BookieStorageError("bookie storage is not running")
 
     def _fail(self, error: BaseException) -> None:
         if self._failure is None:
@@ -744,11 +747,12 @@ class BookieStorage:
         try:
             recs = parse_records(data, lens64)
         except MalformedRecordsError as exc:
-            raise BKError(f"an entry log of ledger {ledger_id} is corrupt: {exc}") from None
+            raise CorruptedEntryError(f"an entry log of ledger {ledger_id} is corrupt: "
+                                      f"{exc}") from None
         wrong = (recs.ledger_ids != ledger_id) | (recs.entry_ids != found)
         if bool(wrong.any()):
             i = int(np.argmax(wrong))
-            raise BKError(
+            raise CorruptedEntryError(
                 f"entry log {int(log_ids[i]):x} is corrupt at {int(offsets[i])}: expected "
                 f"entry {ledger_id}/{int(found[i])}, found {int(recs.ledger_ids[i])}/"
                 f"{int(recs.entry_ids[i])}")

@@ -55,6 +55,7 @@ from bk_spark.core.reader import fetch_entries
 from bk_spark.core.recovery import recover_ledger
 from bk_spark.errors import (
     BKError,
+    BKTimeoutError,
     NoSuchLedgerError,
     NotEnoughBookiesError,
     RecoveryKeyUnavailableError,
@@ -197,7 +198,7 @@ class _CopySink:
         with self.cv:
             if not self.cv.wait_for(lambda: self.pending <= 0 or self.error is not None,
                                     timeout):
-                raise BKError(f"re-replication adds still pending after {timeout:.0f}s")
+                raise BKTimeoutError(f"re-replication adds still pending after {timeout:.0f}s")
             if self.error is not None:
                 raise self.error
 

@@ -29,9 +29,11 @@ from bk_spark.cli.common import (
 from bk_spark.core.client import BookKeeper
 from bk_spark.errors import (
     BKError,
+    BKTimeoutError,
     InvalidConfigError,
     NoSuchLedgerError,
     NotEnoughBookiesError,
+    RecoveryError,
     RecoveryKeyUnavailableError,
 )
 from bk_spark.io.registration import clear_decommissioning, mark_decommissioning
@@ -234,8 +236,8 @@ def recover(
                     break
                 time.sleep(1.0)
         if todo:
-            raise BKError(f"ledgers {todo} still name {bookie}: are enough bookies up? "
-                          f"run `bk recover {bookie}` again")
+            raise RecoveryError(f"ledgers {todo} still name {bookie}: are enough bookies up? "
+                                f"run `bk recover {bookie}` again")
     console.print(f"{bookie}: re-replicated {copied} entries in "
                   f"{time.monotonic() - started:.1f}s; no ledger names it any more")
 
@@ -258,7 +260,7 @@ def decommission(
             err_console.print("WARNING: no replication worker is running: start bookies with "
                               "--autorecovery or `bk autorecovery`")
         if not urm.is_enabled():
-            raise BKError("autorecovery is disabled: `bk autorecovery enable` first")
+            raise RecoveryError("autorecovery is disabled: `bk autorecovery enable` first")
         mark_decommissioning(bk.zk, bk.msu, bookie)
         try:
             total = _wait_decommissioned(bk, urm, bookie, started, timeout)
@@ -283,8 +285,8 @@ def _wait_decommissioned(bk: BookKeeper, urm: UnderReplicationManager, bookie: s
             if not left:
                 return total
             if time.monotonic() - started > timeout:
-                raise BKError(f"{len(left)} ledgers still on {bookie} after {timeout:.0f}s "
-                              f"(`bk ledger underreplicated` shows them)")
+                raise BKTimeoutError(f"{len(left)} ledgers still on {bookie} after {timeout:.0f}s "
+                                     f"(`bk ledger underreplicated` shows them)")
             for lid in left:  # ledgers placed on it just before the marker
                 if urm.get(lid) is None:
                     urm.mark(lid, [bookie])

@@ -22,7 +22,12 @@ from collections.abc import Callable
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from bk_spark.errors import BKError, MetadataVersionError
+from bk_spark.errors import (
+    BKError,
+    MetadataSerializationError,
+    MetadataStoreError,
+    MetadataVersionError,
+)
 from bk_spark.io.metadata_store import Versioned, metadata_update_loop
 from bk_spark.metadata_uri import MetadataServiceUri
 from bk_spark.protocol.cookie_rules import Cookie, CookieFormatError
@@ -49,7 +54,8 @@ def ensure_instance_id(zk: KazooClient, msu: MetadataServiceUri) -> str:
         pass  # created before (or by a racing first bookie): theirs is the cluster's
     found = read_instance_id(zk, msu)
     if found is None:  # pragma: no cover - an empty INSTANCEID written by hand
-        raise BKError(f"{msu.instance_id_path} is empty: delete it so a bookie creates one")
+        raise MetadataStoreError(
+            f"{msu.instance_id_path} is empty: delete it so a bookie creates one")
     return found
 
 
@@ -73,8 +79,9 @@ class CookieStore:
         try:
             return Versioned(Cookie.from_bytes(data), stat.version)
         except CookieFormatError as exc:
-            raise BKError(f"{self.path(bookie_id)} holds no cookie ({exc}): delete it with "
-                          f"`bk cookie delete {bookie_id} --yes`") from None
+            raise MetadataSerializationError(
+                f"{self.path(bookie_id)} holds no cookie ({exc}): delete it with "
+                f"`bk cookie delete {bookie_id} --yes`") from None
 
     def find(self, bookie_id: str) -> Versioned[Cookie] | None:
         """Like :meth:`read`, None when there is none."""

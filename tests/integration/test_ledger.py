@@ -203,7 +203,7 @@ def test_recovery_never_closes_a_ledger_below_the_lac_a_fenced_bookie_reported(c
     that bookie says "no such entry". Recovery must not close the ledger below the LAC (it
     used to close it empty, dropping entries 0-11 though all of them still have a copy): it
     fails, and once the down bookie is back it closes the ledger at 11 with every entry."""
-    from bk_spark.core.recovery import RecoveryError
+    from bk_spark.errors import RecoveryError
 
     lh = bk.create_ledger(3, 2, 2)
     for i in range(12):
