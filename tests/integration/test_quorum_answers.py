@@ -182,3 +182,61 @@ def test_reading_the_lac_with_no_bookie_answering_raises_instead_of_returning_th
                 rh.read_last_add_confirmed()
         assert rh.read_last_add_confirmed() >= 1  # and works again once they answer
     lh.close()
+
+
+# -- 5. closing the client leaves no acknowledged entry unreadable (issue 25, 2) ------------
+
+
+def test_closing_the_client_closes_a_ledger_left_open_so_its_last_entry_is_readable(
+        module_cluster) -> None:
+    # No explicit LAC: a bookie learns LAC n only from entry n + 1, so the last entry is
+    # readable only once the ledger is closed (or its final LAC sent).
+    with client(module_cluster.uri, explicit_lac=0) as bk:
+        lh = bk.create_ledger(3, 2, 2, password=PW)
+        futures = [lh.add_entry_async(payload(i)) for i in range(200)]
+        assert [f.result(timeout=30) for f in futures] == list(range(200))
+    with client(module_cluster.uri) as reader:
+        rh = reader.open_ledger(lh.id, password=PW, recovery=False)
+        assert rh.is_closed and rh.last_add_confirmed == 199
+        assert rh.read_entries(199, 199)[0].payload == payload(199)
+
+
+def test_closing_the_client_sends_the_final_lac_of_a_ledger_it_cannot_close(
+        module_cluster) -> None:
+    bk = client(module_cluster.uri, explicit_lac=0)
+    lh = bk.create_ledger(3, 2, 2, password=PW)
+    for i in range(20):
+        lh.add_entry(payload(i))
+    bk.zk.stop()  # ZooKeeper lost: the ledger cannot be CASed to CLOSED
+    bk.close()
+    with client(module_cluster.uri) as reader:
+        rh = reader.open_ledger(lh.id, password=PW, recovery=False)
+        assert not rh.is_closed and rh.last_add_confirmed == 19
+
+
+def test_closing_the_client_leaves_an_abandoned_ledger_open_for_recovery(module_cluster
+                                                                         ) -> None:
+    with client(module_cluster.uri, explicit_lac=0) as bk:
+        lh = bk.create_ledger(3, 2, 2, password=PW)
+        for i in range(5):
+            lh.add_entry(payload(i))
+        lh.abandon("test: the writer crashed")
+    with client(module_cluster.uri) as reader:
+        assert not reader.ledger_metadata(lh.id).is_closed
+        assert reader.open_ledger(lh.id, password=PW).last_add_confirmed == 4  # recovered
+
+
+def test_closing_the_client_closes_a_log_writer_left_open_so_every_append_is_readable(
+        module_cluster) -> None:
+    from bk_spark.log import open_log_reader, open_log_writer
+
+    with BookKeeper(module_cluster.uri) as bk:  # as a new user: default options
+        w = open_log_writer(bk, "in", password=PW)
+        futures = [w.append_async(b"v%d" % i) for i in range(3000)]
+        for f in futures:
+            f.result(timeout=60)
+        # the block is left without w.close()
+    with BookKeeper(module_cluster.uri) as reader:
+        got = [r.payload for r in open_log_reader(reader, "in", password=PW).read_available()]
+    assert len(got) == 3000 and got[-1] == b"v2999"
+    assert w.is_closed  # closed with its client, as Pulsar's client closes its producers
