@@ -143,13 +143,16 @@ class BookKeeper:
             self._open_ledgers.add(lh)
         return lh
 
-    def open_ledger(self, ledger_id: int, password: bytes = b"", recovery: bool = True
-                    ) -> ReadHandle:
+    def open_ledger(self, ledger_id: int, password: bytes = b"", recovery: bool = True, *,
+                    best_effort_lac: bool = False) -> ReadHandle:
         """Open a ledger for reading.
 
         ``recovery=True`` (the default, BookKeeper's ``openLedger``) fences a live
         writer and recovers the ledger to CLOSED first; ``recovery=False``
-        (``openLedgerNoRecovery``) disturbs no writer and reads up to the LAC.
+        (``openLedgerNoRecovery``) disturbs no writer and reads up to the LAC, read with
+        quorum coverage (:meth:`ReadHandle.read_last_add_confirmed`), or with
+        ``best_effort_lac`` from whatever bookies answer
+        (:meth:`ReadHandle.try_read_last_add_confirmed`: possibly stale, for tailing).
         """
         password = password_bytes(password)
         md = self.metadata_store.read(ledger_id)
@@ -161,7 +164,10 @@ class BookKeeper:
             return ReadHandle(self, md, codec, key)
         rh = ReadHandle(self, md, codec, key)
         if not rh.is_closed:
-            rh.read_last_add_confirmed()
+            if best_effort_lac:
+                rh.try_read_last_add_confirmed()
+            else:
+                rh.read_last_add_confirmed()
         return rh
 
     def recover_ledger(self, ledger_id: int, password: bytes = b"") -> LedgerMetadata:
