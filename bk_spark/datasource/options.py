@@ -85,13 +85,15 @@ option                                    used    meaning (default)
                                                   per log, ``{"events": {"ledger": 12, "entry":
                                                   5}}`` = start at entry 5 of ledger 12; a log's
                                                   value may also be ``"earliest"``/``"latest"``;
-                                                  unnamed logs start at the default. Add ``"index"``
-                                                  (the ledger's index in the log, as a checkpoint or
-                                                  ``bk log show`` has it) so that a truncated ledger
-                                                  is told from one never in the log: the first is
-                                                  data loss (``failOnDataLoss``), the second always
-                                                  an error. (batch: ``earliest``, stream:
-                                                  ``latest``)
+                                                  unnamed logs start at the default. A position in
+                                                  a truncated ledger is data loss
+                                                  (``failOnDataLoss``), one in a ledger never in the
+                                                  log always an error: the log's record of the
+                                                  ledger ids truncation removed tells them apart;
+                                                  for a log truncated before it kept one, add
+                                                  ``"index"`` (the ledger's index in the log, as a
+                                                  checkpoint or ``bk log show`` has it).
+                                                  (batch: ``earliest``, stream: ``latest``)
 ``endingOffsets``                         batch   ``latest`` or JSON per log (exclusive end
                                                   positions, as above). (``latest``: the snapshot at
                                                   planning time)
