@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Protocol
 
 from bk_spark.allocator import tune_allocator
 from bk_spark.core.context import BookKeeperConfig
@@ -39,6 +42,19 @@ from bk_spark.security import ClientSecurity
 log = logging.getLogger(__name__)
 
 DIGEST_TYPES = ("crc32c", "mac", "none")
+
+#: How long :meth:`BookKeeper.close` waits for the adds in flight of each ledger handle
+#: left open before it gives up closing it (and sends its final LAC instead).
+CLOSE_LEDGER_TIMEOUT_S = 30.0
+
+
+class Closeable(Protocol):
+    """A writer :meth:`BookKeeper.close` closes before its ledgers (a log writer)."""
+
+    @property
+    def is_closed(self) -> bool: ...
+
+    def close(self) -> None: ...
 
 
 class BookKeeper:
@@ -75,6 +91,13 @@ class BookKeeper:
         self.metadata_store = LedgerMetadataStore(self.zk, self.msu.root)
         self.bookies = BookieClientPool(self.config.client)
         self._closed = False
+        self._closing = False
+        # What close() closes first: the writers (log writers) and the ledger handles
+        # opened through this client. Weak: a handle nobody holds has nothing in flight
+        # (its sender and LAC threads hold it while it does).
+        self._open_lock = threading.Lock()
+        self._open_writers: weakref.WeakSet[Closeable] = weakref.WeakSet()
+        self._open_ledgers: weakref.WeakSet[LedgerHandle] = weakref.WeakSet()
 
     # ---------------------------------------------------------------- bookies
     def writable_bookies(self) -> list[str]:
@@ -114,16 +137,22 @@ class BookKeeper:
                 ctime_ms=now)
 
         md = self.metadata_store.create(make)
-        return LedgerHandle(self, md, password, self._codec(md.value, password),
-                            master_key(password))
+        lh = LedgerHandle(self, md, password, self._codec(md.value, password),
+                          master_key(password))
+        with self._open_lock:
+            self._open_ledgers.add(lh)
+        return lh
 
-    def open_ledger(self, ledger_id: int, password: bytes = b"", recovery: bool = True
-                    ) -> ReadHandle:
+    def open_ledger(self, ledger_id: int, password: bytes = b"", recovery: bool = True, *,
+                    best_effort_lac: bool = False) -> ReadHandle:
         """Open a ledger for reading.
 
         ``recovery=True`` (the default, BookKeeper's ``openLedger``) fences a live
         writer and recovers the ledger to CLOSED first; ``recovery=False``
-        (``openLedgerNoRecovery``) disturbs no writer and reads up to the LAC.
+        (``openLedgerNoRecovery``) disturbs no writer and reads up to the LAC, read with
+        quorum coverage (:meth:`ReadHandle.read_last_add_confirmed`), or with
+        ``best_effort_lac`` from whatever bookies answer
+        (:meth:`ReadHandle.try_read_last_add_confirmed`: possibly stale, for tailing).
         """
         password = password_bytes(password)
         md = self.metadata_store.read(ledger_id)
@@ -135,7 +164,10 @@ class BookKeeper:
             return ReadHandle(self, md, codec, key)
         rh = ReadHandle(self, md, codec, key)
         if not rh.is_closed:
-            rh.read_last_add_confirmed()
+            if best_effort_lac:
+                rh.try_read_last_add_confirmed()
+            else:
+                rh.read_last_add_confirmed()
         return rh
 
     def recover_ledger(self, ledger_id: int, password: bytes = b"") -> LedgerMetadata:
@@ -196,9 +228,53 @@ class BookKeeper:
         """True once :meth:`close` ran (a cached client must then be made anew)."""
         return self._closed
 
+    def close_with_client(self, writer: Closeable) -> None:
+        """Have :meth:`close` close ``writer`` (a log writer opened through this client)
+        if it is still open then, before the ledger handles."""
+        with self._open_lock:
+            self._open_writers.add(writer)
+
     def close(self) -> None:
-        if self._closed:
-            return
+        """Close the client, as Pulsar's and Kafka's clients close their producers: no
+        acknowledged entry is left unreadable.
+
+        1. Every log writer opened through this client and still open is closed
+           (:meth:`LogWriter.close`: it waits for its appends in flight, closes its
+           ledger and records its end in the log metadata), so a new reader reads every
+           acknowledged append without recovering the log.
+        2. Every ledger handle it created and left open is closed as a writer, after
+           waiting up to :data:`CLOSE_LEDGER_TIMEOUT_S` for its adds in flight
+           (:meth:`LedgerHandle.close_on_client_close`); one that cannot be closed
+           (ZooKeeper lost, bookies away) gets its final explicit LAC sent instead, so a
+           non-fencing reader still sees its last acknowledged entry. A handle that failed
+           or was abandoned is left OPEN (what a crashed writer leaves).
+        3. The bookie connections and the ZooKeeper session are closed.
+
+        Failures of steps 1 and 2 are logged, not raised: the client closes anyway.
+        A writer meant to look crashed is abandoned first (:meth:`LedgerHandle.abandon`).
+        """
+        with self._open_lock:
+            if self._closed or self._closing:
+                return
+            self._closing = True
+            writers = [w for w in self._open_writers if not w.is_closed]
+            ledgers = [lh for lh in self._open_ledgers if not lh.is_closed]
+            self._open_writers.clear()
+            self._open_ledgers.clear()
+        for w in writers:
+            try:
+                w.close()
+            except Exception as exc:  # noqa: BLE001 - the client closes anyway
+                log.warning("closing the client: could not close writer %r: %s",
+                            getattr(w, "name", w), exc)
+        for lh in sorted(ledgers, key=lambda h: h.id):
+            try:
+                lh.close_on_client_close(CLOSE_LEDGER_TIMEOUT_S)
+            except NoSuchLedgerError:
+                pass  # deleted meanwhile (a log writer's unused spare): nothing to close
+            except Exception as exc:  # noqa: BLE001 - the client closes anyway
+                log.warning("closing the client: could not close ledger %d (its final LAC "
+                            "was sent instead): %s", lh.id, exc)
         self._closed = True
         self.bookies.close()
         self.zk.stop()

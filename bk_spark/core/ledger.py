@@ -468,16 +468,58 @@ class LedgerHandle:
                 self._lac_wakeup.wait(self.explicit_lac_interval_s)
                 if self._closed or self._error is not None:
                     return
-                lac = self._pending.last_add_confirmed
-                if lac <= self._lac_sent or self._targets:
+                if self._targets:
                     continue
-                self._lac_sent = lac
-                bookies = [b for b in self._ensemble if b is not None]
-            for b in bookies:
-                try:
-                    self._bk.bookies.get(b).write_lac(self.id, self._master_key, lac)
-                except BKError as exc:
-                    log.debug("explicit LAC to %s failed: %s", b, exc)
+                lac, bookies = self._take_lac_to_send()
+            if bookies:
+                self._send_lac(lac, bookies)
+
+    def _take_lac_to_send(self) -> tuple[int, list[str]]:
+        """The LAC no bookie was told yet, and the bookies to tell (none: nothing new).
+        Under the lock: each LAC is sent once, by whoever takes it."""
+        lac = self._pending.last_add_confirmed
+        if lac <= self._lac_sent:
+            return lac, []
+        self._lac_sent = lac
+        return lac, [b for b in self._ensemble if b is not None]
+
+    def _send_lac(self, lac: int, bookies: list[str]) -> bool:
+        """Explicit LAC (BookKeeper's ``ExplicitLacFlushPolicy``): tell ``bookies`` the
+        writer's LAC; True if at least one took it."""
+        told = False
+        for b in bookies:
+            try:
+                self._bk.bookies.get(b).write_lac(self.id, self._master_key, lac)
+                told = True
+            except BKError as exc:
+                log.debug("explicit LAC to %s failed: %s", b, exc)
+        return told
+
+    def close_on_client_close(self, timeout: float | None) -> None:
+        """What :meth:`BookKeeper.close` does to a handle its caller left open: no
+        acknowledged entry may stay unreadable.
+
+        1. Wait up to ``timeout`` for the adds in flight and close as a writer
+           (:meth:`close`): the ledger is CLOSED at its last acknowledged entry.
+        2. If it cannot be closed (adds still in flight, ZooKeeper lost, fenced), send the
+           final explicit LAC to its bookies instead, so a non-fencing reader still sees
+           every acknowledged entry (the LAC thread would have, had the client lived).
+
+        A handle that failed or was abandoned (:meth:`abandon`: a writer that crashed) is
+        left as it is, OPEN for whoever recovers it. Raises what closing raised, after
+        step 2.
+        """
+        with self._lock:
+            if self._closed or self._error is not None:
+                return
+        try:
+            self.close(timeout)
+        except BaseException:
+            with self._lock:
+                lac, bookies = self._take_lac_to_send()
+            if bookies and not self._send_lac(lac, bookies):
+                log.warning("ledger %d: no bookie took its final LAC %d", self.id, lac)
+            raise
 
     # ------------------------------------------------------------------ closing
     def close(self, timeout: float | None = 60.0) -> None:

@@ -5,7 +5,8 @@
   skipped and a read with no good copy raises (bookkeeper-protocol.txt).
 * Many entries travel per request: one ``ReadEntries`` per bookie per batch.
 * A non-fencing open reads only up to the last-add-confirmed (LAC): everything
-  up to it is on Qa bookies, so every reader sees the same prefix.
+  up to it is on Qa bookies, so every reader sees the same prefix. How the LAC is read
+  (with quorum coverage, or best effort for tailing) is :mod:`bk_spark.core.lac`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from bk_spark.core.context import ClientContext
-from bk_spark.core.recovery import FragmentAnswers, ask_last_fragment
+from bk_spark.core.lac import BEST_EFFORT, COVERAGE, read_lac
 from bk_spark.errors import (
     BKError,
     BookieUnavailableError,
@@ -35,6 +36,8 @@ from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
 from bk_spark.protocol.records import Records
 from bk_spark.protocol.schedule import write_set_members
+
+__all__ = ["FetchedEntries", "ReadHandle", "fetch_entries", "read_lac"]
 
 
 class FetchedEntries:
@@ -227,25 +230,6 @@ def _no_good_copy(ledger_id: int, entry_id: int, problems: list[str]) -> BKError
                                   f"write set could serve it ({detail})")
 
 
-def read_lac(bk: ClientContext, m: LedgerMetadata, previous: int = -1, wait_ms: int = 0
-             ) -> tuple[int, FragmentAnswers]:
-    """One round of BookKeeper's ``ReadLastConfirmedOp`` on the last fragment of ``m``:
-    the highest LAC the bookies report (-1: none) and the answers, whose ``covered`` says
-    whether (Qw - Qa) + 1 bookies of every write quorum answered (only then is the LAC at
-    least the one the last acknowledged entry carried). A bookie that never saw the ledger
-    answers LAC -1. ``wait_ms`` > 0 long-polls: the round ends as soon as one bookie
-    reports more than ``previous``. Needs no password: a LAC carries no entry data."""
-    get = bk.bookies.get
-    got = ask_last_fragment(
-        m, lambda b: get(b).read_lac_future(m.ledger_id, previous, wait_ms,
-                                            wait_for_ready=True),
-        timeout=bk.config.client.read_timeout_s + wait_ms / 1000.0 + 1,
-        counts_as_answer=(NoSuchLedgerError,),
-        stop_when=(lambda r: r.lac > previous) if wait_ms > 0 else None)
-    best = max((r.lac for r in got.responses.values() if r is not None), default=-1)
-    return best, got
-
-
 class ReadHandle:
     """A ledger opened for reading: closed/recovered, or open without fencing."""
 
@@ -356,32 +340,85 @@ class ReadHandle:
         return md.value
 
     def read_last_add_confirmed(self) -> int:
-        """Ask the bookies of the last fragment for their LAC; returns the new LAC."""
+        """Ask the bookies of the last fragment for their LAC; returns the new LAC.
+
+        BookKeeper's ``readLastAddConfirmed``: the answers must cover every write quorum
+        (:data:`bk_spark.core.lac.COVERAGE`), so the LAC is at least the one the last
+        acknowledged entry carried; raises :class:`BookieUnavailableError` when too many
+        bookies cannot answer."""
         if self.is_closed:
             return self._lac
         return self._poll_lac(wait_ms=0)
 
+    def try_read_last_add_confirmed(self) -> int:
+        """BookKeeper's ``tryReadLastAddConfirmed``: the highest LAC of whatever bookies of
+        the last fragment answer (:data:`bk_spark.core.lac.BEST_EFFORT`), never lower than
+        this handle already knew. Possibly stale: a later entry may be confirmed on bookies
+        that did not answer (use :meth:`read_last_add_confirmed` for a LAC at least the
+        last acknowledged entry's). Works with most bookies down (E3/Qw1/Qa1 with two
+        down: the live one's LAC). Raises :class:`BookieUnavailableError` only when no
+        bookie answered."""
+        if self.is_closed:
+            return self._lac
+        return self._try_poll_lac(wait_ms=0)
+
     def wait_for_entry(self, entry_id: int, timeout: float) -> bool:
-        """Long-poll until ``entry_id`` is confirmed (or the ledger closed); True if readable."""
+        """Long-poll until ``entry_id`` is confirmed (or the ledger closed); True if readable.
+
+        Tailing needs no quorum coverage: any LAC a bookie reports is confirmed, so each
+        round is a best-effort long poll (:meth:`try_read_last_add_confirmed`) and a
+        tailing reader goes on while bookies are down, as long as one of the last
+        fragment answers. A round no bookie answered is retried until ``timeout``; if no
+        bookie answered any round, raises :class:`BookieUnavailableError`."""
         deadline = time.monotonic() + timeout
+        unanswered: BookieUnavailableError | None = None
         while self._lac < entry_id:
             if self.is_closed:
                 return False
             left = deadline - time.monotonic()
             if left <= 0:
+                if unanswered is not None:
+                    raise unanswered
                 return False
-            self._poll_lac(wait_ms=max(1, int(min(left, 5.0) * 1000)))
+            try:
+                self._try_poll_lac(wait_ms=max(1, int(min(left, 5.0) * 1000)))
+                unanswered = None
+            except BookieUnavailableError as exc:
+                unanswered = exc
+                time.sleep(min(max(0.0, deadline - time.monotonic()), 0.2))
+                continue
             if self._lac < entry_id and self.refresh_metadata().state == LedgerState.CLOSED:
                 return self._lac >= entry_id
         return True
 
+    def _try_poll_lac(self, wait_ms: int) -> int:
+        """One best-effort round (a long poll when ``wait_ms`` > 0); the LAC only rises.
+        With no answer at all, the metadata is re-read once in case the writer replaced the
+        bookies (or closed the ledger), then :class:`BookieUnavailableError`."""
+        for _ in range(2):
+            m = self._md.value
+            best, got = read_lac(self._bk, m, self._lac, wait_ms, BEST_EFFORT)
+            with self._lock:
+                if best > self._lac:
+                    self._lac = best
+            if got.responses:
+                return self._lac
+            fresh = self.refresh_metadata()
+            if fresh.state == LedgerState.CLOSED or fresh.last_ensemble == m.last_ensemble:
+                break
+        if self.is_closed:
+            return self._lac
+        raise BookieUnavailableError(
+            f"ledger {self.id}: no bookie of its last fragment {list(m.last_ensemble)} "
+            f"answered a last-add-confirmed read: {got.describe_errors(m.last_ensemble)}; "
+            f"retry when bookies are back")
+
     def _poll_lac(self, wait_ms: int) -> int:
         """BookKeeper's ``ReadLastConfirmedOp``: ask every bookie of the last fragment for
         its LAC and take the highest once the answers cover every write quorum
-        ((Qw - Qa) + 1 bookies of each, :func:`recovery.ask_last_fragment`). Then at least
+        ((Qw - Qa) + 1 bookies of each, :data:`bk_spark.core.lac.COVERAGE`). Then at least
         one answer comes from a bookie holding the last acknowledged entry, so the LAC is
         at least the one that entry carried: every reader sees the same confirmed prefix.
-        A bookie that never saw the ledger (NoSuchLedger) answers LAC -1.
 
         A long poll (``wait_ms`` > 0) returns as soon as one bookie reports a higher LAC
         (any LAC a bookie reports is confirmed), or once a coverage waited with no news.
@@ -392,7 +429,7 @@ class ReadHandle:
         previous = self._lac
         for _ in range(2):
             m = self._md.value
-            best, got = read_lac(self._bk, m, previous, wait_ms)
+            best, got = read_lac(self._bk, m, previous, wait_ms, COVERAGE)
             with self._lock:
                 if best > self._lac:
                     self._lac = best
@@ -406,7 +443,8 @@ class ReadHandle:
         raise BookieUnavailableError(
             f"ledger {self.id}: could not read its last-add-confirmed from enough bookies "
             f"((Qw - Qa) + 1 of every write quorum of {list(m.last_ensemble)}): "
-            f"{got.describe_errors(m.last_ensemble)}; retry when bookies are back")
+            f"{got.describe_errors(m.last_ensemble)}; retry when bookies are back, or use "
+            f"try_read_last_add_confirmed() for what the live bookies know")
 
     def close(self) -> None:
         """Nothing to release; present for symmetry with the writer's handle."""

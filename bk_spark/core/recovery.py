@@ -100,7 +100,8 @@ class FragmentAnswers:
 def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], BookieCall[Any]], timeout: float,
                       *, counts_as_answer: tuple[type[BKError], ...] = (),
                       stop_when: Callable[[Any], bool] | None = None,
-                      cancel_rest: bool = True) -> FragmentAnswers:
+                      cancel_rest: bool = True,
+                      stop_when_coverage_impossible: bool = True) -> FragmentAnswers:
     """Send one request (``ask(bookie)``) to every bookie of the last fragment and gather
     the answers until they cover every write quorum ((Qw - Qa) + 1 bookies of each: the
     seed's rule for fencing and for reading the last-add-confirmed, BookKeeper's
@@ -114,7 +115,9 @@ def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], BookieCall[Any]], 
     ``wait_for_ready``: a bookie whose connection is being re-established (restarted, slow
     handshake) is waited for within the timeout, and since gathering stops at coverage, a
     dead bookie costs nothing while enough others answer. An UnauthorizedError (wrong
-    password) is raised at once. Errors of the types in ``counts_as_answer`` count as
+    password) is raised at once. With ``stop_when_coverage_impossible`` False (a best-effort
+    LAC read, :mod:`bk_spark.core.lac`) it goes on gathering once coverage became
+    impossible, until every bookie answered. Errors of the types in ``counts_as_answer`` count as
     answers with no response. A refused TLS handshake is an UnauthorizedError too (the bookie
     call tells it apart: :func:`bk_spark.io.bookie_client.unavailable`).
     """
@@ -152,7 +155,8 @@ def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], BookieCall[Any]], 
 
     def finished() -> bool:
         return (stopped[0] or any(isinstance(e, UnauthorizedError) for e in errors.values())
-                or coverage.covered() or coverage.cannot_cover()
+                or coverage.covered()
+                or (stop_when_coverage_impossible and coverage.cannot_cover())
                 or len(responses) + len(errors) == len(ensemble))
 
     with cv:

@@ -167,9 +167,11 @@ OPTIONS: tuple[Option, ...] = (
            "comma-separated ledger ids instead of `log`: raw, read-only access to ledgers "
            "(entries of a log's ledger are unframed, others returned as stored)."),
     Option("startingOffsets", "read", None, None,
-           _BOUND_DOC + ' Add `"index"` (the ledger\'s index in the log, as a checkpoint or '
-           "`bk log show` has it) so that a truncated ledger is told from one never in the "
-           "log: the first is data loss (`failOnDataLoss`), the second always an error.",
+           _BOUND_DOC + " A position in a truncated ledger is data loss (`failOnDataLoss`), "
+           "one in a ledger never in the log always an error: the log's record of the ledger "
+           "ids truncation removed tells them apart; for a log truncated before it kept one, "
+           'add `"index"` (the ledger\'s index in the log, as a checkpoint or `bk log show` '
+           "has it).",
            "`earliest` (batch), `latest` (stream)"),
     Option("endingOffsets", "batch read", "latest", None,
            "`latest` (the snapshot at planning time) or JSON per log: exclusive end "

@@ -30,7 +30,7 @@ from bk_spark.core.client import BookKeeper
 from bk_spark.datasource.filters import Constraints
 from bk_spark.datasource.offsets import LogOffset
 from bk_spark.datasource.options import GivenPosition, ReadOptions
-from bk_spark.errors import InvalidConfigError, LogTruncatedError
+from bk_spark.errors import InvalidConfigError, LogTruncatedError, NoSuchLedgerError
 from bk_spark.log import (
     LEDGER_LOG_KEY,
     ledger_end,
@@ -39,7 +39,9 @@ from bk_spark.log import (
     open_log_reader,
     open_log_view,
 )
+from bk_spark.protocol import log_rules
 from bk_spark.protocol.log_format import LedgerInfo, LogMetadata
+from bk_spark.protocol.log_rules import LedgerNow, Outside
 
 log = logging.getLogger(__name__)
 
@@ -162,8 +164,10 @@ def given_offset(view: LogView, pos: GivenPosition, option: str, fail_on_data_lo
     A ledger that is no longer in the log was *truncated* when the position's ``index`` is
     before the log's first ledger: data loss (:func:`data_lost`; going on, the log's
     earliest position). Otherwise it was *never part of this log* (another log, an earlier
-    log of the same name, a typo): always an error. Without an index the two cannot be
-    told apart, and the error says so.
+    log of the same name, a typo): always an error. Without an index (a position copied
+    from a log line or a dashboard) the log's range of removed ledger ids and the ledger's
+    own metadata tell the two apart (:func:`~bk_spark.protocol.log_rules.outside_position`);
+    only a log truncated before it kept that range cannot tell, and the error says so.
     """
     off = position_offset(view, pos.ledger, pos.entry)
     md = view.md
@@ -189,11 +193,34 @@ def given_offset(view: LogView, pos: GivenPosition, option: str, fail_on_data_lo
         raise InvalidConfigError(
             f"{prefix}: ledger {pos.ledger} was never part of log {view.name!r} ({where}): "
             f"the position is from another log, or from a deleted log of the same name")
+    outside = log_rules.outside_position(md, pos.ledger, ledger_now(view, pos.ledger))
+    if outside is Outside.TRUNCATED:
+        first = view.earliest()
+        data_lost(f"{prefix}: log {view.name!r} was truncated past entry {pos.entry} of "
+                  f"ledger {pos.ledger}: it now starts at {first.describe()}",
+                  fail_on_data_loss,
+                  f"start at the log's earliest position, {first.describe()}")
+        return first
+    if outside is Outside.FOREIGN:
+        raise InvalidConfigError(
+            f"{prefix}: ledger {pos.ledger} was never part of log {view.name!r}: the "
+            f"position is from another log, or from a deleted log of the same name")
     raise InvalidConfigError(
         f"{prefix}: ledger {pos.ledger} is not in log {view.name!r}: it was never part of "
-        f"it, or it was truncated. Give the position's \"index\" (as a streaming "
-        f"checkpoint or `bk log show` has it) to tell, so that a truncated one is skipped "
-        f"with failOnDataLoss=false")
+        f"it, or it was truncated before this log recorded what truncation removed. Give "
+        f"the position's \"index\" (as a streaming checkpoint or `bk log show` has it) to "
+        f"tell, so that a truncated one is skipped with failOnDataLoss=false")
+
+
+def ledger_now(view: LogView, ledger_id: int) -> LedgerNow:
+    """What ledger ``ledger_id``'s own metadata says now: gone, or created for this log
+    (:data:`LEDGER_LOG_KEY`) or for another (or none)."""
+    try:
+        md = view.bk.ledger_metadata(ledger_id)
+    except NoSuchLedgerError:
+        return LedgerNow.GONE
+    return (LedgerNow.THIS_LOG if dict(md.custom_metadata).get(LEDGER_LOG_KEY) == view.name
+            else LedgerNow.ELSEWHERE)
 
 
 def within_ledger(view: LogView, off: LogOffset, password: bytes) -> LogOffset:

@@ -117,7 +117,7 @@ def truncate_log(bk: BookKeeper, name: str, before: Position, password: bytes | 
         assert info is not None
         dropped.append(info.ledger_id)
     update_log(bk, name, needs_change=lambda m: m.first_index < target,
-                make_change=lambda m: m.truncated(target))
+                make_change=lambda m: m.truncated(target, dropped))
     for lid in dropped:
         delete_ledger_quietly(bk, lid, password)
     log.info("log %r: truncated %d ledgers before ledger #%d", name, len(dropped), target)

@@ -219,7 +219,7 @@ def _commit_from(bk: BookKeeper, store: LogMetadataStore, name: str,
         for lid, (last, ts) in described.items():
             m = m.with_ledger_described(lid, last, ts)
         if replace:
-            m = m.truncated(m.end_index)
+            m = m.truncated(m.end_index, dropped)
         m = _with_closed_ledgers(m, ledgers)
         if properties is not None:
             m = m.with_properties(properties)

@@ -99,11 +99,12 @@ class LogReader:
                 f"#{md.first_index})")
         return self._view.at(index)
 
-    def _handle_for(self, info: LedgerInfo) -> ReadHandle:
+    def _handle_for(self, info: LedgerInfo, best_effort: bool = False) -> ReadHandle:
         if self._handle is None or self._handle.id != info.ledger_id:
             try:
                 self._handle = self._bk.open_ledger(info.ledger_id, self._password,
-                                                    recovery=False)
+                                                    recovery=False,
+                                                    best_effort_lac=best_effort)
             except NoSuchLedgerError:
                 raise self._truncated(info) from None
         return self._handle
@@ -191,14 +192,24 @@ class LogReader:
 
     # ----------------------------------------------------------------- reading
     def read_available(self) -> Iterator[LogRecord]:
-        """Every record readable now, in log order; never waits for new entries."""
+        """Every record readable now, in log order; never waits for new entries.
+
+        The open ledger is read up to its LAC read with quorum coverage
+        (:meth:`ReadHandle.read_last_add_confirmed`: raises BookieUnavailableError when
+        too many of its bookies are down)."""
+        return self._read_ready(best_effort=False)
+
+    def _read_ready(self, best_effort: bool) -> Iterator[LogRecord]:
+        """:meth:`read_available`; ``best_effort``: the open ledger's LAC is what its live
+        bookies know (:meth:`ReadHandle.try_read_last_add_confirmed`, for tailing)."""
         self._maybe_refresh()
         while True:
             info = self._ledger_at(self._index)
             if info is None:
                 return
-            rh = self._handle_for(info)
-            last = rh.read_last_add_confirmed()
+            rh = self._handle_for(info, best_effort)
+            last = (rh.try_read_last_add_confirmed() if best_effort
+                    else rh.read_last_add_confirmed())
             if self._entry <= last:
                 yield from self._read(rh, info, last)
             if not rh.is_closed:
@@ -227,11 +238,15 @@ class LogReader:
 
     def tail(self, timeout: float | None = None) -> Iterator[LogRecord]:
         """Records as they are appended, crossing into new ledgers; stops after ``timeout``
-        seconds without a new record (None: never)."""
+        seconds without a new record (None: never).
+
+        Tailing reads the open ledger's LAC best effort (from whatever bookies answer, as
+        BookKeeper's tailing readers do), so it goes on while most bookies of a ledger with
+        a small write quorum are down; a stale LAC only delays a record to the next poll."""
         idle_until = None if timeout is None else time.monotonic() + timeout
         while True:
             got = False
-            for record in self.read_available():
+            for record in self._read_ready(best_effort=True):
                 got = True
                 yield record
             if got:

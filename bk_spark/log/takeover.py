@@ -198,4 +198,6 @@ def open_log_writer(bk: BookKeeper, name: str, *, create_if_missing: bool = True
         if swept:
             log.info("log %r: deleted the unused spare ledgers %s of earlier writers", name,
                      swept)
-    return LogWriter(bk, name, config, lh, md, ts_floor)
+    writer = LogWriter(bk, name, config, lh, md, ts_floor)
+    bk.close_with_client(writer)  # closing the client closes it (its last appends readable)
+    return writer

@@ -72,7 +72,7 @@ import json
 import re
 import struct
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
@@ -454,6 +454,12 @@ class LogMetadata:
     tail: tuple[LedgerInfo, ...] = ()
     properties: Mapping[str, Any] = field(default_factory=dict)
     deleting: bool = False
+    #: The lowest and highest ids of the ledgers truncation removed from the log (None:
+    #: none removed, or only before this field existed), so that a position in a removed
+    #: ledger is told from one in a ledger that was never part of the log
+    #: (:func:`~bk_spark.protocol.log_rules.outside_position`). Ledger ids only grow, so a
+    #: log's removed ledgers lie in this range (with other logs' ledgers between them).
+    removed_ledgers: tuple[int, int] | None = None
     new_segments: tuple[Segment, ...] = field(default=(), compare=False)
     dropped_segments: tuple[int, ...] = field(default=(), compare=False)
 
@@ -577,8 +583,10 @@ class LogMetadata:
                          new_segments=md.new_segments + (seg,))
         return md
 
-    def truncated(self, before_index: int) -> LogMetadata:
-        """Drop whole ledgers before absolute index ``before_index``.
+    def truncated(self, before_index: int, removed: Sequence[int] = ()) -> LogMetadata:
+        """Drop whole ledgers before absolute index ``before_index``; ``removed``: their ids
+        (the caller's view of them, segments included), recorded in
+        :attr:`removed_ledgers` (:meth:`with_removed`).
 
         Stops at the first ledger that is not described (it may still be written). Segments
         entirely before the new first ledger are deleted by the CAS writing this value.
@@ -598,9 +606,22 @@ class LogMetadata:
         tail, tail_start = self.tail, self.tail_start
         if stop > tail_start:
             tail, tail_start = tail[stop - tail_start:], stop
-        return replace(self, first_index=stop, segments=keep, tail=tail,
+        return replace(self.with_removed(removed), first_index=stop, segments=keep, tail=tail,
                        tail_start=tail_start,
                        dropped_segments=self.dropped_segments + dropped)
+
+    def with_removed(self, ledger_ids: Sequence[int]) -> LogMetadata:
+        """Record that truncation removed ``ledger_ids`` (:attr:`removed_ledgers` grows to
+        cover them). A log truncated before the field existed (``first_index`` > 0 and no
+        range) may have removed any lower id: its range then starts at 0."""
+        if not ledger_ids:
+            return self
+        lo, hi = min(ledger_ids), max(ledger_ids)
+        if self.removed_ledgers is not None:
+            lo, hi = min(lo, self.removed_ledgers[0]), max(hi, self.removed_ledgers[1])
+        elif self.first_index > 0:
+            lo = 0
+        return replace(self, removed_ledgers=(lo, hi))
 
     def marked_deleting(self) -> LogMetadata:
         return replace(self, deleting=True)
@@ -624,6 +645,8 @@ class LogMetadata:
             d["id"] = self.log_id
         if self.deleting:
             d["deleting"] = True
+        if self.removed_ledgers is not None:
+            d["removed"] = list(self.removed_ledgers)  # absent in older metadata
         return _dump(d, "log metadata")
 
     @classmethod
@@ -635,7 +658,9 @@ class LogMetadata:
                 segments=tuple(SegmentSummary(*s) for s in d["segs"]),
                 tail_start=d["tail_start"], tail=_decode_rows(d["tail"], d["tail_start"]),
                 properties=d["props"], deleting=bool(d.get("deleting", False)),
-                log_id=str(d.get("id", "")))
+                log_id=str(d.get("id", "")),
+                removed_ledgers=(int(d["removed"][0]), int(d["removed"][1]))
+                if d.get("removed") is not None else None)
         except (KeyError, TypeError, ValueError) as exc:
             raise MetadataSerializationError(f"invalid log metadata: {exc!r}") from exc
 

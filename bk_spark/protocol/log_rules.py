@@ -17,6 +17,11 @@ functions of :class:`~bk_spark.protocol.log_format.LogMetadata`, here, tested wi
 * :func:`commit_check`: a committer of ledgers written elsewhere (one per Spark task) adds
   nothing when its last ledger is already listed (its own CAS landed) or the transaction
   id, or a later one, is already committed (a replayed or zombie commit).
+* :func:`outside_position` (:data:`OUTSIDE`): a position (ledger, entry) given without its
+  index, in a ledger the list does not hold: removed by truncation (data loss, as Kafka's
+  connector treats an offset below the earliest), or never part of this log (an option
+  error), told from the range of removed ledger ids the log keeps and what the ledger's own
+  metadata still says.
 """
 
 from __future__ import annotations
@@ -138,3 +143,61 @@ def quorum_properties(quorums: tuple[int, int, int]) -> dict[str, int]:
     """The log properties recording ``quorums`` (:data:`QUORUM_PROPERTIES`)."""
     validate_quorums(*quorums)
     return dict(zip(QUORUM_PROPERTIES, quorums, strict=True))
+
+
+class Outside(Enum):
+    """What a position in a ledger the log does not list is."""
+
+    TRUNCATED = "truncated"  #: removed by truncation: data loss (failOnDataLoss decides)
+    FOREIGN = "foreign"      #: never part of this log: an option error
+    UNKNOWN = "unknown"      #: truncated before the log kept removed ids: cannot tell
+
+
+class LedgerNow(Enum):
+    """The ledger of such a position, as its own metadata says now."""
+
+    GONE = "gone"            #: no such ledger (deleted, or never created)
+    THIS_LOG = "this log"    #: exists, created for this log (never listed, or not deleted yet)
+    ELSEWHERE = "elsewhere"  #: exists, created for another log or for none
+
+
+class Removed(Enum):
+    """Where the ledger id lies against the log's :attr:`LogMetadata.removed_ledgers`."""
+
+    NONE = "none"              #: the log was never truncated (``first_index`` 0)
+    IN_RANGE = "in range"      #: within the lowest..highest removed id
+    OUT_OF_RANGE = "out"       #: outside it
+    UNRECORDED = "unrecorded"  #: truncated before the range was kept (older metadata)
+
+
+#: (the ledger now, its id against the removed range) -> what the position is. A ledger that
+#: still exists for another log (or none) was never part of this one; a removed range covers
+#: ledgers of other logs between this log's, so a deleted one in range counts as truncated
+#: (the only place a position can be taken for data loss it is not).
+OUTSIDE: Mapping[tuple[LedgerNow, Removed], Outside] = MappingProxyType({
+    (LedgerNow.ELSEWHERE, Removed.NONE): Outside.FOREIGN,
+    (LedgerNow.ELSEWHERE, Removed.IN_RANGE): Outside.FOREIGN,
+    (LedgerNow.ELSEWHERE, Removed.OUT_OF_RANGE): Outside.FOREIGN,
+    (LedgerNow.ELSEWHERE, Removed.UNRECORDED): Outside.FOREIGN,
+    (LedgerNow.THIS_LOG, Removed.NONE): Outside.FOREIGN,       # a spare never listed
+    (LedgerNow.THIS_LOG, Removed.IN_RANGE): Outside.TRUNCATED,  # its deletion still to come
+    (LedgerNow.THIS_LOG, Removed.OUT_OF_RANGE): Outside.FOREIGN,
+    (LedgerNow.THIS_LOG, Removed.UNRECORDED): Outside.UNKNOWN,
+    (LedgerNow.GONE, Removed.NONE): Outside.FOREIGN,
+    (LedgerNow.GONE, Removed.IN_RANGE): Outside.TRUNCATED,
+    (LedgerNow.GONE, Removed.OUT_OF_RANGE): Outside.FOREIGN,
+    (LedgerNow.GONE, Removed.UNRECORDED): Outside.UNKNOWN,
+})
+
+
+def removed_range(md: LogMetadata, ledger_id: int) -> Removed:
+    """Where ``ledger_id`` lies against the ledgers truncation removed from ``md``."""
+    if md.removed_ledgers is None:
+        return Removed.NONE if md.first_index == 0 else Removed.UNRECORDED
+    lo, hi = md.removed_ledgers
+    return Removed.IN_RANGE if lo <= ledger_id <= hi else Removed.OUT_OF_RANGE
+
+
+def outside_position(md: LogMetadata, ledger_id: int, ledger_now: LedgerNow) -> Outside:
+    """What a position in ledger ``ledger_id``, which ``md`` does not list, is."""
+    return OUTSIDE[(ledger_now, removed_range(md, ledger_id))]

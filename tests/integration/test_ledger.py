@@ -344,16 +344,27 @@ def test_adds_after_a_ledger_failed_each_raise_their_own_copy_of_its_error(clust
 def test_adds_of_a_ledger_whose_client_was_closed_fail_with_a_clear_error(cluster,
                                                                          metadata_uri) -> None:
     """Closing the BookKeeper client under a writer fails its adds (the client is closed)
-    instead of killing the ledger's sender thread with a traceback and leaving them hanging."""
+    instead of killing the ledger's sender thread with a traceback and leaving them hanging.
+    A handle left open is closed with the client; one that failed (here: abandoned, so the
+    client leaves it as it is) fails its later adds with the closed client's error."""
     client = BookKeeper(metadata_uri)
     lh = client.create_ledger(3, 2, 2, password=b"pw")
     lh.add_entry(b"before")
     client.close()
+    assert lh.is_closed
+    with pytest.raises(LedgerClosedError, match="closed"):
+        lh.add_entry_async(b"after the close")
+    client = BookKeeper(metadata_uri)
+    lh = client.create_ledger(3, 2, 2, password=b"pw")
+    lh.add_entry(b"before")
+    # the client's pool closed under a live sender (a close racing with adds)
+    client.bookies.close()
     late = lh.add_entry_async(b"after the close")
     with pytest.raises(BookieUnavailableError, match="closed"):
         late.result(timeout=30)
     with pytest.raises(BookieUnavailableError, match="closed"):
         lh.add_entry_async(b"later still")
+    client.close()
 
 
 def test_non_fencing_open_reads_to_lac_and_does_not_disturb_the_writer(cluster, bk,

@@ -72,3 +72,38 @@ def test_wait_for_more_gives_up_after_its_timeout_when_nothing_comes(module_clus
         assert ends["wait-idle"].entry == 1
         assert not wait_for_more(bk, views, ends, b"", timeout=0.3)
         w.close()
+
+
+def test_wait_for_more_long_polls_the_live_bookie_while_two_of_three_are_down(
+        module_cluster):
+    """E3/Qw1/Qa1 with two bookies down (issue 25, 3): the stream's wait reads the LAC best
+    effort, so news on the live bookie ends it (it raised: no quorum coverage)."""
+    from bk_spark.core.client import BookKeeperConfig
+    from bk_spark.io.bookie_client import ClientConfig
+    from bk_spark.sandbox import start_bookies, wait_for_registrations
+
+    with BookKeeper(module_cluster.uri) as bk, BookKeeper(module_cluster.uri, BookKeeperConfig(
+            client=ClientConfig(read_timeout_s=2.0))) as reader:
+        w = open_log_writer(bk, "wait-down", ensemble_size=3, write_quorum_size=1,
+                            ack_quorum_size=1)
+        for i in range(3):
+            w.append(b"%d" % i)  # entry i on bookie i; entry 3 goes to bookie 0
+        time.sleep(0.2)  # the explicit LAC
+        views, ends = _ends(reader, "wait-down")
+        assert ends["wait-down"].entry == 3
+        ensemble = bk.ledger_metadata(w.ledger_id).last_ensemble
+        down = [b for b in module_cluster.bookies if b.bookie_id in ensemble[1:]]
+        for b in down:
+            b.kill()
+        try:
+            started = time.monotonic()
+            assert not wait_for_more(reader, views, ends, b"", timeout=0.5)  # no news, no error
+            assert time.monotonic() - started < 2
+            t = _later(lambda: w.append(b"3"))
+            assert wait_for_more(reader, views, ends, b"", timeout=20.0)
+            assert time.monotonic() - started < 6
+            t.join()
+        finally:
+            start_bookies(down)
+            wait_for_registrations(module_cluster.uri, len(module_cluster.bookies))
+        w.close()

@@ -71,3 +71,18 @@ def test_position_in_a_truncated_ledger_is_skipped_only_without_fail_on_data_los
     rows, _ = run_available_now(stream(spark, uri, name, startingOffsets=start,
                                        failOnDataLoss="false"), tmp_path, "q_trunc")
     assert sorted(r.entry_id for r in rows) == list(range(10))
+
+    # Without its index (a position copied from a log line or a dashboard), the log's
+    # record of what truncation removed tells the truncated ledger apart (issue 25, 4).
+    bare = f'{{"{name}": {{"ledger": {gone.ledger_id}, "entry": 4}}}}'
+    rows = read_log(spark, uri, name, startingOffsets=bare, failOnDataLoss="false").collect()
+    assert sorted(r.entry_id for r in rows) == list(range(10))
+    assert {r.ledger_id for r in rows} == {first.ledger_id}
+    with pytest.raises(PySparkException) as failed:
+        read_log(spark, uri, name, startingOffsets=bare).collect()
+    message = str(failed.value)
+    assert f"truncated past entry 4 of ledger {gone.ledger_id}" in message
+    assert "failOnDataLoss=true" in message and '"index"' not in message
+    rows, _ = run_available_now(stream(spark, uri, name, startingOffsets=bare,
+                                       failOnDataLoss="false"), tmp_path, "q_trunc_bare")
+    assert sorted(r.entry_id for r in rows) == list(range(10))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import json
 import pickle
 import random
 import threading
@@ -470,3 +471,25 @@ def test_delivering_a_run_of_appends_makes_no_object_the_gc_tracks_per_append() 
     assert made < 20, made
     assert [f.result(0) for f in futs[:2]] == [Position(7, 0, 4), Position(7, 1, 4)]
     assert futs[5].result(0) == futs[5].result(0) and futs[5].result(0).ledger_index == 4
+
+
+def test_truncation_records_the_range_of_removed_ledger_ids_and_it_round_trips() -> None:
+    md = log_with(5)  # ledgers 1000, 1003, ..., 1012 (the last open)
+    assert md.removed_ledgers is None
+    cut = md.truncated(2, [1000, 1003])
+    assert cut.first_index == 2 and cut.removed_ledgers == (1000, 1003)
+    again = cut.truncated(4, [1006, 1009])
+    assert again.removed_ledgers == (1000, 1009)  # grows to cover every removal
+    back = LogMetadata.from_bytes(again.to_bytes())
+    assert back == again and back.removed_ledgers == (1000, 1009)
+    assert md.truncated(0, [1000]) is md  # nothing removed: nothing recorded
+
+
+def test_log_metadata_without_the_removed_range_still_reads() -> None:
+    old = log_with(3).truncated(1)  # what a release before the field wrote
+    d = json.loads(old.to_bytes())
+    assert "removed" not in d
+    back = LogMetadata.from_bytes(json.dumps(d).encode())
+    assert back.removed_ledgers is None and back.first_index == 1
+    # its next truncation cannot know what the first removed: every lower id may be
+    assert back.truncated(2, [1003]).removed_ledgers == (0, 1003)

@@ -10,14 +10,20 @@ import pytest
 from bk_spark.errors import InvalidConfigError
 from bk_spark.protocol.log_format import LedgerInfo, LogMetadata
 from bk_spark.protocol.log_rules import (
+    OUTSIDE,
     ROLL,
     TXN_PROPERTY,
+    LedgerNow,
     LogDecision,
+    Outside,
+    Removed,
     commit_check,
     ledgers_to_fence,
     log_quorums,
+    outside_position,
     owns,
     quorum_properties,
+    removed_range,
     roll,
 )
 
@@ -108,3 +114,43 @@ def test_quorums_that_break_e_ge_qw_ge_qa_are_refused_whoever_chose_them():
     assert quorum_properties((3, 2, 2)) == {"bk-spark.ensemble_size": 3,
                                             "bk-spark.write_quorum_size": 2,
                                             "bk-spark.ack_quorum_size": 2}
+
+
+# A startingOffsets position {"ledger": L, "entry": E} with no index, in a ledger the list does
+# not hold (issue 25, 4): truncated (data loss) or never part of the log (an option error).
+def test_the_outside_position_table_covers_every_case() -> None:
+    assert set(OUTSIDE) == {(n, r) for n in LedgerNow for r in Removed}
+
+
+def _truncated_log(removed: tuple[int, int] | None, first_index: int = 2) -> LogMetadata:
+    md = _log((10, 5), (14, 5), (20, None), first_index=0)
+    md = md.truncated(first_index)
+    return dataclasses.replace(md, removed_ledgers=removed)
+
+
+@pytest.mark.parametrize("ledger, now, expected", [
+    (10, LedgerNow.GONE, Outside.TRUNCATED),       # removed and deleted
+    (14, LedgerNow.THIS_LOG, Outside.TRUNCATED),   # removed, its deletion still to come
+    (12, LedgerNow.GONE, Outside.TRUNCATED),       # another log's, deleted, in range: loss
+    (12, LedgerNow.ELSEWHERE, Outside.FOREIGN),    # another log's, alive
+    (9, LedgerNow.GONE, Outside.FOREIGN),          # below every removed id
+    (99, LedgerNow.GONE, Outside.FOREIGN),         # above: a typo, or not created yet
+    (99, LedgerNow.THIS_LOG, Outside.FOREIGN),     # a spare never listed
+])
+def test_a_position_in_a_removed_ledger_is_data_loss_and_any_other_an_option_error(
+        ledger: int, now: LedgerNow, expected: Outside) -> None:
+    assert outside_position(_truncated_log((10, 14)), ledger, now) is expected
+
+
+def test_a_position_outside_a_never_truncated_log_was_never_part_of_it() -> None:
+    md = _log((10, 5), (14, None))
+    assert removed_range(md, 3) is Removed.NONE
+    for now in LedgerNow:
+        assert outside_position(md, 3, now) is Outside.FOREIGN
+
+
+def test_a_log_truncated_before_it_kept_the_range_cannot_tell_a_deleted_ledger() -> None:
+    md = _truncated_log(None)
+    assert removed_range(md, 10) is Removed.UNRECORDED
+    assert outside_position(md, 10, LedgerNow.GONE) is Outside.UNKNOWN
+    assert outside_position(md, 10, LedgerNow.ELSEWHERE) is Outside.FOREIGN
