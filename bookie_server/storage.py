@@ -828,11 +828,13 @@ class BookieStorage:
         check_id("ledger id", ledger_id)
         check_entry_range(first, last)
         state = self._state(ledger_id)
-        present = set(self._logs.log_ids())
         held: list[int] = []
         locations: list[int] = []
         pinned: dict = {}
         with self._state_lock:
+            # which logs exist, read with the index it is checked against: GC compacts
+            # under this lock, into logs created after any earlier listing
+            present = set(self._logs.log_ids())
             get = state.index.get
             for entry_id in state.index.ids_between(first, last):
                 loc = get(entry_id)

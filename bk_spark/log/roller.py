@@ -16,7 +16,10 @@ next ledger once the current one is half-way. The roller does it:
   threshold (:meth:`LedgerAssignment.arm`; appends notify it) or the age check is due,
   then takes one step under the writer's metadata lock: the writer's roll (its four steps
   stay in :class:`~bk_spark.log.writer.LogWriter`), or preparing the spare. A failed step
-  (no bookies, ZooKeeper away) is retried a second later; a lost log ends the thread.
+  (no bookies, ZooKeeper away) is retried a second later; a lost log ends the thread, and
+  so does a closed client, after stopping the writer (``fail``: an append waiting for the
+  next ledger would otherwise wait forever, and the thread retry for the life of the
+  process).
 
 Lock order (the writer's locks; the roller has none of its own): ``meta_lock`` (one
 metadata-changing operation at a time: a step, a roll, a close) -> the writer's lock (the
@@ -33,7 +36,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from bk_spark.core.ledger import LedgerHandle
-from bk_spark.errors import LogNotFoundError, LogOwnershipLostError
+from bk_spark.errors import BKError, LogNotFoundError, LogOwnershipLostError
 from bk_spark.log import pending
 from bk_spark.log.admin import delete_ledger_quietly
 from bk_spark.protocol.roll_policy import SPARE_AT, LedgerAssignment, RollerStep
@@ -49,19 +52,21 @@ class Roller:
 
     ``create_ledger()`` makes a ledger for the log; ``roll()`` is the writer's roll (under
     ``meta_lock``, which the roller holds when it calls it); ``stopped()`` (under the
-    writer's lock): the writer closed or failed.
+    writer's lock): the writer closed or failed; ``fail(error)``: stop the writer with
+    ``error`` (its appends waiting for the next ledger fail with it).
     """
 
     def __init__(self, bk: BookKeeper, name: str, password: bytes,
                  assignment: LedgerAssignment[Any], wakeup: threading.Condition,
                  meta_lock: threading.Lock, *, max_age_s: float | None,
                  create_ledger: Callable[[], LedgerHandle], roll: Callable[[], object],
-                 stopped: Callable[[], bool]) -> None:
+                 stopped: Callable[[], bool], fail: Callable[[BKError], object]) -> None:
         self._bk, self.name, self._password = bk, name, password
         self._assign = assignment
         self._wakeup, self._meta_lock = wakeup, meta_lock
         self._max_age_s = max_age_s
         self._create_ledger, self._roll, self._stopped = create_ledger, roll, stopped
+        self._fail = fail
         #: The next ledger, created ahead and registered as pending (None: none).
         self.spare: LedgerHandle | None = None
         self._thread = threading.Thread(target=self._run, daemon=True,
@@ -106,6 +111,12 @@ class Roller:
                 except (LogOwnershipLostError, LogNotFoundError):
                     return
                 except Exception as exc:  # e.g. no bookies or ZooKeeper away for now
+                    if self._bk.is_closed:  # for good: no roll will ever succeed
+                        self._fail(BKError(
+                            f"log {self.name!r}: the BookKeeper client was closed under "
+                            f"this writer; appends not acknowledged may or may not be in "
+                            f"the log. Open a new client and writer to continue."))
+                        return
                     log.warning("log %r: rolling failed, retrying in 1s: %s", self.name, exc)
                     with self._wakeup:
                         self._wakeup.wait(1.0)

@@ -247,7 +247,8 @@ class LogWriter:
                 max_age_s=config.roll_max_age_s,
                 create_ledger=lambda: create_log_ledger(bk, name, config),
                 roll=lambda: self._roll_locked(None),
-                stopped=lambda: self._closed or self._error is not None)
+                stopped=lambda: self._closed or self._error is not None,
+                fail=self._set_error)
             self._roller.start()
 
     # ----------------------------------------------------------------- state

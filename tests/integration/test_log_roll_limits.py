@@ -158,3 +158,27 @@ def test_close_puts_every_append_waiting_for_a_ledger_into_one_before_it_returns
     assert sizes[:10] == [100] * 10 and not any(sizes[10:]), sizes
     assert [r.payload for r in read_all(bk, "close-waiting")] == [
         None if i % 50 == 1 else f"{i}".encode() for i in range(1_000)]
+
+
+
+def test_the_roller_of_a_writer_left_open_ends_when_its_client_is_closed(
+        cluster, metadata_uri: str) -> None:
+    """A writer left open (never closed) whose client is closed: its roller thread ends at
+    the next roll it attempts (here the age limit's), and the writer is stopped with an
+    error saying why. On the merge of issue 31 the roller retried the roll every second,
+    with a warning each time, for the life of the process."""
+    import threading
+    import time
+
+    from bk_spark.errors import BKError
+
+    client = BookKeeper(metadata_uri)
+    w = open_log_writer(client, "closed-under", password=PW, roll_max_age_s=0.2)
+    w.append(b"acknowledged")  # nothing in flight: no add notices the client closing
+    client.close()
+    deadline = time.monotonic() + 5
+    while any(t.name == "log-roller-closed-under" for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "the roller outlived its client"
+        time.sleep(0.05)
+    with pytest.raises(BKError, match="client"):
+        w.append_async(b"after")

@@ -833,3 +833,36 @@ def test_a_read_of_small_entries_between_large_ones_of_another_ledger_reads_litt
                                            recs.payload_ends.tolist(), strict=True)] == \
         [payload(7, e, 100) for e in range(200)]
     assert sum(read) <= 2 * len(recs.data) + 4096 * len(read), (sum(read), len(recs.data))
+
+
+def test_held_ranges_count_entries_gc_moves_to_a_new_log_while_the_question_runs(config):
+    """GC compacts a ledger's entries into entry logs created after a HeldEntries question
+    began: those entries are held all the same (which logs exist is read with the index, under
+    the state lock; read before it, the new logs were unknown and the bookie reported a
+    fragment it holds as missing, and the Auditor marked a healthy ledger)."""
+    s = open_storage(config)
+    for i in range(30):  # two ledgers interleaved through every entry log, 3:1
+        add(s, 1, i * 30, 30)
+        add(s, 2, i * 10, 10)
+    s.delete_ledger(1)
+    s.checkpoint()
+    real_log_ids = s._logs.log_ids
+    gc_runs: list[threading.Thread] = []
+
+    def log_ids_then_gc():
+        ids = real_log_ids()
+        if not gc_runs:  # GC runs right after the question listed the logs
+            gc_runs.append(threading.Thread(target=s.gc))
+            gc_runs[0].start()
+            gc_runs[0].join(0.5)  # (it waits for the state lock, if the question holds it)
+        return ids
+
+    s._logs.log_ids = log_ids_then_gc
+    try:
+        assert s.held_ranges(2, 0, 299) == [(0, 299)]
+        gc_runs[0].join(10)
+        assert s.held_ranges(2, 0, 299, verify=8) == [(0, 299)]
+        assert_has(s, 2, range(300))
+    finally:
+        s._logs.log_ids = real_log_ids
+        s.close()
