@@ -207,15 +207,11 @@ class BookieRegistration:
                 return
             data = json.dumps({**self.info, "read_only": self.read_only}).encode()
             want, other = self._path(self.read_only), self._path(not self.read_only)
+            # The new registration is created before the old one is deleted: a bookie moving
+            # between writable and readonly is never absent from both, which the Auditor
+            # (lost = named by a ledger and registered nowhere) would take for a lost bookie.
             try:
                 self.zk.ensure_path(self.msu.readonly_path)
-                self.zk.delete(other)
-            except NoNodeError:
-                pass
-            except Exception:  # connection trouble: the next CONNECTED retries
-                log.exception("could not register %s yet", want)
-                return
-            try:
                 self.zk.create(want, data, ephemeral=True, makepath=True)
             except NodeExistsError:
                 # Ours from this session, or a stale one of a previous session still expiring.
@@ -223,8 +219,15 @@ class BookieRegistration:
                 if stat.ephemeralOwner != self.zk.client_id[0]:
                     self.zk.delete(want)
                     self.zk.create(want, data, ephemeral=True, makepath=True)
+            except Exception:  # connection trouble: the next CONNECTED retries
+                log.exception("could not register %s yet", want)
+                return
+            try:
+                self.zk.delete(other)
+            except NoNodeError:
+                pass
             except Exception:
-                log.exception("could not register %s", want)
+                log.exception("could not remove %s", other)
                 return
             log.info("registered %s", want)
             self._expose_session()

@@ -363,3 +363,31 @@ def test_children_start_while_bookie_channels_are_busy(cluster) -> None:
             t.join(10)
         client.close()
     assert codes.count(0) == 500
+
+
+def test_a_bookie_moving_to_readonly_and_back_is_never_registered_nowhere(metadata_uri):
+    """The Auditor takes a bookie named by a ledger and registered nowhere for lost: a move
+    between ``available/`` and ``available/readonly/`` creates the new registration before it
+    deletes the old one. ZooKeeper's zxids order the two: the new node's creation (its
+    ``czxid``) precedes the old one's deletion (its parent's ``pzxid``)."""
+    from bk_spark.io.registration import BookieRegistration
+    from bk_spark.io.zk import connect_zk
+    from bk_spark.metadata_uri import parse_metadata_service_uri
+
+    msu = parse_metadata_service_uri(metadata_uri)
+    reg = BookieRegistration(metadata_uri, "127.0.0.1:3999")
+    reg.start()
+    zk = connect_zk(msu)
+    try:
+        for read_only in (True, False, True):
+            reg.set_read_only(read_only)
+            new = reg._path(read_only)
+            old_parent = msu.available_path if read_only else msu.readonly_path
+            created = zk.exists(new).czxid
+            old_deleted = zk.exists(old_parent).pzxid
+            assert zk.exists(reg._path(not read_only)) is None
+            assert created < old_deleted, (read_only, created, old_deleted)
+    finally:
+        reg.stop()
+        zk.stop()
+        zk.close()
