@@ -276,12 +276,14 @@ class BookieProcess:
 
     def __init__(self, metadata_service_uri: str, data_dir: Path, port: int,
                  metrics_port: int | None = None, extra_args: list[str] | None = None,
-                 env: dict[str, str] | None = None) -> None:
-        """``env``: variables set for this bookie on top of ours (e.g. ``BK_ZK_TLS_*``)."""
+                 env: dict[str, str] | None = None, http_port: int | None = None) -> None:
+        """``env``: variables set for this bookie on top of ours (e.g. ``BK_ZK_TLS_*``);
+        ``http_port``: its HTTP admin API and status page (``--http-port``)."""
         self.metadata_service_uri = metadata_service_uri
         self.data_dir = Path(data_dir)
         self.port = port
         self.metrics_port = metrics_port
+        self.http_port = http_port
         self.extra_args = list(extra_args or [])
         self.env = dict(env or {})
         self.proc: subprocess.Popen | None = None
@@ -312,6 +314,8 @@ class BookieProcess:
                "--port", str(self.port), "--data-dir", str(self.data_dir)]
         if self.metrics_port is not None:
             cmd += ["--metrics-port", str(self.metrics_port)]
+        if self.http_port is not None:
+            cmd += ["--http-port", str(self.http_port)]
         cmd += self.extra_args
         log = open(self.data_dir / "bookie.log", "ab")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
@@ -397,6 +401,9 @@ class SandboxState:
 SANDBOX_JOURNAL_FILE_MB = 16
 
 
+#: A sandbox bookie's HTTP admin API listens on its gRPC port plus this.
+HTTP_PORT_OFFSET = 5000
+
 SECURE_DIR = "secure"
 CLIENT_ENV = "client.env"
 SECURE_IDENTITIES = ("zookeeper", "bookie", "client", "admin")
@@ -468,10 +475,14 @@ class Sandbox:
                      "--allow-bookie", "bookie", "--zk-auth-file", str(f["zk_auth"])]
         if "--journal-file-size-mb" not in args:  # a laptop sandbox, not a production disk
             args += ["--journal-file-size-mb", str(SANDBOX_JOURNAL_FILE_MB)]
+        # Each bookie serves the HTTP admin API and the status page: port + 5000 (8181,
+        # 8182, ... for the default 3181, ...), or any free port.
         self.bookies = [
             BookieProcess(self.metadata_service_uri, self.data_dir / f"bookie-{i}",
                           port=first_bookie_port + i if first_bookie_port else free_port(),
-                          extra_args=args, env=env)
+                          extra_args=args, env=env,
+                          http_port=(first_bookie_port + i + HTTP_PORT_OFFSET
+                                     if first_bookie_port else free_port()))
             for i in range(n_bookies)
         ]
 
@@ -506,7 +517,8 @@ class Sandbox:
             zk_pid=self.zk.proc.pid if self.zk.proc else -1,
             zk_port=self.zk_port,
             bookies=[{"id": b.bookie_id, "pid": b.pid, "port": b.port,
-                      "data_dir": str(b.data_dir)} for b in self.bookies],
+                      "http_port": b.http_port, "data_dir": str(b.data_dir)}
+                     for b in self.bookies],
         )
         return state
 

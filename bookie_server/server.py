@@ -239,6 +239,7 @@ class BookieServer:
             self.registration = BookieRegistration(
                 cfg.metadata_service_uri, cfg.bookie_id,
                 info={"metrics_port": self.metrics_port, "tls": cfg.tls_cert is not None,
+                      "http_port": cfg.http_port,
                       "rack": cfg.rack, "mtls": cfg.tls_client_auth == "require"})
             self.registration.read_only = self.storage.read_only
             self.registration.start()
