@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from bk_spark.admin import facts
 from bk_spark.autorecovery.auditor import ledgers_naming, mark_ledgers_of
 from bk_spark.autorecovery.replicator import LedgerReplicator
 from bk_spark.autorecovery.service import AutoRecoveryConfig, AutoRecoveryService
@@ -96,13 +97,7 @@ def autorecovery(
 def autorecovery_status(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False) -> None:
     """Who is the Auditor, which workers run, the last audit, the under-replicated count."""
     with connect(metadata_service_uri) as bk:
-        urm = UnderReplicationManager(bk.zk, bk.msu.root)
-        status = urm.status()
-        out = {"enabled": urm.is_enabled(), "auditor": urm.auditor(), "workers": urm.workers(),
-               "under_replicated": urm.count(),
-               "last_check_ms": status.get("last_check_ms"),
-               "last_bookie_check_ms": status.get("last_bookie_check_ms"),
-               "lost_bookies": status.get("lost_bookies", [])}
+        out = facts.autorecovery_status(UnderReplicationManager(bk.zk, bk.msu.root))
     if as_json:
         print_json(out)
         return
@@ -136,10 +131,7 @@ def ledger_underreplicated(metadata_service_uri: UriOpt = None, as_json: JsonOpt
                            ) -> None:
     """List under-replicated ledgers: missing bookies and the worker holding each."""
     with connect(metadata_service_uri) as bk:
-        urm = UnderReplicationManager(bk.zk, bk.msu.root)
-        rows = [{"ledger": r.ledger_id, "missing": sorted(r.missing),
-                 "lock_holder": urm.lock_holder(r.ledger_id), "marked_ms": r.marked_ms}
-                for r in urm.list()]
+        rows = facts.under_replicated(UnderReplicationManager(bk.zk, bk.msu.root))
     if as_json:
         print_json(rows)
         return
