@@ -3,7 +3,8 @@
 :mod:`.common` (console, shared options, connecting, errors as one line), :mod:`.sandbox`,
 :mod:`.bookie` (a bookie, the bookie list), :mod:`.ledger`, :mod:`.log`, :mod:`.checks`
 (simpletest, bookie-sanity), :mod:`.admin` (spark-check, zk-acl), :mod:`.autorecovery`
-(autorecovery, underreplicated, recover, decommission).
+(autorecovery, underreplicated, recover, decommission), :mod:`.doctor`, :mod:`.ui` (the
+status page).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from bk_spark.cli import admin, autorecovery, bookie, checks, ledger, log, sandbox
+from bk_spark.cli import admin, autorecovery, bookie, checks, doctor, ledger, log, sandbox, ui
 from bk_spark.cli.common import err_console
 from bk_spark.errors import BKError
 
@@ -34,6 +35,8 @@ app.command("zk-acl")(admin.zk_acl)
 app.command("simpletest")(checks.simpletest)
 app.command("bookie-sanity")(checks.bookie_sanity)
 app.command("recover")(autorecovery.recover)
+app.command("doctor")(doctor.doctor)
+app.command("ui")(ui.ui)
 ledger.ledger_app.command("underreplicated")(autorecovery.ledger_underreplicated)
 bookie.bookie_app.command("decommission")(autorecovery.decommission)
 
