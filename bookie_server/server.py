@@ -202,6 +202,8 @@ class BookieServer:
         cfg = self.config
         tune_allocator()  # megabyte batches in and out: see bk_spark.allocator
         self.storage.start()
+        self.metrics.watch_storage(cfg.data_dir, self.storage.disk_usage,
+                                   lambda: len(self.storage.ledger_ids()))
         limit = grpc_message_limit(cfg)
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=cfg.grpc_workers,

@@ -173,3 +173,24 @@ def test_http_admin_api_is_tls_with_client_certificates_and_changes_need_the_adm
     assert call(url + f"/api/v1/ledger/delete?ledger_id={lh.id}", "DELETE",
                 ctx=ctx("admin"), headers={"X-Ledger-Password": "p"})[0] == 200
     assert c.bookies[0].proc is not None and c.bookies[0].proc.poll() is None
+
+
+def test_a_running_bookie_exports_every_metric_the_dashboard_and_alert_rules_name(
+        cluster_factory, metadata_uri):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from bk_spark.admin import dashboard
+
+    cluster_factory(1, extra_args=["--http-port", "0"])
+    port = next(iter(http_ports(metadata_uri).values()))
+    with BookKeeper(metadata_uri) as bk:
+        lh = bk.create_ledger(1, 1, 1, password=b"p")
+        lh.add_entry(b"x")
+        lh.close()
+    status, text = call(f"http://127.0.0.1:{port}/metrics")
+    assert status == 200
+    exported = dashboard.exported_names(text_string_to_metric_families(text))
+    named = {n for e in dashboard.exprs_of() for n in dashboard.named_metrics(e)}
+    assert named - dashboard.SYNTHETIC <= exported, sorted(named - exported)
+    assert {"bookie_disk_usage_ratio", "bookie_read_only",
+            "autorecovery_under_replicated_ledgers", "python_gc_collections_total"} <= exported
