@@ -309,6 +309,8 @@ class BookieProcess:
         if not port_is_free(self.port):
             raise SandboxError(f"port {self.port} on 127.0.0.1 is taken; choose another --port")
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.http_port and not port_is_free(self.http_port):
+            self.http_port = free_port()  # the HTTP API's usual port is taken: any other
         cmd = [*BOOKIE_COMMAND,
                "--metadata-service-uri", self.metadata_service_uri,
                "--port", str(self.port), "--data-dir", str(self.data_dir)]

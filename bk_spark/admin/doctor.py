@@ -217,9 +217,8 @@ def check_writers(bk: BookKeeper, mds: list, grace_s: float, sample_s: float
                            + (f"; the next writer of the log does it: bk log append "
                               f"{log_name} ..." if log_name else "")))
     if not out:
-        out.append(Finding("writers", OK, f"no OPEN ledger without a writer "
-                                          f"({len(candidates)} open for over {grace_s:.0f} s "
-                                          f"are being written)"))
+        out.append(Finding("writers", OK, f"every OPEN ledger older than {grace_s:.0f} s is "
+                                          f"being written ({len(candidates)} of them)"))
     return out
 
 

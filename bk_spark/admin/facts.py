@@ -64,6 +64,14 @@ def fetch_json(url: str, timeout: float, context: ssl.SSLContext | None = None) 
 
 
 # --------------------------------------------------------------------------- bookies
+def short_error(text: str) -> str:
+    """A bookie's connection error in a few words (gRPC's text names every address tried)."""
+    for cause in ("Connection refused", "Deadline Exceeded", "handshake", "certificate"):
+        if cause.lower() in text.lower():
+            return f"unreachable: {cause.lower()}"
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
 @dataclass
 class BookieView:
     """One bookie as an operator sees it (no secret: addresses, sizes, modes)."""
@@ -109,7 +117,7 @@ def _probe(bk: BookKeeper, bookie_id: str, reg: RegisteredBookie | None, timeout
     try:
         info = bk.bookies.get(bookie_id).info()
     except BKError as exc:
-        view.state, view.error = DOWN, str(exc)
+        view.state, view.error = DOWN, short_error(str(exc))
         return view
     view.disk_used_bytes, view.disk_free_bytes = info.disk_used_bytes, info.disk_free_bytes
     view.ledgers = info.ledgers
