@@ -48,6 +48,7 @@ def doctor(
         console.print(t)
         bad = [f for f in findings if f.status in (checks.WARN, checks.FAIL)]
         console.print(Text("all is well", style="bold green") if well else
-                      Text(f"{len(bad)} problems: see the remedies above", style="bold red"))
+                      Text(f"{len(bad)} problem{'s' if len(bad) > 1 else ''}: see the remedies "
+                           f"above", style="bold red"))
     if not well:
         raise typer.Exit(1)
