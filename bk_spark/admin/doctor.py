@@ -35,6 +35,7 @@ from bk_spark.errors import BKError
 from bk_spark.io.underreplication import UnderReplicationManager
 from bk_spark.log import LEDGER_LOG_KEY
 from bk_spark.protocol.ledger_metadata import LedgerState
+from bk_spark.security import ZkSecurity
 
 if TYPE_CHECKING:
     from bk_spark.core.client import BookKeeper
@@ -61,8 +62,11 @@ def all_well(findings: Iterable[Finding]) -> bool:
 
 
 # --------------------------------------------------------------------------- 1. ZooKeeper
-def four_letter_word(host: str, port: int, word: str = "srvr", timeout: float = 2.0) -> str:
-    with socket.create_connection((host, port), timeout=timeout) as s:
+def four_letter_word(host: str, port: int, word: str = "srvr", timeout: float = 2.0,
+                     tls: ssl.SSLContext | None = None) -> str:
+    """Ask one ZooKeeper server a four-letter word (over TLS on a ``secureClientPort``)."""
+    with socket.create_connection((host, port), timeout=timeout) as raw:
+        s = tls.wrap_socket(raw, server_hostname=host) if tls is not None else raw
         s.sendall(word.encode())
         chunks = []
         while chunk := s.recv(4096):
@@ -70,13 +74,25 @@ def four_letter_word(host: str, port: int, word: str = "srvr", timeout: float = 
     return b"".join(chunks).decode(errors="replace")
 
 
+def zk_tls_context(zk: ZkSecurity | None) -> ssl.SSLContext | None:
+    """The client's TLS to ZooKeeper (``BK_ZK_TLS_*``), for ``srvr`` on a TLS-only port."""
+    if zk is None or zk.tls_ca is None:
+        return None
+    ctx = ssl.create_default_context(cafile=zk.tls_ca)
+    ctx.check_hostname = False
+    if zk.tls_cert and zk.tls_key:
+        ctx.load_cert_chain(zk.tls_cert, zk.tls_key)
+    return ctx
+
+
 def check_zookeeper(hosts: str, bk: BookKeeper | None) -> list[Finding]:
     out: list[Finding] = []
     servers = [hp.rpartition(":") for hp in hosts.split(",")]
     serving = 0
+    tls = zk_tls_context(bk.security.zk if bk is not None else ZkSecurity.from_env())
     for host, _, port in servers:
         try:
-            text = four_letter_word(host, int(port))
+            text = four_letter_word(host, int(port), tls=tls)
         except OSError as exc:
             out.append(Finding("zookeeper", WARN, f"{host}:{port} does not answer ({exc})",
                                "start that ZooKeeper server, or check the address in the "
