@@ -93,7 +93,7 @@ def test_status_page_shows_bookies_a_killed_one_in_red_and_healing_to_zero(
             assert seen[0] > 0 and seen[-1] == 0, seen
             assert seen == sorted(seen, reverse=True), seen  # it counts down
             page.wait_for_function("document.getElementById('ar-progress-text').textContent"
-                                   ".includes('nothing to re-replicate')")
+                                   f".includes('all {seen[0]} ledgers re-replicated')")
             page.screenshot(path=str(shots / "status-after.png"), full_page=True)
         finally:
             browser.close()

@@ -1,7 +1,7 @@
 // The status page: fetches /api/v1/ui/status every REFRESH_MS and redraws; no build step.
 "use strict";
 const REFRESH_MS = 2000;
-let paused = false, timer = null, peakUnder = 0;
+let paused = false, timer = null, peakUnder = 0, lastUnder = 0;
 const lastAdds = new Map();  // bookie -> [time ms, addEntries counter]
 
 function el(tag, text, cls) {
@@ -62,12 +62,15 @@ function drawAutoRecovery(s) {
   const u = document.getElementById("ar-under");
   u.textContent = under;
   u.className = under ? "bad" : "";
-  peakUnder = under ? Math.max(peakUnder, under) : 0;
+  // an episode starts when ledgers get marked again; its peak is what re-replication works off
+  peakUnder = (lastUnder === 0 && under > 0) ? under : Math.max(peakUnder, under);
+  lastUnder = under;
   const p = document.getElementById("ar-progress");
   p.max = Math.max(peakUnder, 1);
   p.value = peakUnder ? peakUnder - under : 1;
-  document.getElementById("ar-progress-text").textContent = peakUnder
-    ? `${peakUnder - under} of ${peakUnder} ledgers re-replicated` : "nothing to re-replicate";
+  document.getElementById("ar-progress-text").textContent = !peakUnder ? "nothing to re-replicate"
+    : under ? `${peakUnder - under} of ${peakUnder} ledgers re-replicated`
+    : `all ${peakUnder} ledgers re-replicated`;
   fill(document.querySelector("#under tbody"), s.under_replicated.map(r => {
     const tr = el("tr", null, "bad");
     tr.append(el("td", r.ledger, "num"), el("td", r.missing.join(", ")), el("td", r.lock_holder || "\u2013"));
