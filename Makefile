@@ -5,8 +5,8 @@ PY     := $(VENV)/bin/python
 BK     := $(VENV)/bin/bk
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo cluster-demo test test-unit test-integration bench lint proto faults \
-	faults-network clean java chromium promtool dashboards
+.PHONY: install demo cluster-demo test test-long test-unit test-integration bench lint proto faults \
+	faults-network clean java readme chromium promtool dashboards
 
 install: $(STAMP)
 
@@ -45,8 +45,13 @@ cluster-demo: install
 	  --config-settings editable_mode=compat
 	$(PY) -m bk_spark.testbed
 
+# make test keeps under 20 minutes on a 2-core machine: scenarios marked `long` (a short
+# mode of each stays in make test) run in make test-long, and their long forms in make faults.
 test: install
-	$(PY) -m pytest -q -p no:cacheprovider --durations=15 tests
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 -m "not long" tests
+
+test-long: install
+	$(PY) -m pytest -q -p no:cacheprovider --durations=15 -m long tests
 
 test-unit: install
 	$(PY) -m pytest -q tests/unit
@@ -60,7 +65,7 @@ bench: install
 # Fault injection: 200 seeded long schedules against real processes (bookies killed, paused,
 # filled, corrupted; ZooKeeper restarted; writers and the Spark driver killed), checked by an
 # independent checker. Prints a summary; a failing schedule prints the command replaying it.
-faults: install
+faults: install test-long
 	$(PY) -m bk_spark.faults --schedules 200
 	$(MAKE) faults-network
 
@@ -86,6 +91,10 @@ dashboards: install
 proto: install
 	$(PY) -m grpc_tools.protoc -I. --python_out=. --grpc_python_out=. --pyi_out=. \
 	  bk_spark/proto/bookie.proto
+
+# Rewrite README.md's generated tables (tests/unit/test_readme_tables.py fails when stale).
+readme: install
+	$(PY) -m bk_spark.readme
 
 clean:
 	rm -rf $(VENV) .bk-sandbox .demo-sandbox build *.egg-info

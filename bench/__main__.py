@@ -329,12 +329,14 @@ def ledger_add(uri: str, n: int, size: int = KiB, in_flight: int = 2000, securit
 
 
 def log_append(uri: str, n: int, roll_entries: int, size: int = KiB, in_flight: int = 2000
-               ) -> tuple[float, int]:
-    """(entries/s, ledgers used) appending to a log that rolls every ``roll_entries``."""
+               ) -> tuple[float, int, int]:
+    """(entries/s, ledgers used, entries of the largest) appending to a log that rolls
+    every ``roll_entries`` (issue 31: the largest must not exceed ``roll_entries``)."""
     from bk_spark.core import BookKeeper
 
     with BookKeeper(uri) as bk:
-        w = open_log_writer(bk, "bench-log", roll_max_entries=roll_entries)
+        name = f"bench-log-{os.getpid()}"  # its own log (runs may share a sandbox)
+        w = open_log_writer(bk, name, roll_max_entries=roll_entries)
         data = b"g" * size
         window: deque = deque()
         t0 = time.perf_counter()
@@ -350,7 +352,10 @@ def log_append(uri: str, n: int, roll_entries: int, size: int = KiB, in_flight: 
         assert last is not None
         from bk_spark.log import log_ledgers
 
-        return n / dt, len(log_ledgers(bk, "bench-log"))
+        ledgers = log_ledgers(bk, name)
+        largest = max((i.last_entry_id + 1 for i in ledgers if i.last_entry_id is not None),
+                      default=0)
+        return n / dt, len(ledgers), largest
 
 
 def tail_latency(uri: str, n: int = 400, interval_s: float = 0.005
@@ -500,9 +505,10 @@ def main() -> None:
                     f"{rec * 1e3:,.0f} ms", "-", "-")
             print("== log (same sandbox)")
             roll = max(n_adds // 5, 1000)
-            geps, nledgers = log_append(sb.metadata_service_uri, n_adds, roll)
+            geps, nledgers, largest = log_append(sb.metadata_service_uri, n_adds, roll)
             res.add(f"log append 1 KiB, rolling every {roll:,} entries",
-                    f"{geps:,.0f} e/s ({nledgers} ledgers)", f"{leps:,.0f} e/s one ledger",
+                    f"{geps:,.0f} e/s ({nledgers} ledgers, largest {largest:,} entries)",
+                    f"{leps:,.0f} e/s one ledger",
                     f"{geps / leps:.2f}x")
             t50, t99, tail_lat = tail_latency(sb.metadata_service_uri)
             res.add("log tail latency (append -> seen by tailing reader) p50 / p99",

@@ -234,11 +234,11 @@ def child(kind: str, uri: str, n: int, roll: int, spy: str, server_pids: list[in
     elif kind == "lognoroll":
         rate = log_append(uri, n, 1 << 40)[0]
     elif kind == "logagain":  # the log append again, on a ZooKeeper warmed by a first one
-        rate, nledgers = log_append(uri, n, roll)
-        extra = f" ({nledgers} ledgers)"
+        rate, nledgers, largest = log_append(uri, n, roll)[:3]
+        extra = f" ({nledgers} ledgers, largest {largest})"
     else:
-        rate, nledgers = log_append(uri, n, roll)
-        extra = f" ({nledgers} ledgers)"
+        rate, nledgers, largest = log_append(uri, n, roll)[:3]
+        extra = f" ({nledgers} ledgers, largest {largest})"
     c1, wall = os.times(), time.perf_counter() - t0
     s1, m1 = _ticks(server_pids), _machine_busy()
     z1, w1 = _ticks(server_pids[:1]), _machine_iowait()
@@ -282,7 +282,8 @@ def run_child(kind: str, uri: str, n: int, roll: int, spy: Path | None, tag: str
         out_file = str(spy / f"{tag}-{kind}.txt")
     cmd = [sys.executable, "-m", "bench.log_profile", "--child", kind, uri, str(n), str(roll),
            out_file, ",".join(map(str, server_pids))]
-    done = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
+    env = {**os.environ, "PYTHONPATH": str(root)}  # the code of ``root`` (--base: the old)
+    done = subprocess.run(cmd, cwd=root, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"{kind} run failed ({done.returncode}):\n{done.stderr[-3000:]}")
     out = done.stdout
@@ -297,6 +298,8 @@ def run_child(kind: str, uri: str, n: int, roll: int, spy: Path | None, tag: str
           f"servers); iowait {zkcpu[2]} cores)", flush=True)
     if others.split()[1:]:
         print(f"  ({kind}: other processes meanwhile, cores: {others.split()[1]})", flush=True)
+    if " (" in line:  # the log's ledgers: how many, and the entries of the largest
+        print(f"  ({kind}: {line.split(' (', 1)[1]}", flush=True)
     f = line.split()[2:9]
     return (float(f[0]), float(f[1]), float(f[2]), float(f[3]), float(f[4]), int(f[5]),
             int(f[6]))

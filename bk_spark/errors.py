@@ -53,6 +53,12 @@ class UnauthorizedError(BKError):
     code = 4
 
 
+class RecoveryKeyUnavailableError(UnauthorizedError):
+    """Re-replication cannot learn what it needs to copy a ledger: its master key (from a
+    matching ``--recovery-password``, the worker's own bookie, or a surviving bookie under
+    mutual TLS), or for a ``mac`` ledger its password. The message names what to set."""
+
+
 class TooLargeError(BKError):
     """An entry is larger than the bookie's maximum entry size."""
 
@@ -98,6 +104,49 @@ class MetadataSerializationError(BKError):
 
 class DigestMismatchError(BKError):
     """An entry's digest does not match its content (corrupt copy)."""
+
+
+class CorruptedEntryError(BKError):
+    """A bookie's stored entries are corrupt or gone (an entry log truncated, overwritten or
+    missing): that copy is lost. Readers fail over to other copies; AutoRecovery
+    re-replicates the ledger once the bookie is checked (``bk autorecovery status``)."""
+
+
+class BKTimeoutError(BKError):
+    """An operation did not finish within its timeout. Like an add answered with
+    :class:`LedgerFencedError`, it may still have taken effect: check before retrying."""
+
+
+class RecoveryError(BKError):
+    """Recovery could not finish: a ledger's (too many bookies unavailable), or a bookie's
+    re-replication (``bk recover``, ``bk bookie decommission``); the message says what to
+    do, usually bring bookies back and retry."""
+
+
+class MetadataServiceUnavailableError(BKError):
+    """ZooKeeper could not be reached at the metadata service URI."""
+
+
+class MetadataStoreError(BKError):
+    """The metadata store refused an operation for a reason other than a lost
+    compare-and-swap (a failed ZooKeeper transaction, the ledger id space exhausted or its
+    generator reset); the message says which."""
+
+
+class BookieStorageError(BKError):
+    """A bookie's journal or entry logs failed, or are not running: restart the bookie
+    (its journal replays what was acknowledged)."""
+
+
+class CheckFailedError(BKError):
+    """A health check (``bk simpletest``, ``bk bookie-sanity``, ``bk recover``'s
+    verification) found a fault; the message says which."""
+
+
+class InvalidCookieError(BKError):
+    """A bookie's cookie does not match its directories or its cluster (BookKeeper's
+    InvalidCookieException): it refuses to start; the message names the situation and the
+    command that fixes it (:mod:`bk_spark.protocol.cookie_rules`)."""
 
 
 class InvalidConfigError(BKError, ValueError):
@@ -146,3 +195,4 @@ _BY_CODE: dict[int, type[BKError]] = {
 def error_for_code(code: int, message: str) -> BKError:
     """The exception a wire status code stands for (``code`` must not be OK)."""
     return _BY_CODE.get(code, BKError)(message)
+

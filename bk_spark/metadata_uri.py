@@ -39,6 +39,16 @@ class MetadataServiceUri:
         :func:`bk_spark.io.registration.mark_decommissioning`)."""
         return f"{self.root}/decommissioning"
 
+    @property
+    def instance_id_path(self) -> str:
+        """The cluster's instance id, created once (:mod:`bk_spark.io.cookies`)."""
+        return f"{self.root}/INSTANCEID"
+
+    @property
+    def cookies_path(self) -> str:
+        """Each bookie's cookie (``<root>/cookies/<host:port>``, :mod:`bk_spark.io.cookies`)."""
+        return f"{self.root}/cookies"
+
 
 def parse_metadata_service_uri(uri: str | None) -> MetadataServiceUri:
     """Parse ``zk://host:port[,host:port...]/root``; None means env or sandbox default."""

@@ -203,10 +203,6 @@ class ZooKeeperServer:
         """Where clients connect: the plaintext port, else the TLS port."""
         return f"127.0.0.1:{self.port if self.port is not None else self.tls.port}"
 
-    @property
-    def tls_connect_string(self) -> str | None:
-        return None if self.tls is None else f"127.0.0.1:{self.tls.port}"
-
     def _config(self) -> tuple[str, list[str]]:
         """zoo.cfg's text and the JVM's extra flags."""
         lines = ["tickTime=500", f"dataDir={self.data_dir / 'data'}",
@@ -287,6 +283,7 @@ class BookieProcess:
         self.extra_args = list(extra_args or [])
         self.env = dict(env or {})
         self.proc: subprocess.Popen | None = None
+        self._log_start = 0
 
     @property
     def bookie_id(self) -> str:
@@ -320,6 +317,7 @@ class BookieProcess:
             cmd += ["--http-port", str(self.http_port)]
         cmd += self.extra_args
         log = open(self.data_dir / "bookie.log", "ab")
+        self._log_start = log.tell()  # this run's output starts here (last_error)
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=detached,
                                      env={**os.environ, **self.env} if self.env else None)
@@ -328,9 +326,27 @@ class BookieProcess:
     def wait_ready(self, timeout: float = 30.0) -> None:
         """Block until the launched bookie listens and answers (its journal replayed)."""
         deadline = time.monotonic() + timeout
-        wait_for_port(self.port, timeout, self.proc)
-        if "--tls-cert" not in self.extra_args:
-            wait_for_bookie(self.bookie_id, deadline - time.monotonic(), self.proc)
+        try:
+            wait_for_port(self.port, timeout, self.proc)
+            if "--tls-cert" not in self.extra_args:
+                wait_for_bookie(self.bookie_id, deadline - time.monotonic(), self.proc)
+        except SandboxError as exc:
+            said = self.last_error()
+            if said is None:
+                raise
+            raise SandboxError(f"bookie {self.bookie_id} did not start: {said}") from exc
+
+    def last_error(self) -> str | None:
+        """The last ``error: ...`` line of the bookie's log (why it exited, e.g. a cookie
+        refusal with the command that fixes it), None if it printed none."""
+        try:
+            with open(self.data_dir / "bookie.log", "rb") as f:
+                f.seek(self._log_start)
+                lines = f.read().decode(errors="replace").splitlines()
+        except OSError:
+            return None
+        said = [x for x in lines if x.startswith("error: ")]
+        return said[-1][len("error: "):] if said else None
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -477,12 +493,18 @@ class Sandbox:
                      "--allow-bookie", "bookie", "--zk-auth-file", str(f["zk_auth"])]
         if "--journal-file-size-mb" not in args:  # a laptop sandbox, not a production disk
             args += ["--journal-file-size-mb", str(SANDBOX_JOURNAL_FILE_MB)]
-        # Each bookie serves the HTTP admin API and the status page: port + 5000 (8181,
-        # 8182, ... for the default 3181, ...), or any free port.
+        # --bookie-port 0: a bookie started before keeps its port (its stamp, else the last
+        # state file): at another address its directories would be refused
+        state = read_state(self.data_dir)
+        before = {Path(b["data_dir"]): int(b["port"]) for b in state.bookies} if state else {}
         self.bookies = [
             BookieProcess(self.metadata_service_uri, self.data_dir / f"bookie-{i}",
-                          port=first_bookie_port + i if first_bookie_port else free_port(),
+                          port=first_bookie_port + i if first_bookie_port else
+                          _stamped_port(self.data_dir / f"bookie-{i}")
+                          or before.get(self.data_dir / f"bookie-{i}") or free_port(),
                           extra_args=args, env=env,
+                          # its HTTP admin API and status page: port + 5000 (8181, 8182, ...
+                          # for the default 3181, ...), or any free port
                           http_port=(first_bookie_port + i + HTTP_PORT_OFFSET
                                      if first_bookie_port else free_port()))
             for i in range(n_bookies)
@@ -527,6 +549,18 @@ class Sandbox:
     def stop(self) -> None:
         stop_bookies(self.bookies)
         self.zk.stop()
+
+
+def _stamped_port(data_dir: Path) -> int | None:
+    """The port of the bookie whose stamp ``data_dir`` carries; None for a directory
+    without a stamp."""
+    from bookie_server.cookie import data_directories, read_dir_facts
+
+    stamp = read_dir_facts(data_directories(data_dir)[0][0]).stamp
+    if stamp is None:
+        return None
+    port = stamp.bookie_id.rpartition(":")[2]
+    return int(port) if port.isdigit() else None
 
 
 def wait_for_registrations(metadata_service_uri: str, n: int, timeout: float = 30.0,

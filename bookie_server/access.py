@@ -8,15 +8,21 @@ identities (certificate subject common name or any subject alternative name) a r
 role          may
 ============  ==================================================================================
 ``client``    add, read, fence and delete ledgers whose master key it presents (the password)
-``bookie``    also read any ledger without its key: what re-replication (bookies, autorecovery)
-              needs to copy a fragment it holds no password for
-``admin``     also delete any ledger without its key (and read it)
+``bookie``    also read any ledger without its key, and read the master key a bookie stored
+              with a ledger (``ReadMasterKey``): what re-replication (bookies, autorecovery)
+              needs to copy a fragment, and add it to a replacement, with no password
+``admin``     also delete any ledger without its key (and read it and its master key)
 ============  ==================================================================================
 
 A peer with several roles gets the strongest. With no allow-list every peer is a ``client``
 (the master key still guards every ledger); with any allow-list, a peer in none is refused
 every RPC. Fencing and adds always need the ledger's key: they create the ledger's state on a
 bookie that has not seen it, and the key stored then guards it.
+
+``ReadMasterKey`` hands out what every other RPC of a ledger checks, so it is answered to a
+``bookie`` or ``admin`` role only (:data:`ROLE_ONLY`): with no allow-list (no verified
+identities, e.g. without mutual TLS) nobody has those roles and every peer is refused it. A
+client thus never gains, by this RPC, a way to read or write a ledger it could not before.
 """
 
 from __future__ import annotations
@@ -32,6 +38,11 @@ KEY_FREE: Mapping[str, frozenset[str]] = {
     CLIENT: frozenset(),
     BOOKIE: frozenset({"ReadEntries"}),
     ADMIN: frozenset({"ReadEntries", "DeleteLedger"}),
+}
+
+#: RPCs answered to these roles only (whatever key the request carries).
+ROLE_ONLY: Mapping[str, frozenset[str]] = {
+    "ReadMasterKey": frozenset({BOOKIE, ADMIN}),
 }
 
 
@@ -75,3 +86,9 @@ class AccessPolicy:
     def key_required(self, role: str, method: str) -> bool:
         """Whether ``role`` must present the ledger's master key for ``method``."""
         return method not in KEY_FREE[role]
+
+    def may_call(self, role: str, method: str) -> bool:
+        """Whether ``role`` may call ``method`` at all (:data:`ROLE_ONLY`); a peer of an
+        unrestricted policy is a ``client``."""
+        allowed = ROLE_ONLY.get(method)
+        return allowed is None or role in allowed

@@ -12,6 +12,9 @@ MiB = 1024 * 1024
 #: Listen addresses that mean "every interface": never an address to register.
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "[::]", ""})
 
+#: The values of ``BookieConfig.on_lost_data`` (``--on-lost-data``).
+ON_LOST_DATA = ("repair", "refuse")
+
 
 @dataclass
 class BookieConfig:
@@ -55,6 +58,10 @@ class BookieConfig:
     allow_clients: tuple[str, ...] = ()  # identities (cert CN or SAN) per role: access.py
     allow_bookies: tuple[str, ...] = ()
     allow_admins: tuple[str, ...] = ()
+    # What a bookie whose directory lost its stamp while ZooKeeper holds its cookie (a
+    # wiped or replaced disk) does: "repair" itself before serving, or "refuse" to start
+    # (BookKeeper's default). See bookie_server.cookie.
+    on_lost_data: str = "repair"
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -91,6 +98,9 @@ class BookieConfig:
         if self.tls_ca is not None and self.tls_client_auth != "require":
             raise InvalidConfigError("--tls-ca is for client certificates: add "
                                      "--tls-client-auth require")
+        if self.on_lost_data not in ON_LOST_DATA:
+            raise InvalidConfigError(f"--on-lost-data must be one of {', '.join(ON_LOST_DATA)}, "
+                                     f"got {self.on_lost_data!r}")
         self.allow_clients, self.allow_bookies, self.allow_admins = (
             tuple(x) for x in (self.allow_clients, self.allow_bookies, self.allow_admins))
         if ((self.allow_clients or self.allow_bookies or self.allow_admins)
@@ -108,3 +118,9 @@ class BookieConfig:
         server listens (``0.0.0.0`` listens everywhere).
         """
         return f"{self.advertised_address or self.host}:{self.port}"
+
+
+def config_default(name: str) -> object:
+    """The default of the :class:`BookieConfig` field ``name`` (for option help texts, so
+    a default is written once, here)."""
+    return BookieConfig.__dataclass_fields__[name].default

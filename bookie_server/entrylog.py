@@ -43,7 +43,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from bk_spark.errors import BKError
+from bk_spark.errors import BookieStorageError, CorruptedEntryError
 from bk_spark.protocol.records import ENTRY_HEADER as ENTRY_HEADER  # its one definition
 from bookie_server import writeback
 from bookie_server.writeback import WRITEBACK_CHUNK, Buffer, write_all_at, write_back
@@ -64,7 +64,8 @@ def read_exact(fd: int, length: int, offset: int) -> bytes:
     while got < length:
         more = os.pread(fd, length - got, offset + got)
         if not more:
-            raise BKError(f"entry log truncated: wanted {length} bytes at {offset}, got {got}")
+            raise CorruptedEntryError(f"entry log truncated: wanted {length} bytes at {offset}, "
+                                      f"got {got}")
         parts.append(more)
         got += len(more)
     return b"".join(parts)
@@ -299,7 +300,7 @@ class EntryLogs:
     def _acquire_locked(self, log_id: int) -> LogFile:
         log = self._logs.get(log_id)
         if log is None:
-            raise BKError(f"entry log {log_id:x} is missing: the bookie lost data")
+            raise CorruptedEntryError(f"entry log {log_id:x} is missing: the bookie lost data")
         if log.fd is None:
             log.fd = os.open(log.path, os.O_RDONLY | os.O_CLOEXEC)
         log.refs += 1
@@ -357,7 +358,7 @@ class EntryLogs:
             if log is None:
                 return
             if log is self._current:
-                raise BKError("cannot delete the current entry log")
+                raise BookieStorageError("cannot delete the current entry log")
             del self._logs[log_id]
             self._unsynced.discard(log_id)
             log.deleted = True

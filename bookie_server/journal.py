@@ -62,7 +62,7 @@ from typing import Any, NamedTuple
 
 import crc32c
 
-from bk_spark.errors import BKError
+from bk_spark.errors import BookieStorageError
 from bk_spark.protocol.batching import ArrivalRate, batch_wait
 from bookie_server.entrylog import ENTRY_HEADER, fsync_directory
 from bookie_server.location import pack_span
@@ -442,7 +442,7 @@ class Journal:
                         write_zeros_paced(fd, self._file_size,
                                           pace=self._pace_fill if abortable else None)
                     except InterruptedError:
-                        raise BKError("journal closing") from None
+                        raise BookieStorageError("journal closing") from None
                     os.fdatasync(fd)
                 os.rename(tmp, path)
             except BaseException:
@@ -564,9 +564,9 @@ class Journal:
             nbytes += RECORD_HEADER.size + len(record.body)
         with self._cond:
             if self._failed is not None:
-                raise BKError(f"journal failed ({self._failed}): restart the bookie")
+                raise BookieStorageError(f"journal failed ({self._failed}): restart the bookie")
             if self._closing or not self._started:
-                raise BKError("journal is closed")
+                raise BookieStorageError("journal is closed")
             self._queue.extend(records)
             self._queued_bytes += nbytes
             if self._max_wait > 0:

@@ -33,7 +33,6 @@ OFFSET_SHIFT = 32  # (location >> OFFSET_SHIFT) & OFFSET_MASK: the offset in the
 OFFSET_BITS = 40
 OFFSET_MASK = (1 << OFFSET_BITS) - 1
 LENGTH_MASK = (1 << 32) - 1  # location & LENGTH_MASK: the record length
-MAX_LOG_ID = (1 << 24) - 1
 
 HIGH_TYPECODE = "Q"  # array typecode of the high column (location >> 32)
 LENGTH_TYPECODE = "I"  # array typecode of the record lengths

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from bk_spark.errors import BKError, InvalidConfigError
-from bookie_server.config import BookieConfig, MiB
+from bookie_server.config import ON_LOST_DATA, BookieConfig, MiB, config_default
 
 if TYPE_CHECKING:
     from bookie_server.server import BookieServer
@@ -76,6 +76,7 @@ def run_bookie(config: BookieConfig, *, autorecovery: AutoRecoveryOptions | None
     from bookie_server.server import BookieServer
 
     server = BookieServer(config)
+    server.check_cookies()  # a bookie that refuses to start starts nothing beside it
     stop_recovery = stop_http = None
     if autorecovery is not None and start_autorecovery is not None:
         stop_recovery = start_autorecovery(server, autorecovery)
@@ -168,7 +169,14 @@ def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None,
         recovery_password: Annotated[list[str] | None, typer.Option(
             "--recovery-password", envvar="BK_RECOVERY_PASSWORD",
             help="a ledger password this bookie's re-replication may use (repeatable; the empty "
-                 "one always is)")] = None,
+                 "one always is). Needed only for 'mac' ledgers: the worker takes other "
+                 "ledgers' keys from the copies this bookie holds")] = None,
+        on_lost_data: Annotated[str | None, typer.Option(
+            "--on-lost-data", show_default=False,
+            help=f"a directory lost its stamp while ZooKeeper holds this bookie's cookie (a "
+                 f"wiped or replaced disk): {' | '.join(ON_LOST_DATA)} (default: "
+                 f"{config_default('on_lost_data')}): repair itself from the other replicas "
+                 f"before serving, or refuse to start (BookKeeper's default)")] = None,
         debug_expose_session: Annotated[bool, typer.Option(
             "--debug-expose-session", hidden=True,
             help="fault injection: write the ZooKeeper session to <data-dir>/zk-session")
@@ -197,7 +205,8 @@ def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None,
             disk_check_interval_s=disk_check_interval,
             tls_cert=tls_cert, tls_key=tls_key, tls_ca=tls_ca, tls_client_auth=tls_client_auth,
             allow_clients=tuple(allow_client or ()), allow_bookies=tuple(allow_bookie or ()),
-            allow_admins=tuple(allow_admin or ()), rack=rack)
+            allow_admins=tuple(allow_admin or ()), rack=rack,
+            **({} if on_lost_data is None else {"on_lost_data": on_lost_data}))
         if autorecovery and start_autorecovery is None:
             raise InvalidConfigError(
                 "--autorecovery: python -m bookie_server runs the bare bookie; run the bookie "
@@ -211,7 +220,7 @@ def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None,
                 http_port = int(s.getsockname()[1])
         cfg.http_port = http_port
         if port and not port_is_free(port, host):
-            raise BKError(
+            raise InvalidConfigError(
                 f"port {port} on {host} is taken: is another bookie running? choose another --port")
         if debug_expose_session:
             from bk_spark.io.registration import SESSION_FILE_ENV

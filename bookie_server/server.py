@@ -22,12 +22,15 @@ import grpc
 from google.protobuf.message import DecodeError, Message
 
 from bk_spark.allocator import tune_allocator
-from bk_spark.errors import BKError, InvalidRequestError, UnauthorizedError
+from bk_spark.errors import BKError, InvalidConfigError, InvalidRequestError, UnauthorizedError
 from bk_spark.io.registration import BookieRegistration
 from bk_spark.proto import bookie_pb2 as pb
+from bk_spark.protocol.cookie_rules import Action, Decision
 from bk_spark.protocol.records import LENGTHS_DTYPE
-from bookie_server.access import AccessPolicy, peer_identities
+from bookie_server.access import CLIENT, AccessPolicy, peer_identities
 from bookie_server.config import BookieConfig, MiB
+from bookie_server.cookie import check_cookies as run_cookie_check
+from bookie_server.cookie import lost_data_error
 from bookie_server.metrics import BookieMetrics
 from bookie_server.storage import BookieStorage
 from bookie_server.validation import check_read_range, check_same_ledger
@@ -106,7 +109,8 @@ class BookieService:
 
     def held_entries(self, req: pb.HeldEntriesRequest, _key_required: bool = True
                      ) -> pb.HeldEntriesResponse:
-        ranges = self.storage.held_ranges(req.ledger_id, req.first_entry, req.last_entry)
+        ranges = self.storage.held_ranges(req.ledger_id, req.first_entry, req.last_entry,
+                                          verify=req.verify_entries)
         return pb.HeldEntriesResponse(status=pb.OK, range_first=[a for a, _ in ranges],
                                       range_last=[b for _, b in ranges])
 
@@ -118,6 +122,13 @@ class BookieService:
                       ) -> pb.DeleteLedgerResponse:
         self.storage.delete_ledger(req.ledger_id, req.master_key if key_required else None)
         return pb.DeleteLedgerResponse(status=pb.OK)
+
+    def read_master_key(self, req: pb.MasterKeyRequest, _key_required: bool = True
+                        ) -> pb.MasterKeyResponse:
+        """The key stored with the ledger (re-replication with no password): the wrapper
+        has already refused every peer without the bookie or admin role."""
+        return pb.MasterKeyResponse(status=pb.OK,
+                                    master_key=self.storage.master_key(req.ledger_id))
 
     def info(self, req: pb.InfoRequest, _key_required: bool = True) -> pb.InfoResponse:
         used, free = self.storage.disk_usage()
@@ -137,6 +148,7 @@ class BookieService:
             t0 = time.perf_counter()
             try:
                 key_required = True
+                role = CLIENT
                 if policy.restricted:  # the peer's verified certificate decides its role
                     names = peer_identities(context.auth_context())
                     role = policy.role(names)
@@ -146,6 +158,11 @@ class BookieService:
                             f"{', '.join(sorted(names)) or '(none)'} is in no allow-list of "
                             f"this bookie: ask its operator to add it")
                     key_required = policy.key_required(role, name)
+                if not policy.may_call(role, name):
+                    raise UnauthorizedError(
+                        f"bookie {self.config.bookie_id}: {name} is answered to bookie and "
+                        f"admin certificates only (mutual TLS with --allow-bookie / "
+                        f"--allow-admin); this peer is a {role}")
                 try:
                     req = req_type.FromString(raw)
                 except (DecodeError, RuntimeError, ValueError) as exc:
@@ -173,6 +190,8 @@ class BookieService:
                              self.delete_ledger),
             "Info": (pb.InfoRequest, pb.InfoResponse, self.info),
             "HeldEntries": (pb.HeldEntriesRequest, pb.HeldEntriesResponse, self.held_entries),
+            "ReadMasterKey": (pb.MasterKeyRequest, pb.MasterKeyResponse,
+                              self.read_master_key),
         }
         handlers = {
             name: grpc.unary_unary_rpc_method_handler(
@@ -197,11 +216,47 @@ class BookieServer:
         self.grpc_server: grpc.Server | None = None
         self.metrics_port: int | None = None
         self._stopped = threading.Event()
+        self._cookie_checked = False
+        self._decision: Decision | None = None  # of the cookie check
+
+    def check_cookies(self) -> Decision | None:
+        """Start-up step 1: the cookie check (:mod:`bookie_server.cookie`), before the
+        storage opens; None for a bookie without a metadata service (nothing to check).
+        Runs once: :meth:`start` calls it unless the caller did (``bk bookie`` does, before
+        it starts AutoRecovery beside a bookie that may refuse)."""
+        if self._cookie_checked:
+            return self._decision
+        self._cookie_checked = True
+        if not self.config.metadata_service_uri:
+            return None
+        self._decision = decision = run_cookie_check(self.config)
+        if decision.action is Action.REPAIR:
+            try:
+                from bookie_server.self_repair import enter_repair  # noqa: F401
+            except ModuleNotFoundError as exc:  # only its absence: its own errors surface
+                if exc.name != "bookie_server.self_repair":
+                    raise
+                raise lost_data_error(self.config, decision, "this build has no self-repair "
+                                      "(bookie_server.self_repair is missing)") from None
+        return decision
 
     def start(self) -> None:
+        """Start the bookie, in this order: 1. the cookie check (a bookie whose directories
+        do not match its cookie refuses here); 2. the storage (journal replay); 3. for a
+        bookie that lost data, the self-repair's first step (limbo marking) before any
+        request is served; 4. gRPC; 5. metrics; 6. registration in ZooKeeper."""
         cfg = self.config
         tune_allocator()  # megabyte batches in and out: see bk_spark.allocator
+        decision = self.check_cookies()
         self.storage.start()
+        if decision is not None and decision.action is Action.REPAIR:
+            from bookie_server.self_repair import enter_repair
+
+            try:
+                enter_repair(self, decision)
+            except BaseException:
+                self.storage.close()
+                raise
         self.metrics.watch_storage(cfg.data_dir, self.storage.disk_usage,
                                    lambda: len(self.storage.ledger_ids()))
         limit = grpc_message_limit(cfg)
@@ -231,7 +286,7 @@ class BookieServer:
             bound = 0
         if bound == 0:
             self.storage.close()
-            raise BKError(f"cannot listen on {address}: port taken?")
+            raise InvalidConfigError(f"cannot listen on {address}: port taken?")
         server.start()
         self.grpc_server = server
         if cfg.metrics_port is not None:

@@ -65,6 +65,7 @@ from __future__ import annotations
 import hmac
 import logging
 import queue
+import random
 import struct
 import threading
 import time
@@ -76,12 +77,17 @@ import numpy as np
 
 from bk_spark.errors import (
     BKError,
+    BookieStorageError,
+    CorruptedEntryError,
     InvalidRequestError,
     LedgerFencedError,
     NoSuchLedgerError,
     ReadOnlyError,
     UnauthorizedError,
 )
+from bk_spark.io.entry import EntryCodec
+from bk_spark.protocol.audit_rules import verification_sample
+from bk_spark.protocol.digest import DigestManager
 from bk_spark.protocol.records import MalformedRecordsError, Records, parse_records
 from bookie_server.config import BookieConfig
 from bookie_server.disk import DiskMonitor
@@ -108,6 +114,7 @@ from bookie_server.location import (
     length_of,
     location_base,
     log_of,
+    offset_of,
     split_highs,
 )
 from bookie_server.tombstones import DeletedLedgers
@@ -129,6 +136,12 @@ READ_SPAN_GAP = 64 * 1024
 #: besides the records asked stays under their own size plus this per record (an entry log
 #: interleaves every ledger: small entries of one between large ones of another).
 READ_SPAN_SMALL_GAP = 4 * 1024
+
+#: What one HeldEntries question reads back at most to verify (besides one record).
+VERIFY_MAX_BYTES = 8 * MiB
+#: A crc32c entry's digest field: the ledger length (8 bytes) and the CRC32C (4 bytes).
+CRC32C_DIGEST_FIELD = 12
+_CRC32C = DigestManager("crc32c")
 
 ADD = int(RecordType.ADD)
 FENCE = int(RecordType.FENCE)
@@ -177,7 +190,8 @@ class _Waiter:
     def wait(self) -> None:
         self._lock.acquire()
         if self.error is not None:
-            raise BKError(f"write failed ({self.error}): restart the bookie") from self.error
+            raise BookieStorageError(f"write failed ({self.error}): restart the bookie"
+                                     ) from self.error
 
 
 class _Op:
@@ -266,6 +280,8 @@ class BookieStorage:
         self._closed = False
         self._failure: BaseException | None = None
         self._disk = DiskMonitor(config, data_dir)
+        # Which held entries a HeldEntries question reads back (used under the state lock).
+        self._verify_rng = random.Random()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -274,7 +290,7 @@ class BookieStorage:
         checkpoint, checkpoint the result, and start the background threads (checkpoint, GC,
         disk check; one whose ``*_interval_s`` is <= 0 is not started)."""
         if self._started or self._closed:
-            raise BKError("storage already started (or closed)")
+            raise BookieStorageError("storage already started (or closed)")
         self._data_dir.mkdir(parents=True, exist_ok=True)
         self._ledgers_dir.mkdir(parents=True, exist_ok=True)
         applied, position = self._index.load(self._tombstones)
@@ -357,9 +373,9 @@ class BookieStorage:
 
     def _check_writable(self) -> None:
         if self._failure is not None:
-            raise BKError(f"bookie storage failed ({self._failure}): restart the bookie")
+            raise BookieStorageError(f"bookie storage failed ({self._failure}): restart the bookie")
         if self._closed or not self._started:
-            raise BKError("bookie storage is not running")
+            raise BookieStorageError("bookie storage is not running")
 
     def _fail(self, error: BaseException) -> None:
         if self._failure is None:
@@ -731,11 +747,12 @@ class BookieStorage:
         try:
             recs = parse_records(data, lens64)
         except MalformedRecordsError as exc:
-            raise BKError(f"an entry log of ledger {ledger_id} is corrupt: {exc}") from None
+            raise CorruptedEntryError(f"an entry log of ledger {ledger_id} is corrupt: "
+                                      f"{exc}") from None
         wrong = (recs.ledger_ids != ledger_id) | (recs.entry_ids != found)
         if bool(wrong.any()):
             i = int(np.argmax(wrong))
-            raise BKError(
+            raise CorruptedEntryError(
                 f"entry log {int(log_ids[i]):x} is corrupt at {int(offsets[i])}: expected "
                 f"entry {ledger_id}/{int(found[i])}, found {int(recs.ledger_ids[i])}/"
                 f"{int(recs.entry_ids[i])}")
@@ -794,34 +811,99 @@ class BookieStorage:
         return b"".join([spans[k][r:r + m] for k, r, m in zip(
             span_of.tolist(), rel.tolist(), lens.tolist(), strict=True)])
 
-    def held_ranges(self, ledger_id: int, first: int, last: int) -> list[tuple[int, int]]:
+    def held_ranges(self, ledger_id: int, first: int, last: int, *, verify: int = 0
+                    ) -> list[tuple[int, int]]:
         """Which entries of ``first..last`` this bookie holds, as ascending disjoint
         ``(first, last)`` ranges (the Auditor's periodic check asks it per fragment).
 
         Answered from the index; an entry whose entry log is gone from the disk (a lost
-        file: the index still points into it, see :meth:`start`) is not held. Raises
+        file: the index still points into it, see :meth:`start`) is not held. With
+        ``verify`` > 0, up to that many of the held entries
+        (:func:`~bk_spark.protocol.audit_rules.verification_sample`: the first, the last,
+        the rest at random), and at most :data:`VERIFY_MAX_BYTES` of records, are read back
+        and checked (:meth:`_corrupt_entries`); an entry that fails is not held either. So
+        the cost of one question is bounded whatever the fragment's size. Raises
         NoSuchLedgerError for a ledger this bookie knows nothing of.
         """
         check_id("ledger id", ledger_id)
         check_entry_range(first, last)
         state = self._state(ledger_id)
         present = set(self._logs.log_ids())
-        ranges: list[tuple[int, int]] = []
+        held: list[int] = []
+        locations: list[int] = []
+        pinned: dict = {}
         with self._state_lock:
             get = state.index.get
-            start = prev = -2
             for entry_id in state.index.ids_between(first, last):
                 loc = get(entry_id)
                 if loc is None or log_of(loc) not in present:
                     continue
-                if entry_id != prev + 1:
-                    if start >= 0:
-                        ranges.append((start, prev))
-                    start = entry_id
-                prev = entry_id
-            if start >= 0:
-                ranges.append((start, prev))
+                held.append(entry_id)
+                locations.append(loc)
+            picks: list[tuple[int, int]] = []
+            if verify > 0 and held:
+                spent = 0
+                for i in verification_sample(len(held), verify, self._verify_rng):
+                    spent += length_of(locations[i])
+                    if picks and spent > VERIFY_MAX_BYTES:
+                        break
+                    picks.append((held[i], locations[i]))
+                try:  # pinned under the state lock, as a read does: GC cannot delete them
+                    pinned = self._logs.acquire({log_of(loc) for _e, loc in picks})
+                except BKError:
+                    picks = []
+        if picks:
+            try:
+                bad = self._corrupt_entries(ledger_id, picks, pinned)
+            finally:
+                self._logs.release(pinned.values())
+            if bad:
+                log.warning("ledger %d: entries %s of this bookie are corrupt on disk (read "
+                            "back for the Auditor's check); they do not count as held",
+                            ledger_id, sorted(bad))
+                held = [e for e in held if e not in bad]
+        ranges: list[tuple[int, int]] = []
+        start = prev = -2
+        for entry_id in held:
+            if entry_id != prev + 1:
+                if start >= 0:
+                    ranges.append((start, prev))
+                start = entry_id
+            prev = entry_id
+        if start >= 0:
+            ranges.append((start, prev))
         return ranges
+
+    def master_key(self, ledger_id: int) -> bytes:
+        """The master key stored with a ledger this bookie has (on its first add or fence):
+        what re-replication adds to a replacement bookie with when it knows no password.
+        The caller authorizes (the gRPC service answers bookie and admin roles only; the
+        in-process AutoRecovery reads its own bookie's)."""
+        check_id("ledger id", ledger_id)
+        return bytes(self._state(ledger_id).master_key)
+
+    def _corrupt_entries(self, ledger_id: int, picks: Sequence[tuple[int, int]],
+                         pinned: dict) -> set[int]:
+        """The entries of ``picks`` (entry id, location) whose stored record does not check
+        out: a short read, a header that disagrees with the index (length, ledger, entry:
+        a zero-filled log fails here), a digest outside the record, or, for crc32c ledgers
+        (the only digest a bookie can check without the ledger's password), a checksum
+        that does not match the payload."""
+        bad: set[int] = set()
+        for entry_id, loc in picks:
+            length = length_of(loc)
+            try:
+                data = read_exact(pinned[log_of(loc)].fd, length, offset_of(loc))
+                recs = parse_records(data, np.asarray([length], dtype=np.int64))
+            except (BKError, OSError):
+                bad.add(entry_id)
+                continue
+            if int(recs.ledger_ids[0]) != ledger_id or int(recs.entry_ids[0]) != entry_id:
+                bad.add(entry_id)
+            elif (int(recs.digest_lengths[0]) == CRC32C_DIGEST_FIELD and
+                  not bool(EntryCodec(ledger_id, _CRC32C).verify_records(recs)[0])):
+                bad.add(entry_id)
+        return bad
 
     def ledger_state(self, ledger_id: int) -> tuple[int, int, bool]:
         """``(lac, last entry id or -1, fenced)`` of a ledger this bookie has."""

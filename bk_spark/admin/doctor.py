@@ -166,17 +166,32 @@ def check_bookies(views: list[facts.BookieView]) -> list[Finding]:
 
 # --------------------------------------------------------------------------- 3. cookies
 def check_cookies(bk: BookKeeper, views: list[facts.BookieView]) -> list[Finding]:
-    root = bk.msu.root
-    if bk.zk.exists(f"{root}/cookies") is None and bk.zk.exists(f"{root}/INSTANCEID") is None:
+    """Each registered bookie's cookie (:mod:`bk_spark.io.cookies`), where the cluster has an
+    instance id; a cookie of another instance id is a bookie of another cluster."""
+    from bk_spark.io.cookies import CookieStore, read_instance_id
+
+    instance = read_instance_id(bk.zk, bk.msu)
+    store = CookieStore(bk.zk, bk.msu)
+    if instance is None and not store.bookie_ids():
         return [Finding("cookies", INFO, "no cookies: this cluster does not record them")]
     out = []
     for v in views:
-        if v.registered and bk.zk.exists(f"{root}/cookies/{v.bookie_id}") is None:
-            out.append(Finding("cookies", WARN, f"bookie {v.bookie_id} has no cookie",
-                               "restart the bookie: a bookie writes its cookie when it starts "
-                               "on an empty data dir"))
+        if not v.registered:
+            continue
+        found = store.find(v.bookie_id)
+        if found is None:
+            out.append(Finding("cookies", WARN, f"bookie {v.bookie_id} runs without a cookie",
+                               "restart it: a bookie writes its cookie when it starts (bk "
+                               "cookie list shows them)"))
+        elif instance is not None and found.value.instance_id != instance:
+            out.append(Finding("cookies", FAIL, f"bookie {v.bookie_id}'s cookie names cluster "
+                                                f"{found.value.instance_id}, not {instance}",
+                               f"bk cookie show {v.bookie_id}; see the README's cookies "
+                               f"section"))
     if not out:
-        out.append(Finding("cookies", OK, "every registered bookie has its cookie"))
+        n = sum(v.registered for v in views)
+        out.append(Finding("cookies", OK, f"instance {instance}: each of the {n} registered "
+                                          f"bookies has its cookie"))
     return out
 
 

@@ -170,16 +170,21 @@ def autorecovery_status(urm: UnderReplicationManager) -> dict[str, Any]:
     """Who is the Auditor, which workers run, the last audit, the under-replicated count
     (``bk autorecovery status``)."""
     status = urm.status()
+    records = list(urm.list())
     return {"enabled": urm.is_enabled(), "auditor": urm.auditor(), "workers": urm.workers(),
-            "under_replicated": urm.count(), "last_check_ms": status.get("last_check_ms"),
+            "under_replicated": len(records),
+            "failing": sum(1 for r in records if r.reason),  # their reason: under_replicated()
+            "last_check_ms": status.get("last_check_ms"),
             "last_bookie_check_ms": status.get("last_bookie_check_ms"),
             "lost_bookies": status.get("lost_bookies", [])}
 
 
 def under_replicated(urm: UnderReplicationManager) -> list[dict[str, Any]]:
-    """Every under-replicated ledger: missing bookies, the worker holding it, when marked."""
+    """Every under-replicated ledger: missing bookies, the worker holding it, when marked,
+    and why it has not healed yet (``reason``: None while nothing failed)."""
     return [{"ledger": r.ledger_id, "missing": sorted(r.missing),
-             "lock_holder": urm.lock_holder(r.ledger_id), "marked_ms": r.marked_ms}
+             "lock_holder": urm.lock_holder(r.ledger_id), "marked_ms": r.marked_ms,
+             "reason": r.reason}
             for r in urm.list()]
 
 

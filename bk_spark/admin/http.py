@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from bk_spark.admin import access, facts
-from bk_spark.errors import BKError, InvalidConfigError, NoSuchLedgerError
+from bk_spark.errors import BKError, InvalidConfigError, NoSuchLedgerError, RecoveryError
 from bk_spark.io.underreplication import UnderReplicationManager
 from bk_spark.security import ClientSecurity
 from bookie_server.access import AccessPolicy, peer_identities
@@ -322,7 +322,7 @@ def make_app(ctx: AdminContext) -> web.Application:
             bk = ctx.bk()
             urm = ctx.urm()
             if not urm.is_enabled():
-                raise BKError("autorecovery is disabled: `bk autorecovery enable` first")
+                raise RecoveryError("autorecovery is disabled: `bk autorecovery enable` first")
             mark_decommissioning(bk.zk, bk.msu, src)
             marked = mark_ledgers_of(bk, urm, [src])
             return {"bookie_src": src, "markedLedgers": marked,
@@ -451,7 +451,7 @@ class AdminHttpServer:
         self._thread.start()
         self._ready.wait(timeout)
         if self._error is not None:
-            raise BKError(f"cannot serve the HTTP admin API on {self.host}:{self.port}: "
+            raise InvalidConfigError(f"cannot serve the HTTP admin API on {self.host}:{self.port}: "
                           f"{self._error} (port taken? choose another --http-port)")
         return self.port
 

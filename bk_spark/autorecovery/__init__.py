@@ -11,6 +11,8 @@ Layers, bottom up:
 * :mod:`.plan` is pure: which fragments a missing bookie affects, which entries a bookie
   of a fragment holds, what a worker does with each fragment (a table).
 * :mod:`.underreplication` is the ZooKeeper recipe for the under-replication state.
-* :mod:`.replicator` copies one fragment and CASes the replacement (one ledger at a time).
+* :mod:`.replicator` copies one fragment and CASes the replacement (one ledger at a time),
+  with the ledger's master key from a matching password, the worker's own bookie or (mutual
+  TLS) a surviving bookie (``ledger_secret``); ``copy_entries`` is the copy alone.
 * :mod:`.worker`, :mod:`.auditor` and :mod:`.service` run them.
 """

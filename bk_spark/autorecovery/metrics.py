@@ -8,9 +8,11 @@ _SECONDS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
 class AutoRecoveryMetrics:
-    """Under-replicated ledgers (as the Auditor last counted them), entries and bytes
-    re-replicated by this process's worker, time to re-replicate one ledger, and whether
-    this process is the elected Auditor (BookKeeper's ``NUM_UNDER_REPLICATED_LEDGERS``,
+    """Under-replicated ledgers (as the Auditor last counted them), those of them that
+    cannot be healed now (a failed attempt's reason is on their record), entries and bytes
+    re-replicated by this process's worker, its failed attempts, time to re-replicate one
+    ledger, and whether this process is the elected Auditor (BookKeeper's
+    ``NUM_UNDER_REPLICATED_LEDGERS``,
     ``NUM_ENTRIES_WRITTEN``/``NUM_BYTES_WRITTEN``, ``REPLICATE_LEDGER_TIME``)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -29,6 +31,14 @@ class AutoRecoveryMetrics:
                                      "1 while this process is the elected Auditor", registry=r)
         self.ledgers_marked = Counter("autorecovery_ledgers_marked",
                                       "Ledgers this Auditor marked under-replicated", registry=r)
+
+        self.unhealable = Gauge(
+            "autorecovery_unhealable_ledgers",
+            "Under-replicated ledgers whose last re-replication attempt failed (their reason: "
+            "`bk ledger underreplicated`), as this worker last counted them", registry=r)
+        self.failures = Counter("autorecovery_replication_failures",
+                                "Failed re-replication attempts of this process's worker",
+                                registry=r)
 
     def copied(self, entries: int, nbytes: int) -> None:
         self.entries.inc(entries)

@@ -20,10 +20,26 @@ missing bookie (:func:`~bk_spark.protocol.recovery_plan.affected_fragments`), in
 The last fragment of a ledger still OPEN is left to its writer; when no add was seen for
 the grace period the ledger is recovered (fenced and closed) first.
 
-Entries are verified and re-added with the ledger's password, which the metadata stores
-only as a digest: the worker is given candidate passwords (BookKeeper's
-``bookieRecoveryPasswd``; by default the empty password every ledger gets unless its
-writer sets one) and uses the one whose digest matches.
+What re-replication copies with (:func:`ledger_secret`): bookies check a ledger's *master
+key* on every read and add, and the metadata stores only a digest of the password
+(:mod:`bk_spark.protocol.digest`), so the worker learns the key, in this order, from
+
+1. a candidate password whose digest the metadata stores (``--recovery-password``,
+   BookKeeper's ``bookieRecoveryPasswd``; the empty password always is one);
+2. its own bookie's storage, when the worker runs inside a bookie that holds a copy of the
+   ledger (``bk bookie``'s in-process AutoRecovery; nothing crosses the network);
+3. a surviving bookie of the ledger, through ``ReadMasterKey``: bookies answer it only to
+   a bookie or admin certificate under mutual TLS (``--allow-bookie``), so without mutual
+   TLS this step is refused and the ledger waits for a worker of step 2.
+
+With a key but no password, a ``crc32c`` or ``none`` ledger is copied (its digests need no
+password: every copy is still verified); a ``mac`` ledger needs its password (step 1).
+When no step succeeds the ledger stays marked and :class:`RecoveryKeyUnavailableError` says
+why; the worker records that reason where ``bk ledger underreplicated`` shows it.
+
+The copy itself, reusable outside AutoRecovery (a bookie's self-repair), is
+:func:`copy_entries`: the given entries of a ledger read from its replicas (verified) and
+added to one target bookie.
 """
 
 from __future__ import annotations
@@ -36,15 +52,29 @@ from dataclasses import dataclass, field
 
 from bk_spark.core.client import BookKeeper
 from bk_spark.core.reader import fetch_entries
-from bk_spark.errors import BKError, NoSuchLedgerError, UnauthorizedError
+from bk_spark.core.recovery import recover_ledger
+from bk_spark.errors import (
+    BKError,
+    BKTimeoutError,
+    NoSuchLedgerError,
+    NotEnoughBookiesError,
+    RecoveryKeyUnavailableError,
+    UnauthorizedError,
+)
 from bk_spark.io.bookie_client import frame_entry
 from bk_spark.io.entry import EntryCodec
-from bk_spark.protocol.digest import DigestManager, master_key, password_digest
+from bk_spark.protocol.digest import (
+    VERIFIABLE_WITHOUT_PASSWORD,
+    DigestManager,
+    master_key,
+    password_digest,
+)
 from bk_spark.protocol.ledger_metadata import LedgerMetadata
 from bk_spark.protocol.recovery_plan import (
     AffectedFragment,
     FragmentAction,
     affected_fragments,
+    bookies_of,
     entries_on_index,
     fragment_action,
     fragment_spans,
@@ -71,14 +101,78 @@ class ReplicationResult:
     bytes: int = 0
 
 
-def ledger_password(md: LedgerMetadata, passwords: Sequence[bytes]) -> bytes:
-    """The candidate password whose digest the ledger's metadata stores."""
+def matching_password(md: LedgerMetadata, passwords: Sequence[bytes]) -> bytes | None:
+    """The candidate password whose digest the ledger's metadata stores, or None."""
     for p in passwords:
         if password_digest(p) == md.password_digest:
             return p
-    raise UnauthorizedError(
-        f"ledger {md.ledger_id}: none of the {len(passwords)} recovery passwords matches: "
-        f"start autorecovery with --recovery-password set to the ledger's password")
+    return None
+
+
+def ledger_password(md: LedgerMetadata, passwords: Sequence[bytes]) -> bytes:
+    """The candidate password whose digest the ledger's metadata stores (or raise)."""
+    p = matching_password(md, passwords)
+    if p is None:
+        raise RecoveryKeyUnavailableError(
+            f"ledger {md.ledger_id}: none of the {len(passwords)} recovery passwords "
+            f"matches: start autorecovery with --recovery-password set to the ledger's "
+            f"password")
+    return p
+
+
+#: Reads the master key a local bookie stored with a ledger (NoSuchLedgerError: none).
+LocalKeySource = Callable[[int], bytes]
+
+
+@dataclass(frozen=True)
+class LedgerSecret:
+    """What re-replication copies a ledger with: the master key bookies check, the password
+    when a candidate matched (None: only the key is known), and where it came from."""
+
+    key: bytes = field(repr=False)
+    password: bytes | None = field(repr=False)
+    source: str  # "password" | "local bookie" | "<bookie id>"
+
+    def codec(self, md: LedgerMetadata) -> EntryCodec:
+        """The entry codec verifying the ledger's digests (the key suffices for a digest of
+        :data:`VERIFIABLE_WITHOUT_PASSWORD`)."""
+        return EntryCodec(md.ledger_id, DigestManager(md.digest_type, self.password or b""))
+
+
+def ledger_secret(bk: BookKeeper, md: LedgerMetadata, passwords: Sequence[bytes], *,
+                  local_key: LocalKeySource | None = None,
+                  missing: set[str] | frozenset[str] = frozenset()) -> LedgerSecret:
+    """The ledger's master key (and password if known), by the three steps of the module
+    docstring; :class:`RecoveryKeyUnavailableError` names what is missing."""
+    lid = md.ledger_id
+    password = matching_password(md, passwords)
+    if password is not None:  # step 1
+        return LedgerSecret(master_key(password), password, "password")
+    no_password = (f"ledger {lid}: none of the {len(passwords)} recovery passwords matches "
+                   f"its password")
+    if md.digest_type not in VERIFIABLE_WITHOUT_PASSWORD:
+        raise RecoveryKeyUnavailableError(
+            f"{no_password}, and its {md.digest_type!r} digests can be verified only with "
+            f"it: start autorecovery with --recovery-password set to the ledger's password")
+    why: list[str] = []
+    if local_key is not None:  # step 2
+        try:
+            return LedgerSecret(local_key(lid), None, "local bookie")
+        except NoSuchLedgerError:
+            why.append("this worker's bookie holds no copy")
+    for b in sorted(bookies_of(md) - set(missing)):  # step 3
+        try:
+            return LedgerSecret(bk.bookies.get(b).read_master_key(lid), None, b)
+        except UnauthorizedError:
+            why.append(f"{b} answers ReadMasterKey to bookie certificates only")
+        except BKError as exc:
+            why.append(f"{b}: {type(exc).__name__}")
+    tried = "; ".join(why) or "no surviving bookie"
+    raise RecoveryKeyUnavailableError(
+        f"{no_password} and no master key was found ({tried}): a worker inside a bookie "
+        f"holding a copy heals it (bk bookie runs one), "
+        f"or run the bookies with mutual TLS and this worker's certificate in "
+        f"--allow-bookie, or pass --recovery-password")
 
 
 class _CopySink:
@@ -104,7 +198,7 @@ class _CopySink:
         with self.cv:
             if not self.cv.wait_for(lambda: self.pending <= 0 or self.error is not None,
                                     timeout):
-                raise BKError(f"re-replication adds still pending after {timeout:.0f}s")
+                raise BKTimeoutError(f"re-replication adds still pending after {timeout:.0f}s")
             if self.error is not None:
                 raise self.error
 
@@ -115,16 +209,19 @@ class LedgerReplicator:
     ``choose_replacement(ensemble, index, write quorum size, exclude)`` is the placement
     decision (default: :meth:`bk_spark.protocol.placement.Topology.replace_bookie` over the
     writable bookies and their racks);
-    ``on_copied(entries, bytes)`` feeds the metrics.
+    ``on_copied(entries, bytes)`` feeds the metrics; ``local_key`` reads the master key of
+    a ledger the worker's own bookie holds (step 2 of :func:`ledger_secret`).
     """
 
     def __init__(self, bk: BookKeeper, *, passwords: Sequence[bytes] = (b"",),
                  open_ledger_grace_s: float = 30.0,
                  choose_replacement: Callable[[Sequence[str], int, int, set[str]], str]
                  | None = None,
-                 on_copied: Callable[[int, int], None] | None = None) -> None:
+                 on_copied: Callable[[int, int], None] | None = None,
+                 local_key: LocalKeySource | None = None) -> None:
         self.bk = bk
         self.passwords = list(passwords) or [b""]
+        self.local_key = local_key
         self.open_ledger_grace_s = open_ledger_grace_s
         self.choose_replacement = choose_replacement or self._placement_replacement
         self.on_copied = on_copied or (lambda n, b: None)
@@ -136,6 +233,34 @@ class LedgerReplicator:
         return self.bk.topology().replace_bookie(ensemble, index, write_quorum_size,
                                                  exclude=exclude)
 
+    def holds_copy(self, ledger_id: int) -> bool:
+        """Whether the worker's own bookie holds a copy of the ledger (so its key: step 2 of
+        :func:`ledger_secret`); False for a worker outside a bookie."""
+        if self.local_key is None:
+            return False
+        try:
+            self.local_key(ledger_id)
+            return True
+        except BKError:
+            return False
+
+    # ------------------------------------------------------------------ placement first
+    def check_replaceable(self, md: LedgerMetadata, missing: set[str]) -> None:
+        """Raise :class:`NotEnoughBookiesError` naming the placement constraint when some
+        fragment of ``md`` naming a bookie of ``missing`` has no possible replacement now
+        (step 1 for every fragment, before anything is copied or marked: ``bk recover``
+        fails fast and changes nothing)."""
+        for af in affected_fragments(md, missing):
+            try:
+                self.choose_replacement(af.span.ensemble, af.index, md.write_quorum_size,
+                                        set(missing) | {af.bookie})
+            except NotEnoughBookiesError as exc:
+                raise NotEnoughBookiesError(
+                    f"ledger {md.ledger_id}, fragment from entry {af.span.first}: {exc} "
+                    f"(placement's constraint: a replacement is a registered writable "
+                    f"bookie, not readonly nor decommissioning, outside the fragment's "
+                    f"ensemble). Nothing was changed") from None
+
     # ------------------------------------------------------------------ one ledger
     def replicate(self, ledger_id: int, missing: set[str]) -> ReplicationResult:
         """Replace every bookie of ``missing`` in every fragment of ``ledger_id`` that can be
@@ -146,11 +271,11 @@ class LedgerReplicator:
         except NoSuchLedgerError:
             result.replaced = set(missing)  # deleted: nothing left to replicate
             return result
-        password = ledger_password(md.value, self.passwords)
-        codec = EntryCodec(ledger_id, DigestManager(md.value.digest_type, password))
-        key = master_key(password)
+        secret = ledger_secret(self.bk, md.value, self.passwords, local_key=self.local_key,
+                               missing=missing)
+        codec = secret.codec(md.value)
         try:
-            self._replicate_rounds(ledger_id, missing, result, password, codec, key)
+            self._replicate_rounds(ledger_id, missing, result, codec, secret.key)
         except NoSuchLedgerError:
             if self.bk.metadata_store.exists(ledger_id):
                 raise
@@ -158,7 +283,7 @@ class LedgerReplicator:
         return result
 
     def _replicate_rounds(self, ledger_id: int, missing: set[str], result: ReplicationResult,
-                          password: bytes, codec: EntryCodec, key: bytes) -> None:
+                          codec: EntryCodec, key: bytes) -> None:
         for _round in range(1000):
             m = self.bk.metadata_store.read(ledger_id).value
             todo = affected_fragments(m, missing)
@@ -174,7 +299,8 @@ class LedgerReplicator:
                 if action == FragmentAction.RECOVER_FIRST:
                     log.info("ledger %d: writer idle for %.0fs, recovering it before "
                              "re-replication", ledger_id, self.open_ledger_grace_s)
-                    self.bk.open_ledger(ledger_id, password, recovery=True)
+                    recover_ledger(self.bk, self.bk.metadata_store.read(ledger_id), codec,
+                                   key)
                     self._activity.pop(ledger_id, None)
                     progressed = True
                     break  # the ledger is CLOSED now: decide again from its metadata
@@ -264,20 +390,31 @@ class LedgerReplicator:
 
     def _copy(self, md: LedgerMetadata, codec: EntryCodec, key: bytes, ids: list[int],
               target: str) -> tuple[int, int]:
-        """Read ``ids`` from the survivors (verified) and add them to ``target``."""
-        client = self.bk.bookies.get(target)
-        sink = _CopySink()
-        n = nbytes = 0
-        for i in range(0, len(ids), COPY_BATCH):
-            chunk = ids[i:i + COPY_BATCH]
-            got = fetch_entries(self.bk, md, codec, chunk, key)
-            framed = [frame_entry(got[e].SerializeToString()) for e in chunk]
-            sink.sent(len(chunk))
-            client.send_batch(md.ledger_id, key, framed, chunk, sink, recovery=True)
-            n += len(chunk)
-            nbytes += sum(len(got[e].payload) for e in chunk)
-            if sink.error is not None:
-                break
-        sink.wait(self.bk.config.client.add_timeout_s + 30)
+        n, nbytes = copy_entries(self.bk, md, codec, key, ids, target)
         self.on_copied(n, nbytes)
         return n, nbytes
+
+
+def copy_entries(bk: BookKeeper, md: LedgerMetadata, codec: EntryCodec, key: bytes,
+                 entry_ids: Sequence[int], target: str) -> tuple[int, int]:
+    """Copy ``entry_ids`` of ledger ``md`` to bookie ``target``: read them from their write
+    sets (every copy digest-verified by ``codec``, failing over per entry), add them to
+    ``target`` in batched recovery adds with master key ``key``, and return once every add
+    is stored: ``(entries, payload bytes)``. The metadata is not changed: until the caller
+    names ``target`` in it, the copy counts for nothing (step 2 of the module docstring)."""
+    client = bk.bookies.get(target)
+    sink = _CopySink()
+    ids = list(entry_ids)
+    n = nbytes = 0
+    for i in range(0, len(ids), COPY_BATCH):
+        chunk = ids[i:i + COPY_BATCH]
+        got = fetch_entries(bk, md, codec, chunk, key)
+        framed = [frame_entry(got[e].SerializeToString()) for e in chunk]
+        sink.sent(len(chunk))
+        client.send_batch(md.ledger_id, key, framed, chunk, sink, recovery=True)
+        n += len(chunk)
+        nbytes += sum(len(got[e].payload) for e in chunk)
+        if sink.error is not None:
+            break
+    sink.wait(bk.config.client.add_timeout_s + 30)
+    return n, nbytes

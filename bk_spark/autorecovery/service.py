@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from bk_spark.autorecovery.auditor import Auditor
 from bk_spark.autorecovery.metrics import AutoRecoveryMetrics
-from bk_spark.autorecovery.replicator import LedgerReplicator
+from bk_spark.autorecovery.replicator import LedgerReplicator, LocalKeySource
 from bk_spark.autorecovery.worker import ReplicationWorker
 from bk_spark.core.client import BookKeeper, BookKeeperConfig
 from bk_spark.errors import InvalidConfigError
@@ -36,7 +36,11 @@ class AutoRecoveryConfig:
     check that asks bookies what they hold (``--audit-interval``);
     ``open_ledger_grace_s``: how long an open ledger's last fragment must see no add before
     a worker recovers the ledger (``--open-ledger-grace``); ``passwords``: candidate ledger
-    passwords (``--recovery-password``, the empty one always included).
+    passwords (``--recovery-password``, the empty one always included; seldom needed: see
+    :func:`~bk_spark.autorecovery.replicator.ledger_secret`);
+    ``audit_verify_entries``: how many of the entries a bookie holds in one fragment the
+    periodic check has it read back and verify (framing, ids, crc32c checksum; the first,
+    the last and the rest at random, at most 8 MiB per fragment; 0: trust the index).
     """
 
     lost_bookie_recovery_delay_s: float = 60.0
@@ -45,11 +49,13 @@ class AutoRecoveryConfig:
     worker_poll_s: float = 1.0
     auditor_tick_s: float = 1.0
     passwords: tuple[bytes, ...] = field(default=(b"",))
+    audit_verify_entries: int = 8
     run_auditor: bool = True
     run_worker: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("lost_bookie_recovery_delay_s", "open_ledger_grace_s"):
+        for name in ("lost_bookie_recovery_delay_s", "open_ledger_grace_s",
+                     "audit_verify_entries"):
             if not getattr(self, name) >= 0:
                 raise InvalidConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in ("audit_interval_s", "worker_poll_s", "auditor_tick_s"):
@@ -63,11 +69,15 @@ class AutoRecoveryService:
     def __init__(self, metadata_service_uri: str, config: AutoRecoveryConfig | None = None, *,
                  identity: str | None = None, registry: CollectorRegistry | None = None,
                  client_config: BookKeeperConfig | None = None,
-                 security: ClientSecurity | None = None) -> None:
+                 security: ClientSecurity | None = None,
+                 local_key: LocalKeySource | None = None) -> None:
         """``security``: how the worker's client reaches secured bookies and ZooKeeper
-        (default: from the environment, as every client)."""
+        (default: from the environment, as every client); ``local_key``: in a bookie's
+        process, reads the master key that bookie stored with a ledger (the worker then
+        heals password-protected ledgers the bookie holds a copy of with no password)."""
         self.config = config or AutoRecoveryConfig()
         self.security = security
+        self.local_key = local_key
         self.uri = metadata_service_uri
         self.identity = identity or f"{socket.gethostname()}-{os.getpid()}"
         self.metrics = AutoRecoveryMetrics(registry)
@@ -85,7 +95,8 @@ class AutoRecoveryService:
         passwords = tuple(dict.fromkeys((b"", *cfg.passwords)))
         replicator = LedgerReplicator(bk, passwords=passwords,
                                       open_ledger_grace_s=cfg.open_ledger_grace_s,
-                                      on_copied=self.metrics.copied)
+                                      on_copied=self.metrics.copied,
+                                      local_key=self.local_key)
         if cfg.run_worker:
             worker = ReplicationWorker(urm, replicator, self.identity, self.metrics,
                                        poll_s=cfg.worker_poll_s)
@@ -93,7 +104,8 @@ class AutoRecoveryService:
         if cfg.run_auditor:
             auditor = Auditor(bk, urm, self.identity, self.metrics,
                               lost_bookie_recovery_delay_s=cfg.lost_bookie_recovery_delay_s,
-                              audit_interval_s=cfg.audit_interval_s, tick_s=cfg.auditor_tick_s)
+                              audit_interval_s=cfg.audit_interval_s, tick_s=cfg.auditor_tick_s,
+                              verify_entries=cfg.audit_verify_entries)
             self._spawn("auditor", auditor.run)
         log.info("autorecovery %s started (auditor %s, worker %s)", self.identity,
                  cfg.run_auditor, cfg.run_worker)

@@ -7,7 +7,12 @@ Its loop:
    its ephemeral lock (another worker holds it: skip).
 3. Re-replicate it (:class:`~bk_spark.autorecovery.replicator.LedgerReplicator`), then
    remove the bookies it no longer names from its record (CAS); a ledger whose open last
-   fragment waits for its writer, or that failed, is retried after a back-off.
+   fragment waits for its writer is looked at again within a second. One whose attempt
+   failed is retried after an exponential back-off, capped
+   (:mod:`bk_spark.protocol.replication_retry`, which also says when the failure is worth a
+   warning), and the failure's reason is written to its record (``bk ledger
+   underreplicated`` shows it; ``autorecovery_unhealable_ledgers`` counts such records);
+   the next attempt that makes progress clears it.
 4. Release the lock. A worker that dies loses its locks with its ZooKeeper session.
 """
 
@@ -17,12 +22,19 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Callable
 
 from bk_spark.autorecovery.metrics import AutoRecoveryMetrics
 from bk_spark.autorecovery.replicator import LedgerReplicator
 from bk_spark.errors import BKError
 from bk_spark.io.underreplication import UnderReplicationManager
 from bk_spark.io.zk import ZooKeeperError
+from bk_spark.protocol.replication_retry import (
+    RETRY_BASE_S,
+    RETRY_CAP_S,
+    retry_delay,
+    warn_of_failure,
+)
 
 log = logging.getLogger(__name__)
 
@@ -32,14 +44,19 @@ class ReplicationWorker:
 
     def __init__(self, urm: UnderReplicationManager, replicator: LedgerReplicator,
                  worker_id: str, metrics: AutoRecoveryMetrics, *, poll_s: float = 1.0,
-                 retry_s: float = 5.0) -> None:
+                 retry_s: float = RETRY_BASE_S, max_retry_s: float = RETRY_CAP_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.urm = urm
+        self._clock = clock
         self.replicator = replicator
         self.worker_id = worker_id
         self.metrics = metrics
         self.poll_s = poll_s
         self.retry_s = retry_s
+        self.max_retry_s = max_retry_s
         self._retry_at: dict[int, float] = {}
+        # ledger id -> (consecutive failed attempts, the last one's reason)
+        self._failures: dict[int, tuple[int, str]] = {}
 
     def run(self, stop: threading.Event) -> None:
         """Step 1-4 until ``stop`` is set."""
@@ -57,8 +74,16 @@ class ReplicationWorker:
     def run_once(self, stop: threading.Event | None = None) -> bool:
         """One pass over the under-replicated ledgers; True if it replicated any."""
         records = list(self.urm.list())
+        self.metrics.unhealable.set(sum(1 for r in records if r.reason))
+        listed = {r.ledger_id for r in records}
+        for lid in [lid for lid in self._failures if lid not in listed]:  # healed elsewhere
+            self._failures.pop(lid, None)
+            self._retry_at.pop(lid, None)
         random.shuffle(records)  # several workers start on different ledgers
-        now = time.monotonic()
+        # ledgers this worker's bookie holds first: it has their key (the others it can copy
+        # only with a password or, under mutual TLS, a key read from a surviving bookie)
+        records.sort(key=lambda r: not self.replicator.holds_copy(r.ledger_id))
+        now = self._clock()
         worked = False
         for rec in records:
             if stop is not None and stop.is_set():
@@ -77,19 +102,44 @@ class ReplicationWorker:
         rec = self.urm.get(ledger_id)  # re-read under the lock
         if rec is None or not rec.missing:
             return False
-        started = time.monotonic()
+        started = self._clock()
         try:
             result = self.replicator.replicate(ledger_id, set(rec.missing))
         except (BKError, ZooKeeperError) as exc:
-            log.warning("ledger %d: re-replication failed (%s); retrying in %.0fs",
-                        ledger_id, exc, self.retry_s)
-            self._retry_at[ledger_id] = time.monotonic() + self.retry_s
+            self._failed(ledger_id, rec.reason, f"{type(exc).__name__}: {exc}")
             return False
+        progressed = bool(result.replaced) or result.entries > 0
         if result.replaced:
             self.urm.mark_replicated(ledger_id, result.replaced)
+        if progressed or not result.deferred:
+            self._failures.pop(ledger_id, None)
+            if rec.reason and set(rec.missing) - result.replaced:  # (healed: record gone)
+                self.urm.set_reason(ledger_id, "")
         if result.deferred or set(rec.missing) - result.replaced:
-            self._retry_at[ledger_id] = time.monotonic() + min(self.retry_s, 1.0)
+            self._retry_at[ledger_id] = self._clock() + min(self.retry_s, 1.0)
         else:
             self._retry_at.pop(ledger_id, None)
-            self.metrics.ledger_seconds.observe(time.monotonic() - started)
-        return bool(result.replaced) or result.entries > 0
+            self.metrics.ledger_seconds.observe(self._clock() - started)
+        return progressed
+
+    def _failed(self, ledger_id: int, recorded: str, reason: str) -> None:
+        """Back off (exponentially, capped), warn only when it says something new, and
+        record the reason on the ledger's record for operators."""
+        count, last = self._failures.get(ledger_id, (0, ""))
+        count += 1
+        self._failures[ledger_id] = (count, reason)
+        delay = retry_delay(count, self.retry_s, self.max_retry_s)
+        self._retry_at[ledger_id] = self._clock() + delay
+        self.metrics.failures.inc()
+        level = (logging.WARNING
+                 if warn_of_failure(count, reason != last, self.retry_s, self.max_retry_s)
+                 else logging.DEBUG)
+        log.log(level, "ledger %d: re-replication failed (%s); attempt %d, next in %.0fs%s",
+                ledger_id, reason, count, delay,
+                " (the most it waits: further failures are logged at debug level)"
+                if delay >= self.max_retry_s and level == logging.WARNING else "")
+        if recorded != reason:
+            try:
+                self.urm.set_reason(ledger_id, reason)
+            except (BKError, ZooKeeperError) as exc:
+                log.debug("ledger %d: cannot record the reason (%s)", ledger_id, exc)

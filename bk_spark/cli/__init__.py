@@ -1,10 +1,10 @@
 """The ``bk`` command: one module per command group (see the README's layout table).
 
 :mod:`.common` (console, shared options, connecting, errors as one line), :mod:`.sandbox`,
-:mod:`.bookie` (a bookie, the bookie list), :mod:`.ledger`, :mod:`.log`, :mod:`.checks`
-(simpletest, bookie-sanity), :mod:`.admin` (spark-check, zk-acl), :mod:`.autorecovery`
-(autorecovery, underreplicated, recover, decommission), :mod:`.doctor`, :mod:`.ui` (the
-status page).
+:mod:`.bookie` (a bookie, its format, the bookie list), :mod:`.cookie` (cookies),
+:mod:`.ledger`, :mod:`.log`, :mod:`.checks` (simpletest, bookie-sanity), :mod:`.admin`
+(spark-check, zk-acl), :mod:`.autorecovery` (autorecovery, underreplicated, recover,
+decommission), :mod:`.doctor`, :mod:`.ui` (the status page).
 """
 
 from __future__ import annotations
@@ -15,7 +15,18 @@ from typing import Annotated
 
 import typer
 
-from bk_spark.cli import admin, autorecovery, bookie, checks, doctor, ledger, log, sandbox, ui
+from bk_spark.cli import (
+    admin,
+    autorecovery,
+    bookie,
+    checks,
+    cookie,
+    doctor,
+    ledger,
+    log,
+    sandbox,
+    ui,
+)
 from bk_spark.cli.common import err_console
 from bk_spark.errors import BKError
 
@@ -29,6 +40,7 @@ app.add_typer(bookie.bookie_app, name="bookie")
 app.add_typer(ledger.ledger_app, name="ledger")
 app.add_typer(log.log_app, name="log")
 app.add_typer(autorecovery.autorecovery_app, name="autorecovery")
+app.add_typer(cookie.cookie_app, name="cookie")
 app.command("bookies")(bookie.bookies)
 app.command("spark-check")(admin.spark_check)
 app.command("zk-acl")(admin.zk_acl)
@@ -39,6 +51,7 @@ app.command("doctor")(doctor.doctor)
 app.command("ui")(ui.ui)
 ledger.ledger_app.command("underreplicated")(autorecovery.ledger_underreplicated)
 bookie.bookie_app.command("decommission")(autorecovery.decommission)
+bookie.bookie_app.command("format")(bookie.format_bookie)
 
 
 @app.callback()

@@ -30,7 +30,12 @@ from bk_spark.cli.common import (
 from bk_spark.core.client import BookKeeper
 from bk_spark.errors import (
     BKError,
+    BKTimeoutError,
     InvalidConfigError,
+    NoSuchLedgerError,
+    NotEnoughBookiesError,
+    RecoveryError,
+    RecoveryKeyUnavailableError,
 )
 from bk_spark.io.registration import clear_decommissioning, mark_decommissioning
 from bk_spark.io.underreplication import UnderReplicationManager
@@ -52,7 +57,10 @@ GraceOpt = Annotated[float, typer.Option(
 
 PasswordsOpt = Annotated[list[str] | None, typer.Option(
     "--recovery-password", envvar="BK_RECOVERY_PASSWORD",
-    help="a ledger password re-replication may use (repeatable; the empty one always is)")]
+    help="a ledger password re-replication may use (repeatable; the empty one always is). "
+         "Rarely needed: a worker in a bookie takes a ledger's key from its own copy, one "
+         "with a --allow-bookie/--allow-admin certificate from a surviving bookie; a 'mac' "
+         "ledger needs its password")]
 
 
 @autorecovery_app.callback()
@@ -106,6 +114,8 @@ def autorecovery_status(metadata_service_uri: UriOpt = None, as_json: JsonOpt = 
     t.add_row("auditor", out["auditor"] or "none elected")
     t.add_row("workers", ", ".join(out["workers"]) or "none")
     t.add_row("under-replicated ledgers", str(out["under_replicated"]))
+    t.add_row("of them failing", f"{out['failing']} (reasons: bk ledger underreplicated)"
+              if out["failing"] else "0")
     t.add_row("lost bookies", ", ".join(out["lost_bookies"]) or "none")
     t.add_row("last full check", format_time(out["last_check_ms"]))
     console.print(t)
@@ -129,18 +139,21 @@ def autorecovery_disable(metadata_service_uri: UriOpt = None) -> None:
 
 def ledger_underreplicated(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False
                            ) -> None:
-    """List under-replicated ledgers: missing bookies and the worker holding each."""
+    """List under-replicated ledgers: missing bookies, the worker holding each, and why the
+    last attempt to heal it failed (empty: none failed)."""
     with connect(metadata_service_uri) as bk:
         rows = facts.under_replicated(UnderReplicationManager(bk.zk, bk.msu.root))
     if as_json:
         print_json(rows)
         return
-    t = Table("ledger", "missing bookies", "worker", "marked")
+    t = Table("ledger", "missing bookies", "worker", "marked", "reason")
     for r in rows:
         t.add_row(str(r["ledger"]), ", ".join(r["missing"]), r["lock_holder"] or "-",
-                  format_time(r["marked_ms"]))
+                  format_time(r["marked_ms"]), r["reason"] or "-")
     console.print(t)
-    console.print(f"{len(rows)} under-replicated ledgers")
+    failing = sum(1 for r in rows if r["reason"])
+    console.print(f"{len(rows)} under-replicated ledgers"
+                  + (f", {failing} of them failing (see reason)" if failing else ""))
 
 
 def _check_bookie_id(bookie: str) -> str:
@@ -163,9 +176,18 @@ def recover(
         replicator = LedgerReplicator(
             bk, passwords=(b"", *(p.encode() for p in recovery_password or ())),
             open_ledger_grace_s=open_ledger_grace)
+        # Placement first, for every ledger: with no possible replacement nothing is marked
+        # or copied, and the command fails at once naming the constraint (as BookKeeper's
+        # recoverBookieData does), instead of retrying what no retry can fix.
+        for lid in ledgers_naming(bk, bookie):
+            try:
+                replicator.check_replaceable(bk.ledger_metadata(lid), {bookie})
+            except NoSuchLedgerError:
+                continue
         todo = mark_ledgers_of(bk, urm, [bookie])
         copied = 0
         started = time.monotonic()
+        left_to_workers: set[int] = set()
         with progress_bar(f"re-replicating {bookie}", len(todo)) as advance:
             for _attempt in range(600):
                 left = []
@@ -175,6 +197,17 @@ def recover(
                         continue
                     try:
                         result = replicator.replicate(lid, {bookie})
+                    except NotEnoughBookiesError:
+                        raise  # bookies left meanwhile: no retry brings them back
+                    except RecoveryKeyUnavailableError as exc:
+                        if not urm.workers():  # nobody else can copy it: say so now
+                            raise
+                        if lid not in left_to_workers:  # a worker in a bookie holding a
+                            left_to_workers.add(lid)    # copy can: wait for it
+                            err_console.print(f"ledger {lid}: left to the replication "
+                                              f"workers ({exc})")
+                        left.append(lid)
+                        continue
                     except BKError as exc:
                         err_console.print(f"ledger {lid}: {exc}; retrying")
                         left.append(lid)
@@ -192,8 +225,8 @@ def recover(
                     break
                 time.sleep(1.0)
         if todo:
-            raise BKError(f"ledgers {todo} still name {bookie}: are enough bookies up? "
-                          f"run `bk recover {bookie}` again")
+            raise RecoveryError(f"ledgers {todo} still name {bookie}: are enough bookies up? "
+                                f"run `bk recover {bookie}` again")
     console.print(f"{bookie}: re-replicated {copied} entries in "
                   f"{time.monotonic() - started:.1f}s; no ledger names it any more")
 
@@ -216,7 +249,7 @@ def decommission(
             err_console.print("WARNING: no replication worker is running: start bookies with "
                               "--autorecovery or `bk autorecovery`")
         if not urm.is_enabled():
-            raise BKError("autorecovery is disabled: `bk autorecovery enable` first")
+            raise RecoveryError("autorecovery is disabled: `bk autorecovery enable` first")
         mark_decommissioning(bk.zk, bk.msu, bookie)
         try:
             total = _wait_decommissioned(bk, urm, bookie, started, timeout)
@@ -241,8 +274,8 @@ def _wait_decommissioned(bk: BookKeeper, urm: UnderReplicationManager, bookie: s
             if not left:
                 return total
             if time.monotonic() - started > timeout:
-                raise BKError(f"{len(left)} ledgers still on {bookie} after {timeout:.0f}s "
-                              f"(`bk ledger underreplicated` shows them)")
+                raise BKTimeoutError(f"{len(left)} ledgers still on {bookie} after {timeout:.0f}s "
+                                     f"(`bk ledger underreplicated` shows them)")
             for lid in left:  # ledgers placed on it just before the marker
                 if urm.get(lid) is None:
                     urm.mark(lid, [bookie])

@@ -1,17 +1,25 @@
-"""``bk bookie`` (run a bookie) and ``bk bookies`` (the registered ones).
+"""``bk bookie`` (run a bookie), ``bk bookie format`` (empty its directories) and
+``bk bookies`` (the registered ones).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
 
+import typer
 from rich.table import Table
 
 from bk_spark.autorecovery.service import AutoRecoveryConfig, AutoRecoveryService
-from bk_spark.cli.common import JsonOpt, UriOpt, console, print_json
+from bk_spark.cli.common import JsonOpt, UriOpt, YesOpt, confirm, console, print_json
+from bk_spark.cli.cookie import zk_session
+from bk_spark.errors import InvalidConfigError
+from bk_spark.io.cookies import CookieStore
 from bk_spark.io.registration import list_bookies
 from bk_spark.security import ClientSecurity
 from bookie_server.config import BookieConfig
+from bookie_server.cookie import data_directories, format_directories, read_dir_facts
 from bookie_server.main import AutoRecoveryOptions, make_bookie_app
 from bookie_server.server import BookieServer
 
@@ -30,7 +38,10 @@ def _start_autorecovery(server: BookieServer, options: AutoRecoveryOptions) -> C
         identity=cfg.bookie_id,
         registry=server.metrics.registry,
         # under mutual TLS the bookie's worker presents the bookie's own certificate
-        security=_bookie_client_security(cfg))
+        security=_bookie_client_security(cfg),
+        # the keys this bookie stored: its worker heals the password-protected ledgers it
+        # holds a copy of with no password configured (nothing crosses the network)
+        local_key=server.storage.master_key)
     recovery.start_in_background()
     return recovery.stop
 
@@ -65,6 +76,54 @@ def _bookie_client_security(cfg: BookieConfig) -> ClientSecurity | None:
 
     return replace(ClientSecurity.from_env(), tls_ca=str(cfg.tls_ca),
                    tls_cert=str(cfg.tls_cert), tls_key=str(cfg.tls_key))
+
+
+# --------------------------------------------------------------------------- format
+def format_bookie(
+    data_dir: Annotated[Path, typer.Option("--data-dir", help="the bookie's data directory",
+                                           show_default=False)],
+    bookie_id: Annotated[str | None, typer.Option(
+        "--bookie-id", help="HOST:PORT whose cookie goes too (default: the bookie its "
+                            "stamps name; a wiped directory has none, so name it)")] = None,
+    metadata_service_uri: UriOpt = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="format even though ZooKeeper holds the bookie's cookie (the "
+                        "cluster expects its data) or the bookie is registered")] = False,
+    yes: YesOpt = False, as_json: JsonOpt = False,
+) -> None:
+    """Empty a bookie's directories (journal, ledgers, their stamps) and delete its cookie
+    from ZooKeeper: the next start is a new, empty bookie. Refuses, unless --force, while
+    the cluster expects its data (a cookie naming these directories) or it is registered."""
+    journal_dirs, ledger_dirs = data_directories(data_dir)
+    mine = set(journal_dirs + ledger_dirs)
+    stamps = [f.stamp for f in map(read_dir_facts, journal_dirs + ledger_dirs) if f.stamp]
+    ids = sorted({s.bookie_id for s in stamps} | ({bookie_id} if bookie_id else set()))
+    with zk_session(metadata_service_uri) as (zk, msu):
+        store = CookieStore(zk, msu)
+        live = {b.bookie_id for b in list_bookies(msu, zk=zk)}
+        cookies = {i: c for i in ids if (c := store.find(i)) is not None
+                   and mine & set(c.value.directories)}
+        problems = [f"ZooKeeper holds the cookie of bookie {i} naming these directories (the "
+                    f"cluster expects their data: `bk recover {i}` re-replicates it first)"
+                    for i in cookies]
+        problems += [f"bookie {i} is registered (running): stop it first" for i in ids
+                     if i in live]
+        if problems and not force:
+            raise InvalidConfigError(f"refusing to format {data_dir}: " + "; ".join(problems)
+                                     + ". Pass --force to format anyway")
+        what = f"format {data_dir}: delete its journal and ledgers" + (
+            f" and the cookie of {', '.join(cookies)}" if cookies else "")
+        confirm(yes, what)
+        removed = format_directories(data_dir)
+        for i, c in cookies.items():
+            store.delete(i, c.version)
+    if as_json:
+        print_json({"data_dir": str(data_dir), "removed": removed,
+                    "cookies_deleted": sorted(cookies)})
+        return
+    console.print(f"formatted {data_dir}: removed {', '.join(removed) or 'nothing (empty)'}"
+                  + (f"; deleted the cookie of {', '.join(cookies)}" if cookies else ""))
+    console.print("the next start of a bookie on it is a new, empty bookie")
 
 
 # --------------------------------------------------------------------------- bookies

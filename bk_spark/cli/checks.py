@@ -28,6 +28,7 @@ from bk_spark.cli.common import (
 from bk_spark.core.sanity import TOOL_KEY, check_bookie
 from bk_spark.errors import (
     BKError,
+    CheckFailedError,
     NotEnoughBookiesError,
 )
 from bk_spark.io.registration import list_bookies
@@ -64,8 +65,8 @@ def simpletest(
             t1 = time.monotonic()
             rh = bk.open_ledger(lh.id, password, recovery=False)
             if rh.last_add_confirmed != entries - 1:
-                raise BKError(f"simpletest FAILED: ledger {lh.id} closed at entry "
-                              f"{rh.last_add_confirmed}, expected {entries - 1}")
+                raise CheckFailedError(f"simpletest FAILED: ledger {lh.id} closed at entry "
+                                       f"{rh.last_add_confirmed}, expected {entries - 1}")
             with progress_bar(f"reading ledger {lh.id}", entries) as advance:
                 for e in rh.iter_entries(0, entries - 1):
                     if e.payload != synthetic_payload(e.entry_id, size, fill):
@@ -78,8 +79,8 @@ def simpletest(
             except BKError as exc:
                 err_console.print(f"warning: could not delete ledger {lh.id}: {exc}")
     if bad:
-        raise BKError(f"simpletest FAILED: {len(bad)} of {entries} entries of ledger {lh.id} "
-                      f"did not read back as written (first: entry {bad[0]})")
+        raise CheckFailedError(f"simpletest FAILED: {len(bad)} of {entries} entries of ledger "
+                               f"{lh.id} did not read back as written (first: entry {bad[0]})")
     out = {"ledger_id": lh.id, "ensemble_size": ensemble, "write_quorum_size": write_quorum,
            "ack_quorum_size": ack_quorum, "entries": entries, "entry_size": size,
            "write": rate(entries, nbytes, write_s), "read": rate(entries, nbytes, read_s),
@@ -137,5 +138,5 @@ def bookie_sanity(
                       "-" if r["read_ms"] is None else str(r["read_ms"]), Text(r["detail"]))
         console.print(t)
     if failed:
-        raise BKError(f"{len(failed)} of {len(results)} bookies failed the sanity check: "
-                      + ", ".join(failed))
+        raise CheckFailedError(f"{len(failed)} of {len(results)} bookies failed the sanity check: "
+                               + ", ".join(failed))

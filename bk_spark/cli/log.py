@@ -260,8 +260,8 @@ def log_append(
     ack_quorum: AckQuorumOpt = None, password: PasswordOpt = "",
     roll_max_entries: Annotated[int | None, typer.Option(
         "--roll-max-entries", min=1,
-        help="roll to a new ledger every N entries (soft: adds in flight finish in the "
-             "current ledger)")] = None,
+        help="roll to a new ledger every N entries (no ledger holds more, however many "
+             "appends are in flight)")] = None,
     create: Annotated[bool, typer.Option("--create", help="create the log if missing")] = False,
     metadata_service_uri: UriOpt = None, as_json: JsonOpt = False,
 ) -> None:
@@ -284,8 +284,8 @@ def log_append(
         if missing:
             create_log(bk, name, quorums=(e, qw, qa))
         with open_log_writer(bk, name, create_if_missing=False, ensemble_size=e,
-                                write_quorum_size=qw, ack_quorum_size=qa, password=password,
-                                roll_max_entries=roll_max_entries) as writer:
+                             write_quorum_size=qw, ack_quorum_size=qa, password=password,
+                             roll_max_entries=roll_max_entries) as writer:
             nbytes = 0
             sizes: deque[int] = deque()
             positions: list[tuple[Position, int]] = []
@@ -353,7 +353,7 @@ def log_read(
         raise InvalidConfigError("give --from or --timestamp-ms, not both")
     with connect(metadata_service_uri) as bk, explained(name):
         reader = open_log_reader(bk, name, None if timestamp_ms is not None else where,
-                                    timestamp_ms=timestamp_ms, password=password)
+                                 timestamp_ms=timestamp_ms, password=password)
         total = limit
         whole = where == "earliest" and timestamp_ms is None and limit is None
         if whole and err_console.is_terminal and (output is not None or as_json):

@@ -145,9 +145,6 @@ class BookKeeper:
     def ledger_metadata(self, ledger_id: int) -> LedgerMetadata:
         return self.metadata_store.read(ledger_id).value
 
-    def versioned_metadata(self, ledger_id: int) -> Versioned[LedgerMetadata]:
-        return self.metadata_store.read(ledger_id)
-
     def list_ledgers(self) -> Iterator[int]:
         """Ids of all ledgers, ascending."""
         return iter(self.metadata_store.list_ledgers())

@@ -31,6 +31,7 @@ from bk_spark.core.ensemble_change import cas_new_fragment
 from bk_spark.core.futures import SharedConditionFuture, complete_adds, shared_condition
 from bk_spark.errors import (
     BKError,
+    BKTimeoutError,
     LedgerClosedError,
     LedgerFencedError,
     LedgerStateError,
@@ -59,7 +60,7 @@ RunCompleter = Callable[[list[Any], int, "BKError | None"], None]
 RoundFramer = Callable[[list[bytes]], tuple[bytes, list[bytes]]]
 AddDone = Callable[[int, "BKError | None"], None]
 
-# Errors after which a bookie is replaced; anything else fails the ledger.
+
 class LedgerHandle:
     """A ledger opened for writing by its single writer (SWMR)."""
 
@@ -490,7 +491,7 @@ class LedgerHandle:
             if self._closed:
                 return
             if not self._drained.wait_for(lambda: not self._targets, timeout):
-                raise BKError(f"ledger {self.id}: adds still outstanding after {timeout}s")
+                raise BKTimeoutError(f"ledger {self.id}: adds still outstanding after {timeout}s")
             self._closed = True
             self._lac_wakeup.notify_all()
             self._outbox_ready.notify_all()

@@ -229,7 +229,7 @@ def _no_good_copy(ledger_id: int, entry_id: int, problems: list[str]) -> BKError
 
 def read_lac(bk: ClientContext, m: LedgerMetadata, previous: int = -1, wait_ms: int = 0
              ) -> tuple[int, FragmentAnswers]:
-    """One round of ClientContext's ``ReadLastConfirmedOp`` on the last fragment of ``m``:
+    """One round of BookKeeper's ``ReadLastConfirmedOp`` on the last fragment of ``m``:
     the highest LAC the bookies report (-1: none) and the answers, whose ``covered`` says
     whether (Qw - Qa) + 1 bookies of every write quorum answered (only then is the LAC at
     least the one the last acknowledged entry carried). A bookie that never saw the ledger
@@ -376,7 +376,7 @@ class ReadHandle:
         return True
 
     def _poll_lac(self, wait_ms: int) -> int:
-        """ClientContext's ``ReadLastConfirmedOp``: ask every bookie of the last fragment for
+        """BookKeeper's ``ReadLastConfirmedOp``: ask every bookie of the last fragment for
         its LAC and take the highest once the answers cover every write quorum
         ((Qw - Qa) + 1 bookies of each, :func:`recovery.ask_last_fragment`). Then at least
         one answer comes from a bookie holding the last acknowledged entry, so the LAC is

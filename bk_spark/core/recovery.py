@@ -14,7 +14,7 @@ fencing.txt "Fencing internals"):
    The LAC entry itself was acknowledged: found absent, its copies were lost
    (a bookie back with an empty disk) and recovery fails rather than close
    the ledger below it.
-   A bookie that cannot take the write-back is replaced, as ClientContext's recovery
+   A bookie that cannot take the write-back is replaced, as BookKeeper's recovery
    does: a new fragment from the first entry that missed its ack quorum, CASed while
    the ledger is IN_RECOVERY (only a recoverer may still change the ensemble).
 4. CAS the state to CLOSED with the last entry found. Concurrent recoverers
@@ -37,6 +37,7 @@ from bk_spark.errors import (
     BookieUnavailableError,
     DigestMismatchError,
     NoSuchLedgerError,
+    RecoveryError,
     UnauthorizedError,
 )
 from bk_spark.io.bookie_client import BookieCall
@@ -51,10 +52,6 @@ from bk_spark.protocol.schedule import QuorumCoverageSet, RecoveryReadTally, wri
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 1024
-
-
-class RecoveryError(BKError):
-    """Recovery could not finish (too many bookies unavailable); retry later."""
 
 
 def recover_ledger(bk: ClientContext, md: Versioned[LedgerMetadata], codec: EntryCodec,
@@ -106,7 +103,7 @@ def ask_last_fragment(m: LedgerMetadata, ask: Callable[[str], BookieCall[Any]], 
                       cancel_rest: bool = True) -> FragmentAnswers:
     """Send one request (``ask(bookie)``) to every bookie of the last fragment and gather
     the answers until they cover every write quorum ((Qw - Qa) + 1 bookies of each: the
-    seed's rule for fencing and for reading the last-add-confirmed, ClientContext's
+    seed's rule for fencing and for reading the last-add-confirmed, BookKeeper's
     ``ReadLastConfirmedOp`` over ``RRQuorumCoverageSet``).
 
     It returns as soon as the answers cover (or, with ``stop_when``, as soon as one

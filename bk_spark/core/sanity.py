@@ -13,7 +13,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from bk_spark.core.client import BookKeeper
-from bk_spark.errors import BKError, NoSuchEntryError
+from bk_spark.errors import BKError, CheckFailedError, NoSuchEntryError
 from bk_spark.io.entry import EntryCodec
 from bk_spark.protocol.digest import DigestManager, master_key, password_digest
 from bk_spark.protocol.ledger_metadata import LedgerMetadata
@@ -78,7 +78,7 @@ def check_bookie(bk: BookKeeper, bookie: str, registered: str, entries: int,
                 raise NoSuchEntryError(f"entry {i} was acknowledged but does not read back")
             codec.verify(got[i])
             if got[i].payload != p:
-                raise BKError(f"entry {i} reads back different bytes")
+                raise CheckFailedError(f"entry {i} reads back different bytes")
         out["read_ms"] = round((time.monotonic() - t1) * 1000, 1)
         out["ok"] = True
         out["detail"] = f"{entries} entries added, read back, verified (ledger {lid})"

@@ -21,6 +21,15 @@ The sink's identity (the key of its batch ids in the log's properties) is its
 id. ``mode("overwrite")`` (and a streaming query in complete mode) replaces the log's
 ledgers in the same CAS, atomically; the replaced ledgers are deleted after it.
 
+A task's ledger is not bounded by a log writer's rolling limits (issue 31, decided so):
+those limits are settings of a :class:`~bk_spark.log.LogWriter`, not of the log, so the sink
+has none to apply; and what they protect is not at stake here. The ledger is closed before
+it joins the log (no reader or recovery ever reads an open tail of it), batch reads cut
+ledgers into entry ranges (:mod:`bk_spark.datasource.planning`), and its size is the
+task's partition, which the user sets (``repartition``; a micro-batch's size with
+``maxEntriesPerTrigger``/``maxBytesPerTrigger`` upstream). Truncation and retention drop
+whole ledgers, so they go a task's ledger at a time.
+
 The log's format is decided from the log (:mod:`bk_spark.datasource.options`, option
 ``entryFormat``) and recorded in the commit's CAS, with the DataFrame's schema for arrow.
 """

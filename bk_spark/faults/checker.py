@@ -47,7 +47,7 @@ from bk_spark.errors import LogNotFoundError, NoSuchLedgerError
 from bk_spark.faults.payloads import ledger_payload, log_payload, parse_log_payload
 from bk_spark.faults.transcript import WriterTold
 from bk_spark.faults.writers import PASSWORD
-from bk_spark.log import log_ledgers, open_log_reader, open_log_writer
+from bk_spark.log import open_log_reader, open_log_writer
 
 T = TypeVar("T")
 
@@ -325,10 +325,3 @@ def read_log(bk: BookKeeper, name: str, timeout: float = 30.0
         return retrying(read, timeout)
     except Exception as exc:  # noqa: BLE001 - reported as a finding
         return exc
-
-
-def log_ledger_ids(bk: BookKeeper, name: str) -> list[int]:
-    try:
-        return [info.ledger_id for info in log_ledgers(bk, name)]
-    except LogNotFoundError:
-        return []

@@ -25,7 +25,6 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
-from bk_spark.faults.writers import PASSWORD
 from bk_spark.io.registration import list_bookies
 from bk_spark.sandbox import (
     BookieProcess,
@@ -37,6 +36,7 @@ from bk_spark.sandbox import (
     stop_bookies,
     wait_for_registrations,
 )
+from bookie_server.cookie import UNSAFE_SERVE_LOST_DATA_ENV
 from bookie_server.journal import JOURNAL_SUFFIX, SPARE_PREFIX, RecordType, iter_file_records
 
 LOST_BOOKIE_DELAY_S = 6.0
@@ -46,8 +46,9 @@ BOOKIE_ARGS = ("--journal-file-size-mb", "1", "--entry-log-size-mb", "1",
                "--gc-interval", "3", "--disk-check-interval", "0.25",
                "--debug-expose-session",
                "--lost-bookie-recovery-delay", str(LOST_BOOKIE_DELAY_S),
-               "--audit-interval", str(AUDIT_INTERVAL_S), "--open-ledger-grace", "10",
-               "--recovery-password", PASSWORD.decode())
+               "--audit-interval", str(AUDIT_INTERVAL_S), "--open-ledger-grace", "10")
+# No --recovery-password: every ledger the schedules write has a password (PASSWORD), and
+# AutoRecovery must heal them, closed or left open, as it heals users' (issue 25).
 ENTRY_LOG_HEADER = 16
 
 
@@ -155,13 +156,19 @@ class FaultCluster:
         self.kill(i, forever=True)
         s = self.slots[i]
         s.process.drop_data()
+        s.process.env[UNSAFE_SERVE_LOST_DATA_ENV] = "1"  # see wipe()
         s.lost = True
 
     def wipe(self, i: int) -> None:
         """Bookie wiped: ``kill -9``, empty its data directory, start it again at the same
-        address (only AutoRecovery's periodic check can tell it lost everything)."""
+        address (only AutoRecovery's periodic check can tell it lost everything).
+
+        Its cookie would make it refuse (or repair itself): the test-only switch
+        ``BK_TEST_UNSAFE_SERVE_LOST_DATA`` makes it serve as if nothing happened, the fault
+        these schedules inject (so only writers with Qw > Qa get it, see plan.py)."""
         self.kill(i)
         self.slots[i].process.drop_data()
+        self.slots[i].process.env[UNSAFE_SERVE_LOST_DATA_ENV] = "1"
         self.restart(i)
 
     def restart(self, i: int, max_disk_bytes: int | None = None) -> None:

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from bk_spark.autorecovery.auditor import bookies_lacking_entries
 from bk_spark.core.client import BookKeeper, BookKeeperConfig
 from bk_spark.core.reader import ReadHandle
-from bk_spark.errors import BKError, NoSuchLedgerError, UnauthorizedError
+from bk_spark.errors import BKError, BKTimeoutError, NoSuchLedgerError, UnauthorizedError
 from bk_spark.faults import checker
 from bk_spark.faults.checker import FencedLedger, Findings, LogRecordRead
 from bk_spark.faults.cluster import FaultCluster, FaultInjectionError, signal_pid
@@ -951,6 +951,6 @@ def _add_sync(bc, lid: int, key: bytes) -> None:  # type: ignore[no-untyped-def]
 
     bc.add_entry(lid, key, entry, cb)
     if not done.wait(10):
-        raise BKError("add timed out")
+        raise BKTimeoutError("add timed out")
     if result[0] is not None:
         raise result[0]

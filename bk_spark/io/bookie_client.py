@@ -361,6 +361,7 @@ class BookieClient:
         self._delete = unary("DeleteLedger", pb.DeleteLedgerRequest, pb.DeleteLedgerResponse)
         self._info = unary("Info", pb.InfoRequest, pb.InfoResponse)
         self._held = unary("HeldEntries", pb.HeldEntriesRequest, pb.HeldEntriesResponse)
+        self._master_key = unary("ReadMasterKey", pb.MasterKeyRequest, pb.MasterKeyResponse)
         self._queue: deque[_PendingAdd] = deque()
         self._cv = threading.Condition()
         self._in_flight = 0
@@ -592,18 +593,32 @@ class BookieClient:
         _raise_for(resp, self.bookie_id)
         return resp
 
-    def held_entries(self, ledger_id: int, first_entry: int, last_entry: int
-                     ) -> list[tuple[int, int]]:
+    def held_entries(self, ledger_id: int, first_entry: int, last_entry: int, *,
+                     verify: int = 0) -> list[tuple[int, int]]:
         """Which entries of ``first_entry..last_entry`` the bookie holds, as ascending
-        ``(first, last)`` ranges (one call per fragment: the Auditor's periodic check)."""
+        ``(first, last)`` ranges (one call per fragment: the Auditor's periodic check).
+        ``verify``: the bookie reads back up to that many of them and leaves out any whose
+        record is corrupt (``HeldEntriesRequest.verify_entries``)."""
         req = pb.HeldEntriesRequest(ledger_id=ledger_id, first_entry=first_entry,
-                                    last_entry=last_entry)
+                                    last_entry=last_entry, verify_entries=max(0, verify))
         try:
             resp = self._held(req, timeout=self.config.read_timeout_s)
         except grpc.RpcError as exc:
             raise unavailable(self.bookie_id, exc, self.config.tls) from None
         _raise_for(resp, self.bookie_id)
         return list(zip(resp.range_first, resp.range_last, strict=True))
+
+    def read_master_key(self, ledger_id: int) -> bytes:
+        """The master key this bookie stored with ``ledger_id`` (re-replication without the
+        password). Bookies answer it only to a bookie or admin certificate under mutual
+        TLS: anyone else gets :class:`UnauthorizedError`."""
+        try:
+            resp = self._master_key(pb.MasterKeyRequest(ledger_id=ledger_id),
+                                    timeout=self.config.read_timeout_s)
+        except grpc.RpcError as exc:
+            raise unavailable(self.bookie_id, exc, self.config.tls) from None
+        _raise_for(resp, self.bookie_id)
+        return bytes(resp.master_key)
 
     def read_lac_future(self, ledger_id: int, previous_lac: int = -1, wait_ms: int = 0, *,
                         wait_for_ready: bool = False) -> BookieCall[pb.ReadLacResponse]:

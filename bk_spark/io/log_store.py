@@ -15,11 +15,11 @@ from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError
 from kazoo.protocol.states import WatchedEvent
 
 from bk_spark.errors import (
-    BKError,
     LedgerStateError,
     LogExistsError,
     LogNotFoundError,
     LogTruncatedError,
+    MetadataStoreError,
     MetadataVersionError,
 )
 from bk_spark.io.metadata_store import Versioned
@@ -148,7 +148,7 @@ class LogMetadataStore:
 def raise_first_error(results: list[Any]) -> None:
     for r in results:
         if isinstance(r, Exception) and not isinstance(r, RolledBackError):
-            raise BKError(f"ZooKeeper transaction failed: {r!r}")
+            raise MetadataStoreError(f"ZooKeeper transaction failed: {r!r}")
 
 
 def log_not_found(name: str) -> LogNotFoundError:

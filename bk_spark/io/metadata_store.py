@@ -36,8 +36,8 @@ from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import DataWatch
 
 from bk_spark.errors import (
-    BKError,
     MetadataSerializationError,
+    MetadataStoreError,
     MetadataVersionError,
     NoSuchLedgerError,
 )
@@ -185,7 +185,7 @@ class LedgerMetadataStore:
                 return generation << self.ID_LOW_BITS | sequence
             generation = max(generation + 1, self._latest_generation())
             if generation << self.ID_LOW_BITS > MAX_LEDGER_ID:
-                raise BKError("the ledger id space is exhausted")
+                raise MetadataStoreError("the ledger id space is exhausted")
             self._zk.retry(self._zk.ensure_path, f"{self.idgen_path}/{generation:010d}")
 
     # -- one ledger ------------------------------------------------------------------------
@@ -204,7 +204,7 @@ class LedgerMetadataStore:
             # A create retried after a connection loss finds its own znode.
             existing, stat = self._zk.retry(self._zk.get, path)
             if existing != data:
-                raise BKError(
+                raise MetadataStoreError(
                     f"ledger id {ledger_id} is already in use: was {self.idgen_path} "
                     f"deleted or reset?"
                 ) from None

@@ -87,6 +87,18 @@ def list_bookies(uri: str | MetadataServiceUri, zk: KazooClient | None = None
             client.close()
 
 
+def registrations_version(msu: MetadataServiceUri, zk: KazooClient) -> tuple[int, int]:
+    """The child versions (``cversion``) of the writable and readonly registration znodes:
+    ZooKeeper raises them on every registration created or removed, so two equal answers
+    mean no bookie arrived or left in between, however briefly (the Auditor recomputes the
+    lost bookies only when this changes). ``-1`` for a znode not created yet."""
+    out = []
+    for path in (msu.available_path, msu.readonly_path):
+        stat = zk.exists(path)
+        out.append(-1 if stat is None else stat.cversion)
+    return out[0], out[1]
+
+
 def _marker(zk: KazooClient, msu: MetadataServiceUri, bookie_id: str) -> str | None:
     try:
         data, _ = zk.get(f"{msu.decommissioning_path}/{bookie_id}")

@@ -4,7 +4,8 @@ A recipe in kazoo's style: the kazoo client is passed in and owned by the caller
 under the metadata service root ``<root>``::
 
     <root>/underreplication/ledgers/DDD/DDDD/DDDD/DDDD/LDDDD  one record per under-replicated
-                                   ledger (JSON: the missing bookies), laid out like the
+                                   ledger (JSON: the missing bookies, and the reason the
+                                   last attempt to heal it failed), laid out like the
                                    ledger metadata so no listing grows past 10,000 children
     <root>/underreplication/locks/L<19 digits>   ephemeral: a worker owns that ledger now
     <root>/underreplication/disable              present: AutoRecovery is paused
@@ -99,7 +100,7 @@ class UnderReplicationManager:
 
         def make(r: UnderReplicated) -> UnderReplicated:
             marked = r.marked_ms or now
-            return UnderReplicated(ledger_id, r.missing | missing, marked)
+            return UnderReplicated(ledger_id, r.missing | missing, marked, r.reason)
 
         return metadata_update_loop(
             read=lambda: self._read(ledger_id), write=self._write,
@@ -112,6 +113,14 @@ class UnderReplicationManager:
             read=lambda: self._read(ledger_id), write=self._write,
             needs_change=lambda r: bool(r.missing & done),
             make_change=lambda r: r.without(done)).value
+
+    def set_reason(self, ledger_id: int, reason: str) -> None:
+        """Record why the last re-replication attempt of ``ledger_id`` failed ("": clear it),
+        by the same CAS loop; a record deleted meanwhile (healed) is not created again."""
+        metadata_update_loop(
+            read=lambda: self._read(ledger_id), write=self._write,
+            needs_change=lambda r: bool(r.missing) and r.reason != reason,
+            make_change=lambda r: r.with_reason(reason))
 
     def get(self, ledger_id: int) -> UnderReplicated | None:
         r = self._read(ledger_id)

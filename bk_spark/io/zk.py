@@ -19,14 +19,9 @@ from kazoo.protocol.states import KazooState, KeeperState
 from kazoo.retry import KazooRetry
 from kazoo.security import ACL, Id, Permissions, make_digest_acl
 
-from bk_spark.errors import BKError, UnauthorizedError
+from bk_spark.errors import MetadataServiceUnavailableError, UnauthorizedError
 from bk_spark.metadata_uri import MetadataServiceUri
 from bk_spark.security import ZkSecurity
-
-
-class MetadataServiceUnavailableError(BKError):
-    """ZooKeeper could not be reached at the metadata service URI."""
-
 
 #: What a ZooKeeper operation raises besides :class:`BKError` (kazoo's own root): a
 #: long-running service above the adapters (AutoRecovery) catches these without importing

@@ -2,21 +2,30 @@
 :meth:`LogWriter._roll_locked`): appends continue into the previous ledger until the CAS
 adding the next one succeeded.
 
-A writer that rolls automatically does step 1 ahead of time: once the current ledger is
-half-way to a rolling limit, the roller creates the next ledger (the *spare*) and registers
-it as pending for the log (:mod:`bk_spark.log.pending`). A roll is then one ZooKeeper
-transaction: the CAS that lists the spare also claims it (deletes its pending record) and
-checks its metadata is as created (not recovered by AutoRecovery meanwhile); if the claim
-or the check fails, nothing is written and the roll creates the next ledger itself. An
-unused spare is deleted when the writer closes or stops, and a crashed writer's spare is
-swept by the next writer of the log (or by ``delete_log``): no spare outlives the next
-owner.
+A writer with rolling limits assigns each append to a ledger as it is appended
+(:mod:`bk_spark.protocol.roll_policy`): to the current ledger while it fits the entry and byte
+limits, otherwise to a queue for the next ledger, which the roll that switches to it feeds
+into it in append order (as many as fit; the rest wait for the ledger after). So no ledger
+exceeds ``roll_max_entries`` or ``roll_max_bytes`` however many appends are in flight, an
+entry larger than ``roll_max_bytes`` gets a ledger to itself, and the age limit holds within
+one roll's latency (age never holds an append back). The roller thread rolls as soon as the
+current ledger is full, appends wait, or its first entry is ``roll_max_age_s`` old.
 
-Appending, as a ledger's add does: an append takes the current ledger's lock once, and no
-lock of the writer. The ledger's sender frames each round it ships
-(:meth:`LedgerHandle.frame_rounds_with`): every entry of a round gets the same frame header,
-stamped ``max(now, the last stamp of the log)`` (:class:`LedgerStamps`), joined to the
-payload without a copy. A roll stops the previous ledger's adds
+The roller (:mod:`bk_spark.log.roller`: its thread and the spare ledger) also does step 1
+ahead of time: once the current ledger is half-way to a rolling limit, it creates the next
+ledger (the *spare*) and registers it as pending for the log (:mod:`bk_spark.log.pending`).
+A roll is then one ZooKeeper transaction: the CAS that lists the spare also claims it
+(deletes its pending record) and checks its metadata is as created (not recovered by
+AutoRecovery meanwhile); if the claim or the check fails, nothing is written and the roll
+creates the next ledger itself. An unused spare is deleted when the writer closes or stops,
+and a crashed writer's spare is swept by the next writer of the log (or by ``delete_log``):
+no spare outlives the next owner.
+
+Appending, as a ledger's add does: an append takes the current ledger's lock once, and (a
+writer that rolls) the writer's lock around its assignment. The ledger's sender frames each
+round it ships (:meth:`LedgerHandle.frame_rounds_with`): every entry of a round gets the
+same frame header, stamped ``max(now, the last stamp of the log)`` (:class:`LedgerStamps`),
+joined to the payload without a copy. A roll stops the previous ledger's adds
 (:meth:`LedgerHandle.stop_adds`, which also counts them) and caps its later stamps at the
 log's last stamp before the next ledger takes any append; an append that raced with the
 switch is refused by the previous ledger and retried under the writer's lock, which the
@@ -26,7 +35,6 @@ switch holds. So timestamps never decrease in log order, across rolls too.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable
@@ -34,7 +42,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from bk_spark.core.futures import shared_condition
+from bk_spark.core.futures import complete_in_order, shared_condition
 from bk_spark.core.ledger import LedgerHandle
 from bk_spark.errors import (
     BKError,
@@ -49,8 +57,9 @@ from bk_spark.errors import (
 )
 from bk_spark.io.metadata_store import Versioned
 from bk_spark.log import pending
-from bk_spark.log.acks import AppendFuture, InOrderAcks
+from bk_spark.log.acks import AckSegment, AppendFuture, InOrderAcks
 from bk_spark.log.admin import delete_ledger_quietly
+from bk_spark.log.roller import Roller
 from bk_spark.log.store import LEDGER_LOG_KEY, update_log
 from bk_spark.log.view import unlisted_ledgers
 from bk_spark.protocol import log_rules
@@ -66,18 +75,12 @@ from bk_spark.protocol.log_format import (
     now_ms,
 )
 from bk_spark.protocol.log_rules import LogDecision
+from bk_spark.protocol.roll_policy import LedgerAssignment, Placement, RollLimits
 
 if TYPE_CHECKING:
     from bk_spark.core.client import BookKeeper
 
 log = logging.getLogger(__name__)
-
-#: The share of a rolling limit (entries, bytes or age) at which the roller prepares the
-#: next ledger.
-SPARE_AT = 0.5
-#: How often the roller looks at the bytes of the current ledger when rolling by bytes.
-BYTES_POLL_S = 0.02
-
 
 #: The payload a null value is handed to the ledger as: an object of its own (made at run
 #: time, so no caller's payload is this object), which the round framer finds by identity
@@ -182,9 +185,12 @@ class LogWriterConfig:
                 f"max_open_attempts must be >= 1, got {self.max_open_attempts}")
 
     @property
+    def roll_limits(self) -> RollLimits:
+        return RollLimits(self.roll_max_entries, self.roll_max_bytes, self.roll_max_age_s)
+
+    @property
     def rolls(self) -> bool:
-        return any(v is not None for v in
-                   (self.roll_max_entries, self.roll_max_bytes, self.roll_max_age_s))
+        return self.roll_limits.any
 
 
 class LogWriter:
@@ -208,13 +214,15 @@ class LogWriter:
         self._index = info.index
         self._clock = LogClock(ts_floor)  # the last stamp of the log
         self._stamps = LedgerStamps(self._clock)  # the current ledger's
-        self._started = time.monotonic()
         self._error: BKError | None = None
         self._error_lock = threading.Lock()
         self._closed = False
-        # Lock order: the acknowledgement deliverer -> _lock -> _error_lock.
+        # Lock order: _meta_lock -> the acknowledgement deliverer (InOrderAcks.lock) ->
+        # _lock -> _error_lock -> a ledger's own locks. The roller (roller.py) takes
+        # _meta_lock for each step and _lock (as _wakeup) to look at the assignment and its
+        # spare; an append takes _lock only (none, for a writer without limits).
         self._lock = threading.RLock()
-        self._wakeup = threading.Condition(self._lock)
+        self._wakeup = threading.Condition(self._lock)  # wakes the roller
         self._meta_lock = threading.Lock()  # one metadata-changing operation at a time
         # closed ledgers whose (last entry, last timestamp) is not recorded yet
         self._ends_to_record: dict[int, tuple[int, int | None]] = {}
@@ -226,18 +234,20 @@ class LogWriter:
         # and the acknowledgement segment of its appends.
         self._current = (lh, segment)
         self._futures_condition = shared_condition()  # see core/futures.py
-        c = config
-        self._roll_entries = c.roll_max_entries if c.roll_max_entries is not None else math.inf
-        self._roll_bytes = c.roll_max_bytes if c.roll_max_bytes is not None else math.inf
-        # The next ledger, created ahead and registered as pending (the roller's; changed
-        # under _meta_lock, and _lock for the roller's wait).
-        self._spare: LedgerHandle | None = None
-        # An append that gets this entry id or a later one wakes the waiting roller (once).
-        self._wake_at: float = math.inf
-        self._roller: threading.Thread | None = None
-        if config.rolls:
-            self._roller = threading.Thread(target=self._roll_loop, daemon=True,
-                                            name=f"log-roller-{name}")
+        # Which ledger each append goes to (roll_policy.py; under _lock): the current one, or
+        # the queue of the next one once the current one is full for it. None: no limits.
+        self._assign: LedgerAssignment[tuple[bytes, AppendFuture]] | None = (
+            LedgerAssignment(config.roll_limits, time.monotonic) if config.rolls else None)
+        self._max_payload = bk.config.max_entry_size - FRAME_HEADER_SIZE
+        # The roller thread and the spare ledger (None: no limits, no roller).
+        self._roller: Roller | None = None
+        if self._assign is not None:
+            self._roller = Roller(
+                bk, name, config.password, self._assign, self._wakeup, self._meta_lock,
+                max_age_s=config.roll_max_age_s,
+                create_ledger=lambda: create_log_ledger(bk, name, config),
+                roll=lambda: self._roll_locked(None),
+                stopped=lambda: self._closed or self._error is not None)
             self._roller.start()
 
     # ----------------------------------------------------------------- state
@@ -274,6 +284,12 @@ class LogWriter:
         with self._lock:
             self._lh.stop_adds()  # appends go to the slow path, which raises
             self._wakeup.notify_all()
+            waiting = list(self._assign.waiting) if self._assign is not None else []
+            if self._assign is not None:
+                self._assign.waiting.clear()
+        # appends that waited for the next ledger were never added: they fail (any earlier
+        # append may still be acknowledged; none after a failed one is)
+        complete_in_order([(fut, None, copy_error(kept)) for _, (_, fut) in waiting])
         return kept
 
     def _lost_by_fencing(self, ledger_id: int) -> LogOwnershipLostError:
@@ -310,147 +326,91 @@ class LogWriter:
         be earlier than this call by the time the queue took to ship. Stamps never
         decrease along the log either way. ``None`` is a null value (:meth:`append`).
         """
+        assign = self._assign
         if payload.__class__ is not bytes:
             return self._append_locked(payload)
+        if assign is not None:  # _append_locked's path for bytes, inline (the hot path)
+            size = len(payload)
+            if size > self._max_payload:
+                return self._append_locked(payload)  # raises TooLargeError
+            with self._lock:
+                if self._error is not None or self._closed:
+                    self._check_usable()  # raises
+                lh, segment = self._current
+                fut = AppendFuture(self._futures_condition, segment)
+                if assign.append(size, (payload, fut)) is not Placement.ROLL_BEFORE:
+                    try:
+                        lh.add_entry_token(payload, fut)
+                    except BKError as exc:  # the ledger failed: the writer stops
+                        raise copy_error(self._on_add_failed(exc, lh.id)) from None
+                if assign.wake:
+                    assign.disarm()
+                    self._wakeup.notify_all()
+            return fut
+        # A writer without rolling limits: no lock of the writer, the ledger's only.
         lh, segment = self._current
         fut = AppendFuture(self._futures_condition, segment)
         try:  # the future is completed by the segment (complete_runs_with)
-            eid = lh.add_entry_token(payload, fut)
+            lh.add_entry_token(payload, fut)
         except TooLargeError:
             raise
-        except BKError:  # a roll switched ledgers, or the writer or its ledger stopped: the
-            return self._append_locked(payload)  # slow path raises the writer's own error
-        if eid >= self._wake_at:
-            self._wake_roller()
+        except BKError:  # the writer or its ledger stopped: the slow path raises the
+            return self._append_locked(payload)  # writer's own error
         return fut
 
     def _append_locked(self, payload: bytes | bytearray | memoryview | None
                        ) -> Future[Position]:
-        """An append under the writer's lock: a null or a payload of another type, or one
-        that met a ledger that stopped taking adds (a roll held the lock meanwhile)."""
+        """An append under the writer's lock: every append of a writer that rolls (its
+        ledger is chosen by :class:`LedgerAssignment`, so that no ledger exceeds a rolling
+        limit, and one that waits for the next ledger is added by the roll that switches to
+        it), a null or a payload of another type, or one that met a ledger that stopped."""
+        if payload is None:
+            size = 0
+        else:
+            if payload.__class__ is not bytes:
+                payload = bytes(payload)
+            size = len(payload)
+            if size > self._max_payload:  # refused now, not when it leaves the queue
+                raise TooLargeError(
+                    f"entry of {size} bytes exceeds max_entry_size "
+                    f"{self._max_payload + FRAME_HEADER_SIZE} (less {FRAME_HEADER_SIZE} "
+                    f"bytes of framing)")
         with self._lock:
             if self._error is not None or self._closed:
                 self._check_usable()  # raises
             lh, segment = self._current
+            fut = AppendFuture(self._futures_condition, segment)
+            assign = self._assign
+            if assign is not None and assign.append(
+                    size, (NULL_PAYLOAD if payload is None else payload, fut)
+                    ) is Placement.ROLL_BEFORE:
+                if assign.wake:  # the roll adds it (_feed_waiting); wake the roller
+                    assign.disarm()
+                    self._wakeup.notify_all()
+                return fut
             if payload is None:
                 self._stamps.nulls = True  # before the sender can see the null
                 payload = NULL_PAYLOAD
-            elif payload.__class__ is not bytes:
-                payload = bytes(payload)
-            fut = AppendFuture(self._futures_condition, segment)
             try:
-                eid = lh.add_entry_token(payload, fut)
+                lh.add_entry_token(payload, fut)
             except TooLargeError:
                 raise
             except BKError as exc:  # the ledger failed (its adds fail with it): the writer
                 # stops with that error, and each caller gets a copy of it (a traceback of
                 # its own, never the ledger's one exception raised again and again)
                 raise copy_error(self._on_add_failed(exc, lh.id)) from None
-        if eid >= self._wake_at:
-            self._wake_roller()
+            if assign is not None and assign.wake:
+                assign.disarm()
+                self._wakeup.notify_all()
         return fut
 
-    def _wake_roller(self) -> None:
-        with self._lock:
-            self._wake_at = math.inf  # once
-            self._wakeup.notify_all()
-
     # ----------------------------------------------------------------- rolling
-    def _reached(self, share: float) -> bool:
-        """The current ledger reached ``share`` of a rolling limit (1.0: roll now). Its
-        bytes are the payload bytes acknowledged (the ledger's length less the frames)."""
-        age = self.config.roll_max_age_s
-        lh = self._lh
-        entries = lh.added
-        return entries >= self._roll_entries * share or (
-            self._roll_bytes < math.inf and lh.length - FRAME_HEADER_SIZE * (
-                lh.last_add_confirmed + 1) >= self._roll_bytes * share) or (
-            age is not None and entries > 0
-            and time.monotonic() - self._started >= age * share)
-
-    def _roller_due(self) -> bool:
-        """A roll is due, or the spare for the next one (under _lock)."""
-        return self._reached(1.0) or (self._spare is None and self._reached(SPARE_AT))
-
-    def _roll_loop(self) -> None:
-        """Background rolling by entry count, bytes and age, with the next ledger prepared
-        once the current one is half-way (:meth:`_prepare_spare`)."""
-        age = self.config.roll_max_age_s
-        try:
-            while True:
-                with self._lock:
-                    while not (self._closed or self._error):
-                        share = 1.0 if self._spare is not None else SPARE_AT
-                        # The entry id that reaches the count: set before looking at the
-                        # count, so an append that reaches it afterwards sees it (and wakes
-                        # this thread once it waits).
-                        self._wake_at = math.ceil(self._roll_entries * share) - 1 \
-                            if self._roll_entries < math.inf else math.inf
-                        if self._roller_due():
-                            break
-                        wait = None
-                        if age is not None:
-                            wait = max(0.01, self._started + age * share - time.monotonic()) \
-                                if self._lh.added else age * share
-                        if self._roll_bytes < math.inf:
-                            wait = BYTES_POLL_S if wait is None else min(wait, BYTES_POLL_S)
-                        self._wakeup.wait(wait)
-                    self._wake_at = math.inf
-                    if self._closed or self._error:
-                        return
-                try:
-                    with self._meta_lock:
-                        with self._lock:
-                            due = not self._closed and self._reached(1.0)
-                            spare_due = (not self._closed and self._spare is None
-                                         and self._reached(SPARE_AT))
-                        if due:
-                            self._roll_locked(None)
-                        elif spare_due:
-                            self._prepare_spare()
-                except (LogOwnershipLostError, LogNotFoundError):
-                    return
-                except Exception as exc:  # e.g. no bookies or ZooKeeper away for now
-                    log.warning("log %r: rolling failed, retrying in 1s: %s", self.name, exc)
-                    with self._lock:
-                        self._wakeup.wait(1.0)
-        finally:
-            with self._meta_lock:
-                self._discard_spare()
-
-    def _prepare_spare(self) -> None:
-        """Step 1 of the next roll, ahead of time: create the next ledger and register it as
-        pending for the log (so that, should this process die, the next writer of the log
-        finds and deletes it). Under _meta_lock."""
-        lh = create_log_ledger(self._bk, self.name, self.config)
-        try:
-            pending.register(self._bk, self.name, lh.id, pending.SPARE_ATTEMPT, None)
-        except BaseException:
-            delete_ledger_quietly(self._bk, lh.id, self.config.password)
-            raise
-        with self._lock:
-            self._spare = lh
-
     def _take_spare(self) -> LedgerHandle | None:
-        """The spare for this roll (None: none prepared); still pending, the roll's CAS
-        claims it (:meth:`_cas_add_ledger`)."""
-        with self._lock:
-            spare, self._spare = self._spare, None
-        return spare
+        return self._roller.take_spare() if self._roller is not None else None
 
     def _discard_spare(self, spare: LedgerHandle | None = None) -> None:
-        """Delete an unused spare (this writer's, or ``spare``) and its pending record
-        (closing or stopping, or a spare the roll could not use). Under _meta_lock."""
-        if spare is None:
-            with self._lock:
-                spare, self._spare = self._spare, None
-        if spare is None:
-            return
-        try:
-            pending.discard(self._bk, self.name, [spare.id], self.config.password)
-        except Exception as exc:  # still pending: the next writer of the log sweeps it
-            log.warning("log %r: could not delete spare ledger %d: %s", self.name, spare.id,
-                        exc)
+        if self._roller is not None:  # (only a roller prepares spares)
+            self._roller.discard_spare(spare)
 
     def roll(self, properties: PropertiesUpdate | None = None) -> int:
         """Roll to a new ledger; returns its id. Appends continue meanwhile.
@@ -458,6 +418,7 @@ class LogWriter:
         ``properties`` (see :meth:`LogMetadata.with_properties`) are changed in the same CAS.
         """
         with self._meta_lock:
+            self._check_usable()
             return self._roll_locked(properties)
 
     def _roll_locked(self, properties: PropertiesUpdate | None) -> int:
@@ -471,9 +432,12 @@ class LogWriter:
         "By deferring the closing of the previous ledger until step 4, we can continue
         writing to the log while we perform metadata update operations to add the new
         ledger." Appends switch to the new ledger right after step 3. Then the previous
-        ledger's last entry and timestamp are recorded for seeks (one more CAS).
+        ledger's last entry and timestamp are recorded for seeks (one more CAS). Appends
+        that waited for the next ledger (a full one: :class:`LedgerAssignment`) are added to
+        it at the switch, in append order, as many as fit it.
         """
-        self._check_usable()
+        if self._error is not None:
+            raise copy_error(self._error)
         # Step 1: create a new ledger (or take the one prepared ahead).
         spare = self._take_spare()
         new = spare or create_log_ledger(self._bk, self.name, self.config)
@@ -514,13 +478,34 @@ class LogWriter:
             self._clock.raise_to(first_ts)  # the new ledger's first_ts bounds its entries
             self._lh, self._stamps, self._index = new, stamps, info.index
             self._current = (new, segment)
-            self._started = time.monotonic()
             if self._error is not None:
                 new.stop_adds()
+            elif self._assign is not None:
+                self._feed_waiting(new, stamps, segment)
         # Step 4: close the previous ledger (waits for its outstanding adds).
         self._close_ledger(prev)
         self._record_description(prev.id, prev.last_add_confirmed, prev_stamps.last)
         return new.id
+
+    def _feed_waiting(self, new: LedgerHandle, stamps: LedgerStamps, segment: AckSegment
+                      ) -> None:
+        """At a roll's switch (under _lock): the appends that waited for the next ledger go
+        to ``new``, oldest first, as many as fit; the rest wait for the one after it (the
+        roller rolls again at once)."""
+        assert self._assign is not None
+        taken = self._assign.switch()
+        for i, (payload, fut) in enumerate(taken):
+            fut._segment = segment
+            if payload is NULL_PAYLOAD:
+                stamps.nulls = True
+            try:
+                new.add_entry_token(payload, fut)
+            except BKError as exc:  # the new ledger failed already: the writer stops (and
+                err = self._on_add_failed(exc, new.id)  # fails the appends still waiting)
+                complete_in_order([(f, None, copy_error(err)) for _, f in taken[i:]])
+                return
+        if self._assign.waiting:
+            self._wakeup.notify_all()
 
     def _ownership_check(self, m: LogMetadata, ledger_id: int) -> None:
         if not log_rules.owns(m, ledger_id):
@@ -638,10 +623,23 @@ class LogWriter:
             with self._lock:
                 if self._closed:
                     return
-                self._closed = True
+                self._closed = True  # an append from now on raises
                 self._wakeup.notify_all()
+            try:
+                # appends that wait for the next ledger (the current one is full): roll
+                # until every one is in a ledger (the roller stops once it sees _closed)
+                while self._error is None and self._assign is not None and (
+                        self._assign.waiting):
+                    self._roll_locked(None)
+            except BaseException as exc:  # the waiting appends fail with the roll's error
+                self._set_error(exc if isinstance(exc, BKError) else BKError(
+                    f"log {self.name!r}: closing could not roll to a ledger for the "
+                    f"appends that waited for one: {exc!r}"))
+                self._discard_spare()
+                raise
+            with self._lock:
                 lh, stamps, error = self._lh, self._stamps, self._error
-                lh.stop_adds()  # an append from now on raises (the slow path)
+                lh.stop_adds()
             try:
                 if error is None:
                     try:
@@ -653,7 +651,7 @@ class LogWriter:
                         self._record_description(lh.id, lh.last_add_confirmed, stamps.last)
             finally:
                 self._discard_spare()
-        if self._roller is not None and self._roller is not threading.current_thread():
+        if self._roller is not None:
             self._roller.join(5.0)
 
     def __enter__(self) -> LogWriter:

@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x62k_spark/proto/bookie.proto\x12\nbkspark.v1\"Z\n\x05\x45ntry\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\x0b\n\x03lac\x18\x03 \x01(\x03\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\x12\x0e\n\x06\x64igest\x18\x05 \x01(\x0c\"v\n\nAddRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\x12\x10\n\x08recovery\x18\x03 \x01(\x08\x12\"\n\x07\x65ntries\x18\x04 \x03(\x0b\x32\x11.bkspark.v1.Entry\x12\x0b\n\x03lac\x18\x05 \x01(\x03\"E\n\tAddResult\x12\x10\n\x08\x65ntry_id\x18\x01 \x01(\x03\x12&\n\x06status\x18\x02 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\"n\n\x0b\x41\x64\x64Response\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12&\n\x07results\x18\x03 \x03(\x0b\x32\x15.bkspark.v1.AddResult\"\xb7\x01\n\x0bReadRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x13\n\x0b\x66irst_entry\x18\x02 \x01(\x03\x12\x12\n\nlast_entry\x18\x03 \x01(\x03\x12\x11\n\tentry_ids\x18\x04 \x03(\x03\x12\x13\n\x0bmax_entries\x18\x05 \x01(\x05\x12\x11\n\tmax_bytes\x18\x06 \x01(\x03\x12\r\n\x05\x66\x65nce\x18\x07 \x01(\x08\x12\x12\n\nmaster_key\x18\x08 \x01(\x0c\x12\x0e\n\x06packed\x18\t \x01(\x08\"\xc2\x01\n\x0cReadResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\"\n\x07\x65ntries\x18\x03 \x03(\x0b\x32\x11.bkspark.v1.Entry\x12\x0f\n\x07missing\x18\x04 \x03(\x03\x12\x0b\n\x03lac\x18\x05 \x01(\x03\x12\x0e\n\x06\x66\x65nced\x18\x06 \x01(\x08\x12\x0f\n\x07records\x18\x07 \x01(\x0c\x12\x16\n\x0erecord_lengths\x18\x08 \x01(\x0c\"J\n\x0eReadLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x14\n\x0cprevious_lac\x18\x02 \x01(\x03\x12\x0f\n\x07wait_ms\x18\x03 \x01(\x05\"{\n\x0fReadLacResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0b\n\x03lac\x18\x03 \x01(\x03\x12\x12\n\nlast_entry\x18\x04 \x01(\x03\x12\x0e\n\x06\x66\x65nced\x18\x05 \x01(\x08\"P\n\x12HeldEntriesRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x13\n\x0b\x66irst_entry\x18\x02 \x01(\x03\x12\x12\n\nlast_entry\x18\x03 \x01(\x03\"w\n\x13HeldEntriesResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x13\n\x0brange_first\x18\x03 \x03(\x03\x12\x12\n\nrange_last\x18\x04 \x03(\x03\"5\n\x0c\x46\x65nceRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\"i\n\rFenceResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0b\n\x03lac\x18\x03 \x01(\x03\x12\x12\n\nlast_entry\x18\x04 \x01(\x03\"<\n\x13\x44\x65leteLedgerRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\"O\n\x14\x44\x65leteLedgerResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\"\r\n\x0bInfoRequest\"\xd9\x01\n\x0cInfoResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tbookie_id\x18\x03 \x01(\t\x12\x11\n\tread_only\x18\x04 \x01(\x08\x12\x0f\n\x07ledgers\x18\x05 \x01(\x03\x12\x17\n\x0f\x64isk_used_bytes\x18\x06 \x01(\x03\x12\x17\n\x0f\x64isk_free_bytes\x18\x07 \x01(\x03\x12\x16\n\x0emax_entry_size\x18\x08 \x01(\x03\x12\x0f\n\x07version\x18\t \x01(\t*\xa1\x01\n\nStatusCode\x12\x06\n\x02OK\x10\x00\x12\x12\n\x0eNO_SUCH_LEDGER\x10\x01\x12\x11\n\rNO_SUCH_ENTRY\x10\x02\x12\x11\n\rLEDGER_FENCED\x10\x03\x12\x10\n\x0cUNAUTHORIZED\x10\x04\x12\r\n\tTOO_LARGE\x10\x05\x12\r\n\tREAD_ONLY\x10\x06\x12\x13\n\x0fINVALID_REQUEST\x10\x07\x12\x0c\n\x08INTERNAL\x10\x08\x32\xe9\x03\n\x06\x42ookie\x12=\n\nAddEntries\x12\x16.bkspark.v1.AddRequest\x1a\x17.bkspark.v1.AddResponse\x12@\n\x0bReadEntries\x12\x17.bkspark.v1.ReadRequest\x1a\x18.bkspark.v1.ReadResponse\x12\x42\n\x07ReadLac\x12\x1a.bkspark.v1.ReadLacRequest\x1a\x1b.bkspark.v1.ReadLacResponse\x12<\n\x05\x46\x65nce\x12\x18.bkspark.v1.FenceRequest\x1a\x19.bkspark.v1.FenceResponse\x12Q\n\x0c\x44\x65leteLedger\x12\x1f.bkspark.v1.DeleteLedgerRequest\x1a .bkspark.v1.DeleteLedgerResponse\x12\x39\n\x04Info\x12\x17.bkspark.v1.InfoRequest\x1a\x18.bkspark.v1.InfoResponse\x12N\n\x0bHeldEntries\x12\x1e.bkspark.v1.HeldEntriesRequest\x1a\x1f.bkspark.v1.HeldEntriesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x62k_spark/proto/bookie.proto\x12\nbkspark.v1\"Z\n\x05\x45ntry\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\x0b\n\x03lac\x18\x03 \x01(\x03\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\x12\x0e\n\x06\x64igest\x18\x05 \x01(\x0c\"v\n\nAddRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\x12\x10\n\x08recovery\x18\x03 \x01(\x08\x12\"\n\x07\x65ntries\x18\x04 \x03(\x0b\x32\x11.bkspark.v1.Entry\x12\x0b\n\x03lac\x18\x05 \x01(\x03\"E\n\tAddResult\x12\x10\n\x08\x65ntry_id\x18\x01 \x01(\x03\x12&\n\x06status\x18\x02 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\"n\n\x0b\x41\x64\x64Response\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12&\n\x07results\x18\x03 \x03(\x0b\x32\x15.bkspark.v1.AddResult\"\xb7\x01\n\x0bReadRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x13\n\x0b\x66irst_entry\x18\x02 \x01(\x03\x12\x12\n\nlast_entry\x18\x03 \x01(\x03\x12\x11\n\tentry_ids\x18\x04 \x03(\x03\x12\x13\n\x0bmax_entries\x18\x05 \x01(\x05\x12\x11\n\tmax_bytes\x18\x06 \x01(\x03\x12\r\n\x05\x66\x65nce\x18\x07 \x01(\x08\x12\x12\n\nmaster_key\x18\x08 \x01(\x0c\x12\x0e\n\x06packed\x18\t \x01(\x08\"\xc2\x01\n\x0cReadResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\"\n\x07\x65ntries\x18\x03 \x03(\x0b\x32\x11.bkspark.v1.Entry\x12\x0f\n\x07missing\x18\x04 \x03(\x03\x12\x0b\n\x03lac\x18\x05 \x01(\x03\x12\x0e\n\x06\x66\x65nced\x18\x06 \x01(\x08\x12\x0f\n\x07records\x18\x07 \x01(\x0c\x12\x16\n\x0erecord_lengths\x18\x08 \x01(\x0c\"J\n\x0eReadLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x14\n\x0cprevious_lac\x18\x02 \x01(\x03\x12\x0f\n\x07wait_ms\x18\x03 \x01(\x05\"{\n\x0fReadLacResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0b\n\x03lac\x18\x03 \x01(\x03\x12\x12\n\nlast_entry\x18\x04 \x01(\x03\x12\x0e\n\x06\x66\x65nced\x18\x05 \x01(\x08\"h\n\x12HeldEntriesRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x13\n\x0b\x66irst_entry\x18\x02 \x01(\x03\x12\x12\n\nlast_entry\x18\x03 \x01(\x03\x12\x16\n\x0everify_entries\x18\x04 \x01(\r\"w\n\x13HeldEntriesResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x13\n\x0brange_first\x18\x03 \x03(\x03\x12\x12\n\nrange_last\x18\x04 \x03(\x03\"5\n\x0c\x46\x65nceRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\"i\n\rFenceResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0b\n\x03lac\x18\x03 \x01(\x03\x12\x12\n\nlast_entry\x18\x04 \x01(\x03\"<\n\x13\x44\x65leteLedgerRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\"O\n\x14\x44\x65leteLedgerResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\"\r\n\x0bInfoRequest\"\xd9\x01\n\x0cInfoResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tbookie_id\x18\x03 \x01(\t\x12\x11\n\tread_only\x18\x04 \x01(\x08\x12\x0f\n\x07ledgers\x18\x05 \x01(\x03\x12\x17\n\x0f\x64isk_used_bytes\x18\x06 \x01(\x03\x12\x17\n\x0f\x64isk_free_bytes\x18\x07 \x01(\x03\x12\x16\n\x0emax_entry_size\x18\x08 \x01(\x03\x12\x0f\n\x07version\x18\t \x01(\t\"%\n\x10MasterKeyRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\"`\n\x11MasterKeyResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c*\xa1\x01\n\nStatusCode\x12\x06\n\x02OK\x10\x00\x12\x12\n\x0eNO_SUCH_LEDGER\x10\x01\x12\x11\n\rNO_SUCH_ENTRY\x10\x02\x12\x11\n\rLEDGER_FENCED\x10\x03\x12\x10\n\x0cUNAUTHORIZED\x10\x04\x12\r\n\tTOO_LARGE\x10\x05\x12\r\n\tREAD_ONLY\x10\x06\x12\x13\n\x0fINVALID_REQUEST\x10\x07\x12\x0c\n\x08INTERNAL\x10\x08\x32\xb7\x04\n\x06\x42ookie\x12=\n\nAddEntries\x12\x16.bkspark.v1.AddRequest\x1a\x17.bkspark.v1.AddResponse\x12@\n\x0bReadEntries\x12\x17.bkspark.v1.ReadRequest\x1a\x18.bkspark.v1.ReadResponse\x12\x42\n\x07ReadLac\x12\x1a.bkspark.v1.ReadLacRequest\x1a\x1b.bkspark.v1.ReadLacResponse\x12<\n\x05\x46\x65nce\x12\x18.bkspark.v1.FenceRequest\x1a\x19.bkspark.v1.FenceResponse\x12Q\n\x0c\x44\x65leteLedger\x12\x1f.bkspark.v1.DeleteLedgerRequest\x1a .bkspark.v1.DeleteLedgerResponse\x12\x39\n\x04Info\x12\x17.bkspark.v1.InfoRequest\x1a\x18.bkspark.v1.InfoResponse\x12N\n\x0bHeldEntries\x12\x1e.bkspark.v1.HeldEntriesRequest\x1a\x1f.bkspark.v1.HeldEntriesResponse\x12L\n\rReadMasterKey\x12\x1c.bkspark.v1.MasterKeyRequest\x1a\x1d.bkspark.v1.MasterKeyResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'bk_spark.proto.bookie_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STATUSCODE']._serialized_start=1766
-  _globals['_STATUSCODE']._serialized_end=1927
+  _globals['_STATUSCODE']._serialized_start=1927
+  _globals['_STATUSCODE']._serialized_end=2088
   _globals['_ENTRY']._serialized_start=43
   _globals['_ENTRY']._serialized_end=133
   _globals['_ADDREQUEST']._serialized_start=135
@@ -50,21 +50,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_READLACRESPONSE']._serialized_start=897
   _globals['_READLACRESPONSE']._serialized_end=1020
   _globals['_HELDENTRIESREQUEST']._serialized_start=1022
-  _globals['_HELDENTRIESREQUEST']._serialized_end=1102
-  _globals['_HELDENTRIESRESPONSE']._serialized_start=1104
-  _globals['_HELDENTRIESRESPONSE']._serialized_end=1223
-  _globals['_FENCEREQUEST']._serialized_start=1225
-  _globals['_FENCEREQUEST']._serialized_end=1278
-  _globals['_FENCERESPONSE']._serialized_start=1280
-  _globals['_FENCERESPONSE']._serialized_end=1385
-  _globals['_DELETELEDGERREQUEST']._serialized_start=1387
-  _globals['_DELETELEDGERREQUEST']._serialized_end=1447
-  _globals['_DELETELEDGERRESPONSE']._serialized_start=1449
-  _globals['_DELETELEDGERRESPONSE']._serialized_end=1528
-  _globals['_INFOREQUEST']._serialized_start=1530
-  _globals['_INFOREQUEST']._serialized_end=1543
-  _globals['_INFORESPONSE']._serialized_start=1546
-  _globals['_INFORESPONSE']._serialized_end=1763
-  _globals['_BOOKIE']._serialized_start=1930
-  _globals['_BOOKIE']._serialized_end=2419
+  _globals['_HELDENTRIESREQUEST']._serialized_end=1126
+  _globals['_HELDENTRIESRESPONSE']._serialized_start=1128
+  _globals['_HELDENTRIESRESPONSE']._serialized_end=1247
+  _globals['_FENCEREQUEST']._serialized_start=1249
+  _globals['_FENCEREQUEST']._serialized_end=1302
+  _globals['_FENCERESPONSE']._serialized_start=1304
+  _globals['_FENCERESPONSE']._serialized_end=1409
+  _globals['_DELETELEDGERREQUEST']._serialized_start=1411
+  _globals['_DELETELEDGERREQUEST']._serialized_end=1471
+  _globals['_DELETELEDGERRESPONSE']._serialized_start=1473
+  _globals['_DELETELEDGERRESPONSE']._serialized_end=1552
+  _globals['_INFOREQUEST']._serialized_start=1554
+  _globals['_INFOREQUEST']._serialized_end=1567
+  _globals['_INFORESPONSE']._serialized_start=1570
+  _globals['_INFORESPONSE']._serialized_end=1787
+  _globals['_MASTERKEYREQUEST']._serialized_start=1789
+  _globals['_MASTERKEYREQUEST']._serialized_end=1826
+  _globals['_MASTERKEYRESPONSE']._serialized_start=1828
+  _globals['_MASTERKEYRESPONSE']._serialized_end=1924
+  _globals['_BOOKIE']._serialized_start=2091
+  _globals['_BOOKIE']._serialized_end=2658
 # @@protoc_insertion_point(module_scope)

@@ -141,14 +141,16 @@ class ReadLacResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., message: _Optional[str] = ..., lac: _Optional[int] = ..., last_entry: _Optional[int] = ..., fenced: _Optional[bool] = ...) -> None: ...
 
 class HeldEntriesRequest(_message.Message):
-    __slots__ = ("ledger_id", "first_entry", "last_entry")
+    __slots__ = ("ledger_id", "first_entry", "last_entry", "verify_entries")
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     FIRST_ENTRY_FIELD_NUMBER: _ClassVar[int]
     LAST_ENTRY_FIELD_NUMBER: _ClassVar[int]
+    VERIFY_ENTRIES_FIELD_NUMBER: _ClassVar[int]
     ledger_id: int
     first_entry: int
     last_entry: int
-    def __init__(self, ledger_id: _Optional[int] = ..., first_entry: _Optional[int] = ..., last_entry: _Optional[int] = ...) -> None: ...
+    verify_entries: int
+    def __init__(self, ledger_id: _Optional[int] = ..., first_entry: _Optional[int] = ..., last_entry: _Optional[int] = ..., verify_entries: _Optional[int] = ...) -> None: ...
 
 class HeldEntriesResponse(_message.Message):
     __slots__ = ("status", "message", "range_first", "range_last")
@@ -223,3 +225,19 @@ class InfoResponse(_message.Message):
     max_entry_size: int
     version: str
     def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., message: _Optional[str] = ..., bookie_id: _Optional[str] = ..., read_only: _Optional[bool] = ..., ledgers: _Optional[int] = ..., disk_used_bytes: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., max_entry_size: _Optional[int] = ..., version: _Optional[str] = ...) -> None: ...
+
+class MasterKeyRequest(_message.Message):
+    __slots__ = ("ledger_id",)
+    LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
+    ledger_id: int
+    def __init__(self, ledger_id: _Optional[int] = ...) -> None: ...
+
+class MasterKeyResponse(_message.Message):
+    __slots__ = ("status", "message", "master_key")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    MASTER_KEY_FIELD_NUMBER: _ClassVar[int]
+    status: StatusCode
+    message: str
+    master_key: bytes
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., message: _Optional[str] = ..., master_key: _Optional[bytes] = ...) -> None: ...

@@ -69,6 +69,11 @@ class BookieStub:
                 request_serializer=bk__spark_dot_proto_dot_bookie__pb2.HeldEntriesRequest.SerializeToString,
                 response_deserializer=bk__spark_dot_proto_dot_bookie__pb2.HeldEntriesResponse.FromString,
                 _registered_method=True)
+        self.ReadMasterKey = channel.unary_unary(
+                '/bkspark.v1.Bookie/ReadMasterKey',
+                request_serializer=bk__spark_dot_proto_dot_bookie__pb2.MasterKeyRequest.SerializeToString,
+                response_deserializer=bk__spark_dot_proto_dot_bookie__pb2.MasterKeyResponse.FromString,
+                _registered_method=True)
 
 
 class BookieServicer:
@@ -116,6 +121,12 @@ class BookieServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReadMasterKey(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BookieServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -153,6 +164,11 @@ def add_BookieServicer_to_server(servicer, server):
                     servicer.HeldEntries,
                     request_deserializer=bk__spark_dot_proto_dot_bookie__pb2.HeldEntriesRequest.FromString,
                     response_serializer=bk__spark_dot_proto_dot_bookie__pb2.HeldEntriesResponse.SerializeToString,
+            ),
+            'ReadMasterKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadMasterKey,
+                    request_deserializer=bk__spark_dot_proto_dot_bookie__pb2.MasterKeyRequest.FromString,
+                    response_serializer=bk__spark_dot_proto_dot_bookie__pb2.MasterKeyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -344,6 +360,33 @@ class Bookie:
             '/bkspark.v1.Bookie/HeldEntries',
             bk__spark_dot_proto_dot_bookie__pb2.HeldEntriesRequest.SerializeToString,
             bk__spark_dot_proto_dot_bookie__pb2.HeldEntriesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadMasterKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/bkspark.v1.Bookie/ReadMasterKey',
+            bk__spark_dot_proto_dot_bookie__pb2.MasterKeyRequest.SerializeToString,
+            bk__spark_dot_proto_dot_bookie__pb2.MasterKeyResponse.FromString,
             options,
             channel_credentials,
             insecure,

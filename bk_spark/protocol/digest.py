@@ -11,9 +11,16 @@ detects a corrupt or misplaced copy and reads another bookie of the write quorum
 * ``none``: no digest (b"").
 
 As in BookKeeper, the *master key* that a writer presents to bookies is a digest of the
-password (``SHA-256("ledger" + password)``, BookKeeper uses SHA-1), never the password, and
-the metadata stores only :func:`password_digest`, a different digest, so reading the
-metadata store does not reveal the master key. The module is pure.
+password (``SHA-256("ledger" + password)``, BookKeeper uses SHA-1), never the password, and a
+bookie stores that key with the ledger and checks it on every later request. Unlike
+BookKeeper, whose ledger metadata carries the password itself (so its AutoRecovery opens any
+ledger with it, ``LedgerOpenOp`` as admin), our metadata stores only
+:func:`password_digest`, a different digest: reading the metadata store reveals neither the
+password nor the master key. Re-replication, which knows no password, therefore gets the
+master key from a surviving replica instead (its own bookie's storage, or the bookie-only
+``ReadMasterKey`` RPC): enough for the digest types of :data:`VERIFIABLE_WITHOUT_PASSWORD`,
+whose digests it checks without a password; a ``mac`` digest is keyed by the password and
+can be checked (so copied) only with it. The module is pure.
 """
 
 from __future__ import annotations
@@ -28,6 +35,10 @@ from bk_spark.errors import DigestMismatchError, InvalidConfigError, Unauthorize
 
 #: The digest types a ledger may use.
 DIGEST_TYPES: tuple[str, ...] = ("crc32c", "mac", "none")
+
+#: The digest types whose digests are computed, so verified, without the ledger's password
+#: (a copy of such a ledger is checked with its master key alone).
+VERIFIABLE_WITHOUT_PASSWORD: frozenset[str] = frozenset({"crc32c", "none"})
 
 _HEADER = struct.Struct(">qqqq")  # ledger id, entry id, lac, payload length
 

@@ -204,10 +204,6 @@ class LedgerMetadata:
         return self.state == LedgerState.CLOSED
 
     @property
-    def is_in_recovery(self) -> bool:
-        return self.state == LedgerState.IN_RECOVERY
-
-    @property
     def last_ensemble(self) -> tuple[str, ...]:
         """The ensemble of the last fragment (where new entries go)."""
         return self.ensembles[-1][1]

@@ -38,8 +38,6 @@ assert HEADER_DTYPE.itemsize == HEADER_SIZE
 #: ``record_lengths``: one u32 little endian per record.
 LENGTHS_DTYPE = np.dtype("<u4")
 
-_HEADER_BYTES = np.arange(HEADER_SIZE, dtype=np.int64)
-
 
 class MalformedRecordsError(BKError):
     """A packed answer whose records do not parse: treated as a corrupt copy."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from types import MappingProxyType
 
@@ -221,26 +221,36 @@ def fragment_action(state: LedgerState, is_last: bool, writer_idle: bool) -> Fra
 
 @dataclass(frozen=True)
 class UnderReplicated:
-    """The record of one under-replicated ledger: the bookies its fragments miss."""
+    """The record of one under-replicated ledger: the bookies its fragments miss, and why
+    the last re-replication attempt failed (``reason``, "" when none failed since a pass
+    made progress): what ``bk ledger underreplicated`` shows operators."""
 
     ledger_id: int
     missing: frozenset[str]
     marked_ms: int = 0
+    reason: str = ""
 
     def with_missing(self, bookies: Iterable[str]) -> UnderReplicated:
-        return UnderReplicated(self.ledger_id, self.missing | frozenset(bookies), self.marked_ms)
+        return replace(self, missing=self.missing | frozenset(bookies))
 
     def without(self, bookies: Iterable[str]) -> UnderReplicated:
-        return UnderReplicated(self.ledger_id, self.missing - frozenset(bookies), self.marked_ms)
+        return replace(self, missing=self.missing - frozenset(bookies))
+
+    def with_reason(self, reason: str) -> UnderReplicated:
+        return replace(self, reason=reason)
 
     def to_bytes(self) -> bytes:
-        return json.dumps({"ledger_id": self.ledger_id, "missing": sorted(self.missing),
-                           "marked_ms": self.marked_ms}, separators=(",", ":")).encode()
+        d: dict[str, object] = {"ledger_id": self.ledger_id, "missing": sorted(self.missing),
+                                "marked_ms": self.marked_ms}
+        if self.reason:
+            d["reason"] = self.reason
+        return json.dumps(d, separators=(",", ":")).encode()
 
     @classmethod
     def from_bytes(cls, ledger_id: int, data: bytes) -> UnderReplicated:
         try:
             d = json.loads(data or b"{}")
-            return cls(ledger_id, frozenset(d.get("missing", ())), int(d.get("marked_ms", 0)))
+            return cls(ledger_id, frozenset(d.get("missing", ())), int(d.get("marked_ms", 0)),
+                       str(d.get("reason", "")))
         except (ValueError, TypeError, AttributeError):
             return cls(ledger_id, frozenset())

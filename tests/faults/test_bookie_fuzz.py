@@ -43,6 +43,7 @@ METHODS = {
     "DeleteLedger": (pb.DeleteLedgerRequest, pb.DeleteLedgerResponse),
     "Info": (pb.InfoRequest, pb.InfoResponse),
     "HeldEntries": (pb.HeldEntriesRequest, pb.HeldEntriesResponse),
+    "ReadMasterKey": (pb.MasterKeyRequest, pb.MasterKeyResponse),
 }
 FUZZ = settings(max_examples=int(os.environ.get("BK_FUZZ_EXAMPLES", "300")), deadline=None,
                 database=None,
@@ -189,6 +190,8 @@ hostile_call = st.one_of(
         lambda m: m.SerializeToString())),
     st.tuples(st.just("DeleteLedger"), ledger_request(pb.DeleteLedgerRequest).map(
         lambda m: m.SerializeToString())),
+    st.tuples(st.just("ReadMasterKey"), ids.map(
+        lambda lid: pb.MasterKeyRequest(ledger_id=lid).SerializeToString())),
 )
 
 
@@ -275,6 +278,8 @@ def test_every_hostile_request_gets_a_typed_answer(bookie, call: tuple[str, byte
     if method == "DeleteLedger":
         assume(not _deletes_fenced_ledger(data))
     resp = raw.call(method, data)
+    if method == "ReadMasterKey":  # no TLS, no roles: the key is never handed out
+        assert resp.status == pb.UNAUTHORIZED and not resp.master_key, resp
     if method in ("ReadEntries", "DeleteLedger"):
         req_type = pb.ReadRequest if method == "ReadEntries" else pb.DeleteLedgerRequest
         try:

@@ -15,9 +15,11 @@ and kills, pauses and fences writers. After it:
 * a wrong password can neither open, fence nor add;
 * after a bookie lost forever (seed 3) or wiped (seed 9), AutoRecovery in the bookies
   brings every ledger back to full replication within the bound (``not_healed`` = 0);
-* one more schedule also runs the Spark sink (a streaming query copying the rolling log into
-  another log): after its driver is killed with ``kill -9`` and restarted from its
-  checkpoint, the output log holds exactly the input rows.
+* one more schedule (marked ``long``: ``make test-long`` and ``make faults`` run it, and the
+  long schedules run the sink every tenth seed) also runs the Spark sink (a streaming query
+  copying the rolling log into another log): after its driver is killed with ``kill -9`` and
+  restarted from its checkpoint, the output log holds exactly the input rows. In
+  ``make test``, ``tests/spark/test_sink.py`` keeps the sink's kill -9 replay.
 
 A failing schedule prints its seed and the command that replays it; the summary of the run
 (faults injected by kind, acknowledged entries, lost, divergent reads, duplicates) is
@@ -60,6 +62,7 @@ def test_schedule_keeps_every_guarantee(run: tuple[Runner, Summary], seed: int) 
     assert result.findings.acknowledged > 0, result.report()
 
 
+@pytest.mark.long
 @pytest.mark.timeout(1200)
 def test_spark_sink_output_is_exactly_the_input_across_driver_kills(
         run: tuple[Runner, Summary]) -> None:

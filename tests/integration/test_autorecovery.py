@@ -26,6 +26,7 @@ from bk_spark.io.underreplication import UnderReplicationManager
 from bk_spark.io.zk import connect_zk
 from bk_spark.log import open_log_reader, open_log_writer
 from bk_spark.metadata_uri import parse_metadata_service_uri
+from bk_spark.protocol.digest import password_digest
 from bk_spark.protocol.recovery_plan import bookies_of, entries_on_index
 from bk_spark.sandbox import (
     BookieProcess,
@@ -34,6 +35,7 @@ from bk_spark.sandbox import (
     stop_bookies,
     wait_for_registrations,
 )
+from bookie_server.cookie import UNSAFE_SERVE_LOST_DATA_ENV
 
 HEAL_TIMEOUT_S = 60.0
 AR_ARGS = ["--journal-file-size-mb", "8", "--entry-log-size-mb", "1",
@@ -110,9 +112,19 @@ def _metric(bk: BookKeeper, name: str) -> list[float]:
     return out
 
 
+#: Half the ledgers these tests write are password-protected (as users' are): no worker is
+#: given the password (AutoRecovery heals them with no per-ledger configuration).
+PASSWORD = b"p"
+
+
+def _password_of(bk: BookKeeper, lid: int) -> bytes:
+    protected = bk.ledger_metadata(lid).password_digest == password_digest(PASSWORD)
+    return PASSWORD if protected else b""
+
+
 def _read_all(bk: BookKeeper, expected: dict[int, list[bytes]]) -> None:
     for lid, payloads in expected.items():
-        rh = bk.open_ledger(lid)
+        rh = bk.open_ledger(lid, _password_of(bk, lid))
         got = [e.payload for e in rh.read_entries(0, rh.last_add_confirmed)]
         assert got == payloads, f"ledger {lid}"
 
@@ -126,8 +138,9 @@ def _bk_cli(uri: str, *args: str, timeout: float = 90) -> subprocess.CompletedPr
 def _closed_ledgers(bk: BookKeeper, count: int, entries: int, tag: str
                     ) -> dict[int, list[bytes]]:
     out = {}
-    for n in range(count):
-        lh = bk.create_ledger(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2)
+    for n in range(count):  # the odd ones with a password
+        lh = bk.create_ledger(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2,
+                              password=PASSWORD if n % 2 else b"")
         payloads = [f"{tag}{n}-{i}".encode() * 10 for i in range(entries)]
         for f in [lh.add_entry_async(p) for p in payloads]:
             f.result(30)
@@ -194,6 +207,9 @@ def test_a_wiped_bookie_is_found_by_the_periodic_check_and_its_ledgers_re_replic
     # check can notice the empty disk
     wiped.kill()
     wiped.drop_data()
+    # its cookie would make it refuse or repair itself (tests/integration/test_cookies.py):
+    # the test-only switch makes it serve empty as if nothing happened, for the check to find
+    wiped.env[UNSAFE_SERVE_LOST_DATA_ENV] = "1"
     wiped.start()
     _wait_healed(bk, {wiped.bookie_id})
     _read_all(bk, expected)
@@ -333,21 +349,23 @@ def test_decommission_empties_a_live_bookie_and_the_operator_commands_report_it(
 def test_a_bookie_lost_for_good_is_replaced_everywhere_and_a_second_loss_loses_nothing(
         ar_cluster: ARCluster, bk: BookKeeper):
     expected: dict[int, list[bytes]] = {}
-    for n in range(6):  # closed ledgers on 3 of the 5 bookies
-        lh = bk.create_ledger(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2)
+    for n in range(6):  # closed ledgers on 3 of the 5 bookies, half password-protected
+        lh = bk.create_ledger(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2,
+                              password=PASSWORD if n % 2 else b"")
         payloads = [f"L{n}-{i}".encode() * 20 for i in range(300)]
         for f in [lh.add_entry_async(p) for p in payloads]:
             f.result(30)
         lh.close()
         expected[lh.id] = payloads
     # an OPEN ledger whose writer went quiet: recovered after the grace period, then healed
-    open_lh = bk.create_ledger(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2)
+    open_lh = bk.create_ledger(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2,
+                               password=PASSWORD)
     open_payloads = [f"open-{i}".encode() for i in range(100)]
     for f in [open_lh.add_entry_async(p) for p in open_payloads]:
         f.result(30)
     expected[open_lh.id] = open_payloads
     # a log of several ledgers
-    writer = open_log_writer(bk, "healing-log", roll_max_entries=50)
+    writer = open_log_writer(bk, "healing-log", roll_max_entries=50, password=PASSWORD)
     records = [f"rec-{i}".encode() for i in range(180)]
     for p in records:
         writer.append(p)
@@ -361,7 +379,7 @@ def test_a_bookie_lost_for_good_is_replaced_everywhere_and_a_second_loss_loses_n
     victim = auditor if auditor in holders and holders[auditor] else max(holders,
                                                                          key=holders.get)
     # a log writer keeps appending while the bookie dies and its data is re-replicated
-    live = open_log_writer(bk, "live-log", roll_max_entries=100)
+    live = open_log_writer(bk, "live-log", roll_max_entries=100, password=PASSWORD)
     appended: list[bytes] = []
     stop = threading.Event()
 
@@ -383,7 +401,7 @@ def test_a_bookie_lost_for_good_is_replaced_everywhere_and_a_second_loss_loses_n
     appender.join(30)
     live.close()
     assert len(appended) > 100
-    reader = open_log_reader(bk, "live-log", "earliest")
+    reader = open_log_reader(bk, "live-log", "earliest", password=PASSWORD)
     assert [r.payload for r in reader.read_available()] == appended
     reader.close()
     assert urm.auditor() not in (None, victim)
@@ -396,7 +414,7 @@ def test_a_bookie_lost_for_good_is_replaced_everywhere_and_a_second_loss_loses_n
     second = max((b for b in everyone if b != victim), key=lambda b: len(_naming(bk, b)))
     ar_cluster.by_id(second).kill()
     _read_all(bk, expected)
-    reader = open_log_reader(bk, "healing-log", "earliest")
+    reader = open_log_reader(bk, "healing-log", "earliest", password=PASSWORD)
     assert [r.payload for r in reader.read_available()] == records
     reader.close()
     _wait_healed(bk, {victim, second})
@@ -421,7 +439,9 @@ def test_three_racks_put_every_write_quorum_on_two_racks_including_after_bk_reco
         dead = c.bookies[0]
         dead_id = dead.bookie_id
         dead.kill()
-        r = _bk_cli(c.uri, "recover", dead_id)
+        # no worker runs (--no-autorecovery) and no TLS: the command itself copies the
+        # password-protected ledgers, with the password given as the README says
+        r = _bk_cli(c.uri, "recover", dead_id, "--recovery-password", PASSWORD.decode())
         assert r.returncode == 0, r.stdout + r.stderr
         assert _naming(client, dead_id) == []
         for lid in expected:

@@ -36,8 +36,8 @@ def test_doctor_passes_a_healthy_cluster_and_names_a_killed_bookie_with_its_reme
     assert code == 0 and report["ok"], out
     checks = {f["check"] for f in report["findings"]}
     assert {"zookeeper", "bookies", "cookies", "autorecovery", "writers", "clocks"} <= checks
-    assert any(f["check"] == "cookies" and f["status"] == "info" and "no cookies" in
-               f["message"] for f in report["findings"])
+    assert any(f["check"] == "cookies" and f["status"] == "ok" and "each of the 3 registered "
+               "bookies has its cookie" in f["message"] for f in report["findings"]), report
     assert sum(f["check"] == "bookies" and f["status"] == "ok"
                for f in report["findings"]) == 3
     assert any(f["check"] == "zookeeper" and "standalone" in f["message"]

@@ -32,6 +32,7 @@ from bk_spark.io.entry import EntryCodec
 from bk_spark.protocol.digest import DigestManager, master_key
 from bk_spark.protocol.ledger_metadata import LedgerState
 from bk_spark.protocol.schedule import write_set
+from bookie_server.cookie import UNSAFE_SERVE_LOST_DATA_ENV
 
 PROCS = Path(__file__).parent / "procs"
 
@@ -202,7 +203,7 @@ def test_recovery_never_closes_a_ledger_below_the_lac_a_fenced_bookie_reported(c
     that bookie says "no such entry". Recovery must not close the ledger below the LAC (it
     used to close it empty, dropping entries 0-11 though all of them still have a copy): it
     fails, and once the down bookie is back it closes the ledger at 11 with every entry."""
-    from bk_spark.core.recovery import RecoveryError
+    from bk_spark.errors import RecoveryError
 
     lh = bk.create_ledger(3, 2, 2)
     for i in range(12):
@@ -224,6 +225,9 @@ def test_recovery_never_closes_a_ledger_below_the_lac_a_fenced_bookie_reported(c
     down.kill()
     wiped.kill()
     wiped.drop_data()
+    # its cookie would make it refuse or repair itself (tests/integration/test_cookies.py):
+    # the test-only switch makes it serve as if nothing happened, what recovery must survive
+    wiped.env[UNSAFE_SERVE_LOST_DATA_ENV] = "1"
     wiped.start()
     with pytest.raises(RecoveryError):
         bk.open_ledger(lh.id)

@@ -485,11 +485,12 @@ def test_dueling_writer_processes_never_interleave_or_lose_acknowledged_entries(
 
 def test_writer_killed_mid_roll_next_owner_fences_both_last_ledgers_and_continues(
         bk: BookKeeper, metadata_uri: str) -> None:
-    p = WriterProc(metadata_uri, "crash", "A", "--roll-every", "100",
+    p = WriterProc(metadata_uri, "crash", "A", "--roll-age", "0.3",
                    "--stall-after-roll-cas", "--window", "5")
     p.wait_for(lambda lines: any(x.startswith("roll-cas") for x in lines))
     rolled_at = len(p.lines)
-    # the roll stalls after its CAS; appends go on into the previous ledger
+    # the roll (for age, which holds no append back; a full ledger would) stalls after its
+    # CAS; appends go on into the previous ledger
     p.wait_for(lambda lines: sum(x.startswith("ack") for x in lines[rolled_at:]) >= 30)
     p.kill9()
     acks = p.acks()

@@ -44,6 +44,9 @@ def test_every_bookie_refuses_reads_and_deletes_of_a_protected_ledger_without_it
                     gone = stub.DeleteLedger(pb.DeleteLedgerRequest(ledger_id=lh.id,
                                                                     master_key=key))
                     assert gone.status == pb.UNAUTHORIZED, bookie
+                # the key itself is handed to bookie/admin certificates only: never here
+                asked = stub.ReadMasterKey(pb.MasterKeyRequest(ledger_id=lh.id))
+                assert asked.status == pb.UNAUTHORIZED and not asked.master_key, bookie
                 ok = stub.ReadEntries(pb.ReadRequest(ledger_id=lh.id, first_entry=0,
                                                      last_entry=9,
                                                      master_key=master_key(PASSWORD)))
@@ -125,6 +128,10 @@ def test_mutual_tls_bookies_refuse_strangers_and_grant_each_allow_listed_role_it
             with pytest.raises(UnauthorizedError):
                 as_app.delete_ledger(lh.id, b"")
             assert as_admin.read_entries(lh.id, first_entry=0, last_entry=19).entries
+            # re-replication's key copy: an admin (or bookie) certificate only
+            with pytest.raises(UnauthorizedError, match="bookie and admin certificates only"):
+                as_app.read_master_key(lh.id)
+            assert as_admin.read_master_key(lh.id) == master_key(PASSWORD)
             as_admin.delete_ledger(lh.id, b"")  # admin may delete any ledger
         finally:
             as_app.close()

@@ -15,9 +15,9 @@ from kazoo.security import ACL, Id, Permissions
 
 from bk_spark.certs import issue_cert, make_ca
 from bk_spark.core import BookKeeper
-from bk_spark.errors import UnauthorizedError
+from bk_spark.errors import MetadataServiceUnavailableError, UnauthorizedError
 from bk_spark.io.registration import list_bookies
-from bk_spark.io.zk import MetadataServiceUnavailableError, connect_zk
+from bk_spark.io.zk import connect_zk
 from bk_spark.metadata_uri import parse_metadata_service_uri
 from bk_spark.sandbox import (
     BookieProcess,

@@ -81,3 +81,31 @@ def test_a_job_over_mutual_tls_and_zookeeper_auth_keeps_secrets_out_of_plans_and
         assert secret not in plans
         assert secret not in events
         assert secret not in stored
+
+
+def test_the_readme_security_sections_spark_block_runs_as_written(
+        spark, secure: dict[str, str], tmp_path: Path,  # type: ignore[no-untyped-def]
+        monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """README, Security: the Spark read with client certificate files and ZooKeeper
+    credentials named as the block names them (``ca.crt``, ``client.crt``, ``client.key``,
+    ``zk-auth`` in its directory), of a log ``events`` written first; the block's URI is
+    the secure cluster's (:func:`bk_spark.readme.for_cluster`)."""
+    from bk_spark import readme
+
+    blocks = [b for b in readme.python_blocks(readme.README.read_text())
+              if b.needs == {"spark", "secure"}]
+    assert blocks
+    for option, name in (("tlsCaCert", "ca.crt"), ("tlsCert", "client.crt"),
+                         ("tlsKey", "client.key")):
+        (tmp_path / name).write_bytes(Path(secure[option]).read_bytes())
+    (tmp_path / "zk-auth").write_text(secure["zkAuthSecret"] + "\n")
+    spark.range(5).selectExpr("id").write.format("bookkeeper").mode("append") \
+        .options(**{k: v for k, v in secure.items() if k != "password"}) \
+        .option("log", "events").save()
+    monkeypatch.chdir(tmp_path)
+    for block in blocks:
+        code = compile(readme.for_cluster(block.code, secure["metadataServiceUri"]),
+                       f"README.md:{block.line}", "exec")
+        exec(code, {"__name__": f"readme_block_{block.line}", "spark": spark})  # noqa: S102
+    shown = capsys.readouterr().out
+    assert "| id|" in shown and "|  4|" in shown  # the log's five rows, read over mutual TLS

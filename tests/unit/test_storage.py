@@ -681,6 +681,68 @@ def test_held_ranges_cost_follows_stored_entries_not_the_width_of_the_range(stor
     assert time.monotonic() - started < 1.0
 
 
+def _crc_entries(ledger_id: int, first: int, count: int, size: int = 1000):
+    """Entries as a crc32c writer frames them (digest field: ledger length + CRC32C)."""
+    from bk_spark.io.entry import EntryCodec
+    from bk_spark.protocol.digest import DigestManager
+
+    codec = EntryCodec(ledger_id, DigestManager("crc32c"))
+    out = []
+    for e in range(first, first + count):
+        wire = codec.encode(e, e - 1, (e + 1) * size, payload(ledger_id, e, size))
+        out.append((e, e - 1, wire.payload, wire.digest))
+    return out
+
+
+def _log_path(config: BookieConfig, storage: BookieStorage, ledger_id: int, entry_id: int):
+    from bookie_server.entrylog import LOG_SUFFIX
+    from bookie_server.location import log_of, offset_of
+
+    loc = storage._state(ledger_id).index.get(entry_id)
+    path = Path(config.data_dir) / "ledgers" / "logs" / f"{log_of(loc):016x}{LOG_SUFFIX}"
+    return path, offset_of(loc)
+
+
+def test_a_zero_filled_entry_log_holds_nothing_when_read_back(config):
+    """BookKeeper's AuditorPeriodicCheckTest.testEntryLogCorruption, on the bookie's side:
+    the index still lists the entries, but reading them back finds zeros, not records."""
+    s = open_storage(config)
+    try:
+        s.add_entries(1, KEY, _crc_entries(1, 0, 20))
+        s.add_entries(1, KEY, entries(1, 20, 5))  # a digest the bookie cannot check
+        assert s.held_ranges(1, 0, 24, verify=100) == [(0, 24)]
+        path, _ = _log_path(config, s, 1, 0)
+        with open(path, "r+b") as f:
+            size = f.seek(0, 2)
+            f.seek(0)
+            f.write(bytes(size))
+        assert s.held_ranges(1, 0, 24) == [(0, 24)]  # the index alone counts them
+        assert s.held_ranges(1, 0, 24, verify=100) == []
+        # the budget bounds the read-back: first and last always, so one entry per end
+        assert s.held_ranges(1, 0, 24, verify=2) == [(1, 23)]
+    finally:
+        s.close()
+
+
+def test_a_rotted_payload_of_a_crc32c_entry_is_not_held(config):
+    from bookie_server.location import length_of
+
+    s = open_storage(config)
+    try:
+        s.add_entries(1, KEY, _crc_entries(1, 0, 10))
+        path, offset = _log_path(config, s, 1, 4)
+        with open(path, "r+b") as f:  # one bit of entry 4's payload (the record's end)
+            length = length_of(s._state(1).index.get(4))
+            f.seek(offset + length - 1)
+            byte = f.read(1)
+            f.seek(offset + length - 1)
+            f.write(bytes([byte[0] ^ 1]))
+        assert s.held_ranges(1, 0, 9, verify=10) == [(0, 3), (5, 9)]
+        assert s.held_ranges(1, 0, 9, verify=0) == [(0, 9)]
+    finally:
+        s.close()
+
+
 # -- packed reads (read_records) ------------------------------------------------------------
 
 

@@ -1,7 +1,7 @@
 """A log writer in its own process, for ownership and crash tests.
 
     python log_writer.py URI LOG TAG [--seconds S] [--count N] [--reopen]
-                         [--roll-every N] [--stall-after-roll-cas]
+                         [--roll-every N] [--roll-age S] [--stall-after-roll-cas]
 
 Prints one line per event, flushed at once:
 
@@ -46,6 +46,7 @@ def main() -> None:
     p.add_argument("--count", type=int, default=10**9)
     p.add_argument("--reopen", action="store_true")
     p.add_argument("--roll-every", type=int, default=None)
+    p.add_argument("--roll-age", type=float, default=None)
     p.add_argument("--stall-after-roll-cas", action="store_true")
     p.add_argument("--window", type=int, default=20)
     args = p.parse_args()
@@ -55,6 +56,7 @@ def main() -> None:
     while acked < args.count and time.monotonic() < deadline:
         session += 1
         w = open_log_writer(bk, args.log, password=b"pw", roll_max_entries=args.roll_every,
+                            roll_max_age_s=args.roll_age,
                             after_roll_cas=stall_after_roll_cas if args.stall_after_roll_cas
                             else None)
         print(f"open {session} {w.ledger_id}", flush=True)

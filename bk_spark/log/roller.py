@@ -1,0 +1,148 @@
+"""The roller of a log writer: the thread that rolls by the writer's limits, and the spare
+ledger it prepares ahead (issue 27: one job per class; issue 31).
+
+Theory of operation. What to do is the pure policy's
+(:func:`~bk_spark.protocol.roll_policy.roller_step` over the writer's
+:class:`~bk_spark.protocol.roll_policy.LedgerAssignment`): roll when the current ledger is
+full, appends wait for the next one, or its first entry reached the age limit; prepare the
+next ledger once the current one is half-way. The roller does it:
+
+* **the spare** (step 1 of the next roll, ahead of time): a new ledger for the log,
+  registered as pending (:mod:`bk_spark.log.pending`) so that, should this process die, the
+  next writer of the log finds and deletes it. The writer's roll takes it
+  (:meth:`Roller.take_spare`) and claims it in its CAS; an unused one is deleted when the
+  writer closes or stops (:meth:`Roller.discard_spare`).
+* **the thread**: waits on the writer's condition until an append reaches the next
+  threshold (:meth:`LedgerAssignment.arm`; appends notify it) or the age check is due,
+  then takes one step under the writer's metadata lock: the writer's roll (its four steps
+  stay in :class:`~bk_spark.log.writer.LogWriter`), or preparing the spare. A failed step
+  (no bookies, ZooKeeper away) is retried a second later; a lost log ends the thread.
+
+Lock order (the writer's locks; the roller has none of its own): ``meta_lock`` (one
+metadata-changing operation at a time: a step, a roll, a close) -> the writer's lock (the
+condition ``wakeup``: the assignment and :attr:`Roller.spare` are read and changed under
+it). The spare is created, taken and discarded under ``meta_lock``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from bk_spark.core.ledger import LedgerHandle
+from bk_spark.errors import LogNotFoundError, LogOwnershipLostError
+from bk_spark.log import pending
+from bk_spark.log.admin import delete_ledger_quietly
+from bk_spark.protocol.roll_policy import SPARE_AT, LedgerAssignment, RollerStep
+
+if TYPE_CHECKING:
+    from bk_spark.core.client import BookKeeper
+
+log = logging.getLogger(__name__)
+
+
+class Roller:
+    """Rolls a writer's log by its limits from a thread of its own, and holds the spare.
+
+    ``create_ledger()`` makes a ledger for the log; ``roll()`` is the writer's roll (under
+    ``meta_lock``, which the roller holds when it calls it); ``stopped()`` (under the
+    writer's lock): the writer closed or failed.
+    """
+
+    def __init__(self, bk: BookKeeper, name: str, password: bytes,
+                 assignment: LedgerAssignment[Any], wakeup: threading.Condition,
+                 meta_lock: threading.Lock, *, max_age_s: float | None,
+                 create_ledger: Callable[[], LedgerHandle], roll: Callable[[], object],
+                 stopped: Callable[[], bool]) -> None:
+        self._bk, self.name, self._password = bk, name, password
+        self._assign = assignment
+        self._wakeup, self._meta_lock = wakeup, meta_lock
+        self._max_age_s = max_age_s
+        self._create_ledger, self._roll, self._stopped = create_ledger, roll, stopped
+        #: The next ledger, created ahead and registered as pending (None: none).
+        self.spare: LedgerHandle | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"log-roller-{name}")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        """Wait for the thread to end (the writer stopped it), unless called from it."""
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    # ----------------------------------------------------------------- the thread
+    def _run(self) -> None:
+        assign = self._assign
+        try:
+            while True:
+                with self._wakeup:
+                    while not self._stopped():
+                        has_spare = self.spare is not None
+                        assign.arm(has_spare)  # before looking: no wake-up is lost
+                        now = time.monotonic()
+                        if assign.step(now, has_spare) is not RollerStep.WAIT:
+                            break
+                        wait = assign.next_age_check(now, has_spare)
+                        if wait is None and self._max_age_s is not None:
+                            wait = self._max_age_s * SPARE_AT  # no entry yet: look again
+                        self._wakeup.wait(None if wait is None else max(0.005, wait))
+                    assign.disarm()
+                    if self._stopped():
+                        return
+                try:
+                    with self._meta_lock:
+                        with self._wakeup:
+                            step = RollerStep.WAIT if self._stopped() else assign.step(
+                                time.monotonic(), self.spare is not None)
+                        if step is RollerStep.ROLL:
+                            self._roll()
+                        elif step is RollerStep.PREPARE_SPARE:
+                            self._prepare_spare()
+                except (LogOwnershipLostError, LogNotFoundError):
+                    return
+                except Exception as exc:  # e.g. no bookies or ZooKeeper away for now
+                    log.warning("log %r: rolling failed, retrying in 1s: %s", self.name, exc)
+                    with self._wakeup:
+                        self._wakeup.wait(1.0)
+        finally:
+            with self._meta_lock:
+                self.discard_spare()
+
+    # ----------------------------------------------------------------- the spare
+    def _prepare_spare(self) -> None:
+        """Step 1 of the next roll, ahead of time: create the next ledger and register it as
+        pending for the log. Under meta_lock."""
+        lh = self._create_ledger()
+        try:
+            pending.register(self._bk, self.name, lh.id, pending.SPARE_ATTEMPT, None)
+        except BaseException:
+            delete_ledger_quietly(self._bk, lh.id, self._password)
+            raise
+        with self._wakeup:
+            self.spare = lh
+
+    def take_spare(self) -> LedgerHandle | None:
+        """The spare for this roll (None: none prepared); still pending, the roll's CAS
+        claims it. Under meta_lock."""
+        with self._wakeup:
+            spare, self.spare = self.spare, None
+        return spare
+
+    def discard_spare(self, spare: LedgerHandle | None = None) -> None:
+        """Delete an unused spare (this roller's, or ``spare``: one the roll could not use)
+        and its pending record (closing or stopping). Under meta_lock."""
+        if spare is None:
+            with self._wakeup:
+                spare, self.spare = self.spare, None
+        if spare is None:
+            return
+        try:
+            pending.discard(self._bk, self.name, [spare.id], self._password)
+        except Exception as exc:  # still pending: the next writer of the log sweeps it
+            log.warning("log %r: could not delete spare ledger %d: %s", self.name, spare.id,
+                        exc)

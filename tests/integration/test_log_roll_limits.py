@@ -1,0 +1,160 @@
+"""A log's rolling limits hold however many appends are in flight (issue 31): real
+ZooKeeper and bookie processes, writers with passwords, the README's ``append_async``."""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bk_spark.core import BookKeeper
+from bk_spark.log import (
+    LogRecord,
+    Position,
+    log_ledgers,
+    open_log_reader,
+    open_log_writer,
+)
+
+PW = b"pw"
+
+
+@pytest.fixture
+def bk(cluster, metadata_uri: str) -> Iterator[BookKeeper]:
+    client = BookKeeper(metadata_uri)
+    yield client
+    client.close()
+
+
+def read_all(bk: BookKeeper, name: str) -> list[LogRecord]:
+    return list(open_log_reader(bk, name, password=PW).read_available())
+
+
+def ledger_sizes(bk: BookKeeper, name: str) -> list[int]:
+    """Entries of each ledger of the log, from the metadata (``last_entry_id``)."""
+    infos = log_ledgers(bk, name)
+    assert all(i.last_entry_id is not None for i in infos), infos  # all closed
+    return [i.last_entry_id + 1 for i in infos]  # type: ignore[operator]
+
+
+def append_all(w, values: list[bytes | None], in_flight: int | None = None
+               ) -> list[Position]:
+    """``append_async`` every value, at most ``in_flight`` outstanding (None: all at once);
+    the positions acknowledged, in append order."""
+    window: deque[Future[Position]] = deque()
+    got: list[Position] = []
+    for v in values:
+        if in_flight is not None and len(window) >= in_flight:
+            got.append(window.popleft().result(120))
+        window.append(w.append_async(v))
+    got.extend(f.result(120) for f in window)
+    return got
+
+
+def test_50000_pipelined_appends_with_roll_max_entries_10000_fill_5_ledgers_of_10000(
+        bk: BookKeeper) -> None:
+    """The issue's scenario: every append in flight at once. Before the fix the first
+    ledger took all 50,000 (the roll happened only between acknowledged chunks)."""
+    w = open_log_writer(bk, "pipelined", password=PW, roll_max_entries=10_000)
+    positions = append_all(w, [b"x" * 100] * 50_000)
+    w.close()
+    sizes = ledger_sizes(bk, "pipelined")
+    assert sizes[:5] == [10_000] * 5, sizes
+    assert all(s == 0 for s in sizes[5:]), sizes  # (rolled once full: maybe one empty)
+    assert positions == sorted(positions)
+    assert [p.ledger_id for p in positions[::10_000]] == [i.ledger_id for i in
+                                                          log_ledgers(bk, "pipelined")[:5]]
+
+
+def test_pipelined_appends_with_roll_max_bytes_fill_ledgers_up_to_the_byte_limit(
+        bk: BookKeeper) -> None:
+    w = open_log_writer(bk, "pipelined-bytes", password=PW, roll_max_bytes=100_000)
+    append_all(w, [b"y" * 100] * 5_000)
+    w.close()
+    sizes = ledger_sizes(bk, "pipelined-bytes")
+    assert sizes[:5] == [1_000] * 5, sizes  # 1,000 payloads of 100 bytes each
+    assert all(s == 0 for s in sizes[5:]), sizes
+
+
+def check_limits(records: list[LogRecord], max_entries: int | None, max_bytes: int | None
+                 ) -> None:
+    for _, group in itertools.groupby(records, key=lambda r: r.position.ledger_id):
+        ledger = list(group)
+        if max_entries is not None:
+            assert len(ledger) <= max_entries
+        size = sum(len(r.payload or b"") for r in ledger)
+        if max_bytes is not None and size > max_bytes:
+            assert len(ledger) == 1, (size, len(ledger))  # one entry above the limit, alone
+
+
+def test_pipelined_appends_of_mixed_sizes_keep_both_limits_and_a_large_entry_alone(
+        bk: BookKeeper) -> None:
+    """Sizes 0 to 3 KiB, nulls, and entries above ``roll_max_bytes`` (each in a ledger of
+    its own), 2,000 in flight; the log reads back in append order."""
+    values: list[bytes | None] = []
+    for i in range(1_000):
+        if i % 301 == 7:
+            values.append(bytes([i % 251]) * 60_000)   # larger than roll_max_bytes
+        elif i % 97 == 3:
+            values.append(None)
+        else:
+            values.append(bytes([i % 251]) * ((i * 37) % 3_000))
+    w = open_log_writer(bk, "pipelined-mix", password=PW, roll_max_entries=40,
+                        roll_max_bytes=50_000)
+    positions = append_all(w, values, in_flight=2_000)
+    w.close()
+    records = read_all(bk, "pipelined-mix")
+    assert [r.payload for r in records] == values
+    assert [r.position for r in records] == positions
+    check_limits(records, 40, 50_000)
+    big = [r for r in records if r.payload is not None and len(r.payload) == 60_000]
+    sizes = dict(zip([i.ledger_id for i in log_ledgers(bk, "pipelined-mix")],
+                     ledger_sizes(bk, "pipelined-mix"), strict=True))
+    assert big and all(sizes[r.position.ledger_id] == 1 for r in big)
+
+
+_names = itertools.count()
+
+
+@settings(max_examples=4, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                 HealthCheck.too_slow])
+@given(max_entries=st.one_of(st.none(), st.integers(5, 60)),
+       max_bytes=st.one_of(st.none(), st.integers(500, 5_000)),
+       sizes=st.lists(st.integers(0, 1_000), min_size=1, max_size=250),
+       in_flight=st.integers(1, 300))
+def test_property_no_ledger_exceeds_a_limit_and_the_log_reads_back_in_append_order(
+        bk: BookKeeper, max_entries: int | None, max_bytes: int | None, sizes: list[int],
+        in_flight: int) -> None:
+    name = f"roll-prop-{next(_names)}"
+    if max_entries is None and max_bytes is None:
+        max_entries = 25
+    values = [bytes([i % 256]) * s for i, s in enumerate(sizes)]
+    w = open_log_writer(bk, name, password=PW, roll_max_entries=max_entries,
+                        roll_max_bytes=max_bytes)
+    positions = append_all(w, values, in_flight=in_flight)
+    w.close()
+    records = read_all(bk, name)
+    assert [r.payload for r in records] == values
+    assert [r.position for r in records] == positions
+    check_limits(records, max_entries, max_bytes)
+
+
+def test_close_puts_every_append_waiting_for_a_ledger_into_one_before_it_returns(
+        bk: BookKeeper) -> None:
+    """Closing right after 1,000 appends with ``roll_max_entries=100``: most of them still
+    wait for a ledger; close rolls until each has one, and every future completes."""
+    w = open_log_writer(bk, "close-waiting", password=PW, roll_max_entries=100)
+    futures = [w.append_async(None if i % 50 == 1 else f"{i}".encode()) for i in range(1_000)]
+    w.close()
+    positions = [f.result(0) for f in futures]  # all done by close
+    assert positions == sorted(positions)
+    sizes = ledger_sizes(bk, "close-waiting")
+    assert sizes[:10] == [100] * 10 and not any(sizes[10:]), sizes
+    assert [r.payload for r in read_all(bk, "close-waiting")] == [
+        None if i % 50 == 1 else f"{i}".encode() for i in range(1_000)]

@@ -1,0 +1,222 @@
+"""When a log writer rolls (issue 31): which ledger each append goes to and what the roller
+does, as tables, and a simulation of a writer with appends in flight: no server."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bk_spark.protocol.roll_policy import (
+    PLACEMENT,
+    ROLLER_STEP,
+    SPARE_AT,
+    LedgerAssignment,
+    Placement,
+    RollerStep,
+    RollLimits,
+    place,
+    roller_step,
+)
+
+P = Placement
+E10 = RollLimits(max_entries=10)
+B1000 = RollLimits(max_bytes=1000)
+BOTH = RollLimits(max_entries=10, max_bytes=1000)
+
+
+def test_the_placement_table_covers_every_case() -> None:
+    assert set(PLACEMENT) == set(itertools.product((False, True), repeat=3))
+
+
+def test_the_roller_table_covers_every_case() -> None:
+    assert set(ROLLER_STEP) == set(itertools.product((False, True), repeat=2))
+
+
+@pytest.mark.parametrize("limits, entries, nbytes, size, behind, where", [
+    # by entries: the 10th entry is the last one of the ledger
+    (E10, 0, 0, 100, False, P.CURRENT),
+    (E10, 9, 900, 100, False, P.CURRENT),
+    (E10, 10, 1000, 100, False, P.ROLL_BEFORE),
+    (E10, 10, 1000, 0, False, P.ROLL_BEFORE),
+    # by bytes: an entry that would take the ledger past the limit waits; exactly at it fits
+    (B1000, 9, 900, 100, False, P.CURRENT),
+    (B1000, 9, 900, 101, False, P.ROLL_BEFORE),
+    (B1000, 10, 1000, 0, False, P.CURRENT),   # an empty value adds no bytes
+    (B1000, 10, 1000, 1, False, P.ROLL_BEFORE),
+    # an entry larger than roll_max_bytes: a ledger of its own (this one if empty)
+    (B1000, 0, 0, 5000, False, P.OWN_LEDGER),
+    (B1000, 3, 30, 5000, False, P.ROLL_BEFORE),
+    (BOTH, 0, 0, 1001, False, P.OWN_LEDGER),
+    # either limit
+    (BOTH, 9, 100, 10, False, P.CURRENT),
+    (BOTH, 10, 100, 10, False, P.ROLL_BEFORE),
+    (BOTH, 2, 995, 10, False, P.ROLL_BEFORE),
+    # behind appends that wait: wait too, even a small one that would fit
+    (BOTH, 2, 995, 1, True, P.ROLL_BEFORE),
+    (E10, 0, 0, 1, True, P.ROLL_BEFORE),
+    # no limits: everything goes to the current ledger
+    (RollLimits(), 10**9, 10**15, 10**6, False, P.CURRENT),
+    # age never holds an append back
+    (RollLimits(max_age_s=1.0), 5, 50, 10, False, P.CURRENT),
+])
+def test_an_append_goes_to_the_current_ledger_only_if_it_keeps_it_within_every_limit(
+        limits: RollLimits, entries: int, nbytes: int, size: int, behind: bool,
+        where: Placement) -> None:
+    assert place(limits, entries, nbytes, size, behind) is where
+
+
+AGE = RollLimits(max_age_s=10.0)
+
+
+@pytest.mark.parametrize("limits, entries, nbytes, age, waiting, spare, step", [
+    (E10, 0, 0, 0.0, 0, False, RollerStep.WAIT),
+    (E10, 4, 0, 0.0, 0, False, RollerStep.WAIT),
+    (E10, 5, 0, 0.0, 0, False, RollerStep.PREPARE_SPARE),   # half-way: the spare
+    (E10, 5, 0, 0.0, 0, True, RollerStep.WAIT),
+    (E10, 10, 0, 0.0, 0, True, RollerStep.ROLL),            # full: roll before any append
+    (E10, 10, 0, 0.0, 0, False, RollerStep.ROLL),           # (creating the ledger itself)
+    (E10, 3, 0, 0.0, 1, True, RollerStep.ROLL),             # an append waits
+    (B1000, 1, 499, 0.0, 0, False, RollerStep.WAIT),
+    (B1000, 1, 500, 0.0, 0, False, RollerStep.PREPARE_SPARE),
+    (B1000, 1, 1000, 0.0, 0, True, RollerStep.ROLL),
+    (B1000, 1, 5000, 0.0, 0, True, RollerStep.ROLL),        # a ledger of its own, full
+    (AGE, 0, 0, 100.0, 0, False, RollerStep.WAIT),          # an empty ledger never ages
+    (AGE, 1, 10, 4.9, 0, False, RollerStep.WAIT),
+    (AGE, 1, 10, 5.0, 0, False, RollerStep.PREPARE_SPARE),
+    (AGE, 1, 10, 9.9, 0, True, RollerStep.WAIT),
+    (AGE, 1, 10, 10.0, 0, True, RollerStep.ROLL),
+    (RollLimits(), 10**9, 10**15, 10**6, 0, False, RollerStep.WAIT),
+])
+def test_the_roller_rolls_a_full_or_old_ledger_and_prepares_the_next_half_way(
+        limits: RollLimits, entries: int, nbytes: int, age: float, waiting: int, spare: bool,
+        step: RollerStep) -> None:
+    assert SPARE_AT == 0.5
+    assert roller_step(limits, entries, nbytes, age, waiting, spare) is step
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_appends_beyond_the_limit_wait_and_the_switch_feeds_them_in_order() -> None:
+    a: LedgerAssignment[int] = LedgerAssignment(RollLimits(max_entries=3), Clock())
+    where = [a.append(10, i) for i in range(8)]
+    assert where == [P.CURRENT] * 3 + [P.ROLL_BEFORE] * 5
+    assert a.switch() == [3, 4, 5]       # as many as fit the next ledger
+    assert a.entries == 3 and [i for _, i in a.waiting] == [6, 7]
+    assert a.step(1.0, has_spare=False) is RollerStep.ROLL  # at once: appends still wait
+    assert a.switch() == [6, 7]
+    assert a.append(10, 8) is P.CURRENT   # nothing waits any more: room for one
+    assert a.append(10, 9) is P.ROLL_BEFORE
+    assert a.switch() == [9] and not a.waiting
+
+
+def test_the_roller_is_woken_once_per_threshold() -> None:
+    a: LedgerAssignment[int] = LedgerAssignment(RollLimits(max_entries=10), Clock())
+    a.arm(has_spare=False)
+    woken = []
+    for i in range(12):
+        a.append(1, i)
+        if a.wake:
+            woken.append(i)
+            a.disarm()
+    # the 5th entry (half-way), then the first to wait for the next ledger (nobody re-armed)
+    assert woken == [4, 10]
+    a.arm(has_spare=True)
+    assert not a.wake and a.step(0.0, True) is RollerStep.ROLL  # full, and two wait
+    assert a.switch() == [10, 11] and not a.waiting
+    a.arm(has_spare=True)
+    for i in range(12, 20):
+        a.append(1, i)
+    assert a.wake   # the 10th entry of the ledger: full
+    a.disarm()
+    assert a.append(1, 20) is P.ROLL_BEFORE and a.wake   # the first to wait
+    a.disarm()
+    assert a.append(1, 21) is P.ROLL_BEFORE and not a.wake
+
+
+def test_age_counts_from_the_first_entry_of_the_ledger() -> None:
+    clock = Clock(100.0)
+    a: LedgerAssignment[int] = LedgerAssignment(RollLimits(max_age_s=2.0), clock)
+    assert a.next_age_check(100.0, False) is None   # no entry: no age
+    a.append(1, 0)
+    assert a.next_age_check(100.5, False) == pytest.approx(0.5)   # the spare at 1 s
+    assert a.next_age_check(100.5, True) == pytest.approx(1.5)    # the roll at 2 s
+    assert a.step(102.0, True) is RollerStep.ROLL
+    clock.now = 103.0
+    assert a.append(1, 1) is P.CURRENT   # age holds no append back
+    assert a.switch() == [] and a.next_age_check(104.0, False) is None
+
+
+def simulate(limits: RollLimits, sizes: list[int], roll_after: list[int]
+             ) -> list[list[tuple[int, int]]]:
+    """A writer whose rolls take ``roll_after[k]`` more appends to switch (the appends in
+    flight meanwhile): the ledgers, each a list of (append index, size)."""
+    a: LedgerAssignment[tuple[int, int]] = LedgerAssignment(limits, Clock())
+    ledgers: list[list[tuple[int, int]]] = [[]]
+    rolls = iter(roll_after)
+    countdown: int | None = None
+
+    def switch() -> None:
+        ledgers.append(a.switch())
+
+    for i, size in enumerate(sizes):
+        if a.append(size, (i, size)) is not P.ROLL_BEFORE:
+            ledgers[-1].append((i, size))
+        if countdown is None and a.step(0.0, True) is RollerStep.ROLL:
+            countdown = next(rolls, 0)  # the roller starts a roll
+        if countdown is not None:
+            if countdown == 0:
+                switch()
+                countdown = None
+            else:
+                countdown -= 1
+    while a.waiting:  # close: roll until every waiting append has a ledger
+        switch()
+    return ledgers
+
+
+@settings(max_examples=300, deadline=None)
+@given(max_entries=st.one_of(st.none(), st.integers(1, 20)),
+       max_bytes=st.one_of(st.none(), st.integers(1, 500)),
+       sizes=st.lists(st.integers(0, 700), max_size=300),
+       roll_after=st.lists(st.integers(0, 400), max_size=40))
+def test_no_ledger_exceeds_a_limit_and_the_log_keeps_append_order_whatever_is_in_flight(
+        max_entries: int | None, max_bytes: int | None, sizes: list[int],
+        roll_after: list[int]) -> None:
+    limits = RollLimits(max_entries, max_bytes)
+    ledgers = simulate(limits, sizes, roll_after)
+    assert [i for ledger in ledgers for i, _ in ledger] == list(range(len(sizes)))
+    for ledger in ledgers:
+        if max_entries is not None:
+            assert len(ledger) <= max_entries
+        if max_bytes is not None and sum(s for _, s in ledger) > max_bytes:
+            assert len(ledger) == 1  # only an entry larger than the limit, alone
+    assert all(ledgers[:-1])  # only the last ledger may be empty (rolled when full)
+
+
+@settings(max_examples=300, deadline=None)
+@given(max_entries=st.one_of(st.none(), st.integers(1, 5)),
+       max_bytes=st.one_of(st.none(), st.integers(0, 50)),
+       sizes=st.lists(st.integers(0, 60), max_size=40),
+       switch_at=st.sets(st.integers(0, 40)))
+def test_an_assignment_places_every_append_as_the_table_says(
+        max_entries: int | None, max_bytes: int | None, sizes: list[int],
+        switch_at: set[int]) -> None:
+    """LedgerAssignment.append (with its inline common case) agrees with :func:`place`."""
+    limits = RollLimits(max_entries, max_bytes)
+    a: LedgerAssignment[int] = LedgerAssignment(limits, Clock())
+    for i, size in enumerate(sizes):
+        if i in switch_at:
+            a.switch()
+        expected = place(limits, a.entries, a.nbytes, size, bool(a.waiting))
+        assert a.append(size, i) is expected
