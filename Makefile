@@ -6,7 +6,7 @@ BK     := $(VENV)/bin/bk
 STAMP  := $(VENV)/.installed
 
 .PHONY: install demo cluster-demo test test-long test-unit test-integration bench lint proto faults \
-	faults-network clean java readme
+	faults-network clean java readme chromium promtool dashboards
 
 install: $(STAMP)
 
@@ -16,7 +16,19 @@ java:
 	  echo "java not found: installing openjdk-17-jre-headless (Debian)"; \
 	  apt-get update -qq && apt-get install -y -qq openjdk-17-jre-headless; }
 
-$(STAMP): pyproject.toml | java
+# The status page's test drives Debian's Chromium (Playwright's own browser download is not
+# used); the alert rules' test runs Prometheus' promtool (Debian's prometheus package).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "chromium not found: installing Debian's chromium (the status page's browser test)"; \
+	  apt-get update -qq && apt-get install -y -qq chromium; }
+
+promtool:
+	@command -v promtool >/dev/null 2>&1 || { \
+	  echo "promtool not found: installing Debian's prometheus (promtool checks the alert rules)"; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus; }
+
+$(STAMP): pyproject.toml | java chromium promtool
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -e ".[dev]" --config-settings editable_mode=compat
 	@touch $(STAMP)
@@ -69,6 +81,11 @@ faults-network: install
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check bk_spark/core bk_spark/errors.py || true
+
+# Regenerate the Grafana dashboard and Prometheus alert rules from the metric registries;
+# tests/unit/test_dashboards.py fails when they are stale.
+dashboards: install
+	$(PY) -m bk_spark.admin.dashboard
 
 # Regenerate protobuf/gRPC code; tests/unit/test_proto_fresh.py fails when it is stale.
 proto: install

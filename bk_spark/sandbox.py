@@ -272,12 +272,14 @@ class BookieProcess:
 
     def __init__(self, metadata_service_uri: str, data_dir: Path, port: int,
                  metrics_port: int | None = None, extra_args: list[str] | None = None,
-                 env: dict[str, str] | None = None) -> None:
-        """``env``: variables set for this bookie on top of ours (e.g. ``BK_ZK_TLS_*``)."""
+                 env: dict[str, str] | None = None, http_port: int | None = None) -> None:
+        """``env``: variables set for this bookie on top of ours (e.g. ``BK_ZK_TLS_*``);
+        ``http_port``: its HTTP admin API and status page (``--http-port``)."""
         self.metadata_service_uri = metadata_service_uri
         self.data_dir = Path(data_dir)
         self.port = port
         self.metrics_port = metrics_port
+        self.http_port = http_port
         self.extra_args = list(extra_args or [])
         self.env = dict(env or {})
         self.proc: subprocess.Popen | None = None
@@ -304,11 +306,15 @@ class BookieProcess:
         if not port_is_free(self.port):
             raise SandboxError(f"port {self.port} on 127.0.0.1 is taken; choose another --port")
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.http_port and not port_is_free(self.http_port):
+            self.http_port = free_port()  # the HTTP API's usual port is taken: any other
         cmd = [*BOOKIE_COMMAND,
                "--metadata-service-uri", self.metadata_service_uri,
                "--port", str(self.port), "--data-dir", str(self.data_dir)]
         if self.metrics_port is not None:
             cmd += ["--metrics-port", str(self.metrics_port)]
+        if self.http_port is not None:
+            cmd += ["--http-port", str(self.http_port)]
         cmd += self.extra_args
         log = open(self.data_dir / "bookie.log", "ab")
         self._log_start = log.tell()  # this run's output starts here (last_error)
@@ -413,6 +419,9 @@ class SandboxState:
 SANDBOX_JOURNAL_FILE_MB = 16
 
 
+#: A sandbox bookie's HTTP admin API listens on its gRPC port plus this.
+HTTP_PORT_OFFSET = 5000
+
 SECURE_DIR = "secure"
 CLIENT_ENV = "client.env"
 SECURE_IDENTITIES = ("zookeeper", "bookie", "client", "admin")
@@ -493,7 +502,11 @@ class Sandbox:
                           port=first_bookie_port + i if first_bookie_port else
                           _stamped_port(self.data_dir / f"bookie-{i}")
                           or before.get(self.data_dir / f"bookie-{i}") or free_port(),
-                          extra_args=args, env=env)
+                          extra_args=args, env=env,
+                          # its HTTP admin API and status page: port + 5000 (8181, 8182, ...
+                          # for the default 3181, ...), or any free port
+                          http_port=(first_bookie_port + i + HTTP_PORT_OFFSET
+                                     if first_bookie_port else free_port()))
             for i in range(n_bookies)
         ]
 
@@ -528,7 +541,8 @@ class Sandbox:
             zk_pid=self.zk.proc.pid if self.zk.proc else -1,
             zk_port=self.zk_port,
             bookies=[{"id": b.bookie_id, "pid": b.pid, "port": b.port,
-                      "data_dir": str(b.data_dir)} for b in self.bookies],
+                      "http_port": b.http_port, "data_dir": str(b.data_dir)}
+                     for b in self.bookies],
         )
         return state
 

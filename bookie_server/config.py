@@ -32,6 +32,7 @@ class BookieConfig:
     port: int = 3181
     metadata_service_uri: str | None = None
     metrics_port: int | None = None  # None: no HTTP metrics endpoint; 0: pick a free port
+    http_port: int | None = None  # HTTP admin API (bk bookie --http-port); None: off
     max_entry_size: int = 5 * MiB
     journal_file_size: int = 64 * MiB
     journal_max_group_wait_ms: float = 0.0

@@ -50,6 +50,11 @@ class AutoRecoveryOptions:
 #: function that stops it; called only when the bookie registers in ZooKeeper.
 StartAutoRecovery = Callable[["BookieServer", AutoRecoveryOptions], Callable[[], None]]
 
+#: Starts the HTTP admin API (``--http-port``, :mod:`bk_spark.admin.http`, a layer above)
+#: beside a built bookie server (its port is in ``server.config.http_port``) and returns the
+#: function that stops it; the AutoRecovery options are passed when AutoRecovery runs.
+StartHttp = Callable[["BookieServer", "AutoRecoveryOptions | None"], Callable[[], None]]
+
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     """Whether a server could listen on ``host:port`` right now."""
@@ -63,24 +68,30 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def run_bookie(config: BookieConfig, *, autorecovery: AutoRecoveryOptions | None = None,
-               start_autorecovery: StartAutoRecovery | None = None) -> None:
+               start_autorecovery: StartAutoRecovery | None = None,
+               start_http: StartHttp | None = None) -> None:
     """Serve one bookie in the foreground until SIGTERM or SIGINT; with ``autorecovery``
-    and a hook, AutoRecovery runs beside it and stops after it."""
+    and a hook, AutoRecovery runs beside it and stops after it; with ``config.http_port``
+    and ``start_http``, so does the HTTP admin API."""
     from bookie_server.server import BookieServer
 
     server = BookieServer(config)
     server.check_cookies()  # a bookie that refuses to start starts nothing beside it
-    stop_recovery = None
+    stop_recovery = stop_http = None
     if autorecovery is not None and start_autorecovery is not None:
         stop_recovery = start_autorecovery(server, autorecovery)
     try:
+        if config.http_port is not None and start_http is not None:
+            stop_http = start_http(server, autorecovery)
         server.serve_forever()
     finally:
-        if stop_recovery is not None:
-            stop_recovery()
+        for stop in (stop_http, stop_recovery):
+            if stop is not None:
+                stop()
 
 
-def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None) -> typer.Typer:
+def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None,
+                    start_http: StartHttp | None = None) -> typer.Typer:
     """The ``bookie`` command (a Typer app: no subcommand runs a bookie; the CLI adds
     ``decommission``). With ``start_autorecovery`` (``bk bookie``) AutoRecovery runs in
     the bookie's process by default; without (``python -m bookie_server``) it cannot."""
@@ -106,6 +117,9 @@ def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None) -> type
         )] = None,
         metrics_port: Annotated[int | None, typer.Option(
             "--metrics-port", help="Prometheus /metrics HTTP port (0: any free port)")] = None,
+        http_port: Annotated[int | None, typer.Option(
+            "--http-port", help="HTTP admin API and status page (BookKeeper's /api/v1/...; "
+                                "off unless set; 0: any free port)")] = None,
         max_entry_size: Annotated[int, typer.Option(help="bytes")] = 5 * 1024 * 1024,
         journal_max_group_wait_ms: Annotated[float, typer.Option(help="group-commit wait")] = 0.0,
         journal_file_size_mb: Annotated[int, typer.Option(help="journal file size (MiB)")] = 64,
@@ -197,6 +211,14 @@ def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None) -> type
             raise InvalidConfigError(
                 "--autorecovery: python -m bookie_server runs the bare bookie; run the bookie "
                 "with `bk bookie` for an in-process AutoRecovery (or `bk autorecovery` beside it)")
+        if http_port is not None and start_http is None:
+            raise InvalidConfigError("--http-port: python -m bookie_server runs the bare "
+                                     "bookie; run it with `bk bookie` for the HTTP admin API")
+        if http_port == 0:
+            with socket.socket() as s:
+                s.bind((host, 0))
+                http_port = int(s.getsockname()[1])
+        cfg.http_port = http_port
         if port and not port_is_free(port, host):
             raise InvalidConfigError(
                 f"port {port} on {host} is taken: is another bookie running? choose another --port")
@@ -210,7 +232,8 @@ def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None) -> type
                 lost_bookie_recovery_delay_s=lost_bookie_recovery_delay,
                 audit_interval_s=audit_interval, open_ledger_grace_s=open_ledger_grace,
                 passwords=tuple(p.encode() for p in recovery_password or ()))
-        run_bookie(cfg, autorecovery=recovery, start_autorecovery=start_autorecovery)
+        run_bookie(cfg, autorecovery=recovery, start_autorecovery=start_autorecovery,
+                   start_http=start_http)
 
     return app
 

@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    start_http_server,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.process_collector import ProcessCollector
 
 _LATENCY_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
 _GROUP_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
@@ -35,6 +48,17 @@ class BookieMetrics:
         self.rpc_seconds = Histogram("bookie_rpc_seconds", "RPC handling latency", ["rpc"],
                                      buckets=_LATENCY_BUCKETS, registry=r)
         self.read_only = Gauge("bookie_read_only", "1 when the bookie is readonly", registry=r)
+        # the process: CPU, memory, open files, and Python's garbage collector
+        ProcessCollector(registry=r)
+        GCCollector(registry=r)
+
+    def watch_storage(self, data_dir: Path, disk_usage: Callable[[], tuple[int, int]],
+                      ledgers: Callable[[], int]) -> None:
+        """Export the storage's disk and ledger count, read at each scrape:
+        ``bookie_disk_used_bytes`` (files under the data dir), ``bookie_disk_free_bytes``,
+        ``bookie_disk_usage_ratio`` (of the file system, what readonly mode compares with
+        ``--disk-usage-threshold``) and ``bookie_ledgers``."""
+        self.registry.register(_StorageCollector(data_dir, disk_usage, ledgers))
 
     # storage hooks
     def journal_sync(self, seconds: float, records: int, nbytes: int) -> None:
@@ -58,3 +82,26 @@ class BookieMetrics:
         """Start the HTTP endpoint; returns the port actually bound."""
         server, _thread = start_http_server(port, addr=host, registry=self.registry)
         return int(server.server_port)
+
+
+class _StorageCollector:
+    """Disk and ledger gauges computed when scraped (see :meth:`BookieMetrics.watch_storage`)."""
+
+    def __init__(self, data_dir: Path, disk_usage: Callable[[], tuple[int, int]],
+                 ledgers: Callable[[], int]) -> None:
+        self.data_dir, self.disk_usage, self.ledgers = data_dir, disk_usage, ledgers
+
+    def describe(self) -> list:
+        return []  # collected at scrape time only (the storage may not be open yet)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        used, free = self.disk_usage()
+        fs = shutil.disk_usage(self.data_dir)
+        yield GaugeMetricFamily("bookie_disk_used_bytes", "Bytes of files under the data dir",
+                                value=used)
+        yield GaugeMetricFamily("bookie_disk_free_bytes", "Bytes free for the bookie on its "
+                                "file system", value=free)
+        yield GaugeMetricFamily("bookie_disk_usage_ratio", "Used fraction of the data dir's "
+                                "file system", value=(fs.total - fs.free) / max(fs.total, 1))
+        yield GaugeMetricFamily("bookie_ledgers", "Ledgers this bookie holds",
+                                value=self.ledgers())

@@ -257,6 +257,8 @@ class BookieServer:
             except BaseException:
                 self.storage.close()
                 raise
+        self.metrics.watch_storage(cfg.data_dir, self.storage.disk_usage,
+                                   lambda: len(self.storage.ledger_ids()))
         limit = grpc_message_limit(cfg)
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=cfg.grpc_workers,
@@ -294,6 +296,7 @@ class BookieServer:
             self.registration = BookieRegistration(
                 cfg.metadata_service_uri, cfg.bookie_id,
                 info={"metrics_port": self.metrics_port, "tls": cfg.tls_cert is not None,
+                      "http_port": cfg.http_port,
                       "rack": cfg.rack, "mtls": cfg.tls_client_auth == "require"})
             self.registration.read_only = self.storage.read_only
             self.registration.start()

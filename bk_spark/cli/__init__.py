@@ -4,7 +4,7 @@
 :mod:`.bookie` (a bookie, its format, the bookie list), :mod:`.cookie` (cookies),
 :mod:`.ledger`, :mod:`.log`, :mod:`.checks` (simpletest, bookie-sanity), :mod:`.admin`
 (spark-check, zk-acl), :mod:`.autorecovery` (autorecovery, underreplicated, recover,
-decommission).
+decommission), :mod:`.doctor`, :mod:`.ui` (the status page).
 """
 
 from __future__ import annotations
@@ -15,7 +15,18 @@ from typing import Annotated
 
 import typer
 
-from bk_spark.cli import admin, autorecovery, bookie, checks, cookie, ledger, log, sandbox
+from bk_spark.cli import (
+    admin,
+    autorecovery,
+    bookie,
+    checks,
+    cookie,
+    doctor,
+    ledger,
+    log,
+    sandbox,
+    ui,
+)
 from bk_spark.cli.common import err_console
 from bk_spark.errors import BKError
 
@@ -36,6 +47,8 @@ app.command("zk-acl")(admin.zk_acl)
 app.command("simpletest")(checks.simpletest)
 app.command("bookie-sanity")(checks.bookie_sanity)
 app.command("recover")(autorecovery.recover)
+app.command("doctor")(doctor.doctor)
+app.command("ui")(ui.ui)
 ledger.ledger_app.command("underreplicated")(autorecovery.ledger_underreplicated)
 bookie.bookie_app.command("decommission")(autorecovery.decommission)
 bookie.bookie_app.command("format")(bookie.format_bookie)

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from bk_spark.admin import facts
 from bk_spark.autorecovery.auditor import ledgers_naming, mark_ledgers_of
 from bk_spark.autorecovery.replicator import LedgerReplicator
 from bk_spark.autorecovery.service import AutoRecoveryConfig, AutoRecoveryService
@@ -104,15 +105,7 @@ def autorecovery(
 def autorecovery_status(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False) -> None:
     """Who is the Auditor, which workers run, the last audit, the under-replicated count."""
     with connect(metadata_service_uri) as bk:
-        urm = UnderReplicationManager(bk.zk, bk.msu.root)
-        status = urm.status()
-        records = list(urm.list())
-        out = {"enabled": urm.is_enabled(), "auditor": urm.auditor(), "workers": urm.workers(),
-               "under_replicated": len(records),
-               "failing": sum(1 for r in records if r.reason),
-               "last_check_ms": status.get("last_check_ms"),
-               "last_bookie_check_ms": status.get("last_bookie_check_ms"),
-               "lost_bookies": status.get("lost_bookies", [])}
+        out = facts.autorecovery_status(UnderReplicationManager(bk.zk, bk.msu.root))
     if as_json:
         print_json(out)
         return
@@ -149,11 +142,7 @@ def ledger_underreplicated(metadata_service_uri: UriOpt = None, as_json: JsonOpt
     """List under-replicated ledgers: missing bookies, the worker holding each, and why the
     last attempt to heal it failed (empty: none failed)."""
     with connect(metadata_service_uri) as bk:
-        urm = UnderReplicationManager(bk.zk, bk.msu.root)
-        rows = [{"ledger": r.ledger_id, "missing": sorted(r.missing),
-                 "lock_holder": urm.lock_holder(r.ledger_id), "marked_ms": r.marked_ms,
-                 "reason": r.reason}
-                for r in urm.list()]
+        rows = facts.under_replicated(UnderReplicationManager(bk.zk, bk.msu.root))
     if as_json:
         print_json(rows)
         return

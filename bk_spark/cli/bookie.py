@@ -46,9 +46,22 @@ def _start_autorecovery(server: BookieServer, options: AutoRecoveryOptions) -> C
     return recovery.stop
 
 
+def _start_http(server: BookieServer, options: AutoRecoveryOptions | None
+                ) -> Callable[[], None]:
+    """``bk bookie --http-port``'s hook (:mod:`bookie_server.main`): the HTTP admin API and
+    status page (:mod:`bk_spark.admin.http`) in the bookie's process."""
+    from bk_spark.admin.http import start_for_bookie
+
+    assert server.config.http_port is not None
+    return start_for_bookie(
+        server, server.config.http_port, security=_bookie_client_security(server.config),
+        lost_bookie_recovery_delay_s=None if options is None
+        else options.lost_bookie_recovery_delay_s)
+
+
 # The bookie's options, config and start live in bookie_server.main (below the CLI);
-# `bk bookie` is that command with the in-process AutoRecovery hook.
-bookie_app = make_bookie_app(start_autorecovery=_start_autorecovery)
+# `bk bookie` is that command with the in-process AutoRecovery and HTTP API hooks.
+bookie_app = make_bookie_app(start_autorecovery=_start_autorecovery, start_http=_start_http)
 
 
 def _bookie_client_security(cfg: BookieConfig) -> ClientSecurity | None:

@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from bk_spark.admin.facts import bookie_lac, ledger_summary
 from bk_spark.cli.common import (
     TABLE_ROWS,
     JsonArray,
@@ -31,10 +32,7 @@ from bk_spark.cli.common import (
     progress_bar,
     spinner_status,
 )
-from bk_spark.core.client import BookKeeper
-from bk_spark.core.reader import read_lac
 from bk_spark.errors import (
-    BKError,
     InvalidConfigError,
     LogNotFoundError,
     NoSuchEntryError,
@@ -46,33 +44,10 @@ from bk_spark.log import (
     log_ledgers,
 )
 from bk_spark.protocol.digest import password_digest
-from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
+from bk_spark.protocol.ledger_metadata import LedgerState
 
 ledger_app = typer.Typer(no_args_is_help=True,
                          help="Ledgers: list, show, read, recover (fence + close), delete.")
-
-
-def _bookie_lac(bk: BookKeeper, md: LedgerMetadata) -> int | None:
-    """The ledger's last-add-confirmed as a reader would see it (None: too few bookies of
-    the last fragment answered to tell). Needs no password: a LAC read is not an entry
-    read."""
-    try:
-        lac, answers = read_lac(bk, md)
-    except BKError:
-        return None
-    return lac if answers.covered else None
-
-
-def _ledger_summary(md: LedgerMetadata) -> dict[str, Any]:
-    return {
-        "ledger_id": md.ledger_id, "state": md.state.value,
-        "ensemble_size": md.ensemble_size, "write_quorum_size": md.write_quorum_size,
-        "ack_quorum_size": md.ack_quorum_size,
-        "last_entry_id": md.last_entry_id if md.is_closed else None,
-        "length": md.length if md.is_closed else None,
-        "fragments": len(md.ensembles), "ensemble": list(md.last_ensemble),
-        "log": dict(md.custom_metadata).get(LEDGER_LOG_KEY), "ctime_ms": md.ctime_ms,
-    }
 
 
 @ledger_app.command("list")
@@ -86,11 +61,11 @@ def ledger_list(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False) -
             except NoSuchLedgerError:  # deleted meanwhile
                 continue
     if as_json:
-        print_json([_ledger_summary(md) for md in found])
+        print_json([ledger_summary(md) for md in found])
         return
     t = Table("ledger", "state", "E/Qw/Qa", "last entry", "length", "log", "ensemble")
     for md in found:
-        s = _ledger_summary(md)
+        s = ledger_summary(md)
         t.add_row(str(md.ledger_id), md.state.value,
                   f"{md.ensemble_size}/{md.write_quorum_size}/{md.ack_quorum_size}",
                   "-" if s["last_entry_id"] is None else str(s["last_entry_id"]),
@@ -105,8 +80,8 @@ def ledger_show(ledger_id: LedgerArg, metadata_service_uri: UriOpt = None,
     """Show a ledger's metadata: quorums, state, fragments (ensembles), custom metadata."""
     with connect(metadata_service_uri) as bk, explained():
         md = bk.ledger_metadata(ledger_id)
-        lac = None if md.is_closed else _bookie_lac(bk, md)
-    out = _ledger_summary(md) | {
+        lac = None if md.is_closed else bookie_lac(bk, md)
+    out = ledger_summary(md) | {
         "digest_type": md.digest_type,
         "password_set": md.password_digest != password_digest(b""),
         "bookie_lac": lac,

@@ -19,6 +19,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from bk_spark.admin.facts import query_lag
 from bk_spark.cli.common import (
     POSITIONS_SHOWN,
     TABLE_ROWS,
@@ -182,7 +183,7 @@ def log_show(
         ledgers = log_ledgers(bk, name)
         shown = ledgers[-last:] if last else ledgers
         rows = [_ledger_row(bk, info, password) for info in shown]
-        query = _query_lag(bk, name, checkpoint, password) if checkpoint else None
+        query = query_lag(bk, name, checkpoint, password) if checkpoint else None
     out = {"log": name, "log_id": log_incarnation(md), "ctime_ms": md.ctime_ms,
            "ledger_count": md.ledger_count,
            "first_index": md.first_index, "segments": len(md.live_segments),
@@ -214,35 +215,6 @@ def log_show(
     console.print(t)
     if None in entries:
         console.print("entries '?': an open ledger with another password (--password)")
-
-
-def _query_lag(bk: BookKeeper, name: str, checkpoint: Path, password: str
-               ) -> dict[str, Any]:
-    """Where a Spark streaming query (its checkpoint) is in log ``name``, and its lag: the
-    entries and bytes (estimated from ledger lengths) between its last committed batch's
-    end and the log's readable end (the data source's own rule)."""
-    from bk_spark.datasource.offsets import LogOffset, checkpoint_offsets
-    from bk_spark.datasource.planning import EntrySizes, LogView, lag_behind, log_end
-
-    batch, offsets = checkpoint_offsets(checkpoint)
-    off = offsets.get(name)
-    if off is None:
-        raise InvalidConfigError(f"--checkpoint {str(checkpoint)!r}: the query has no "
-                                 f"position in log {name!r} (it reads {', '.join(offsets)})")
-    view = LogView(bk, name)
-    now_at = view.at(off.index)
-    if off.ledger < 0 and now_at is not None and off.log_id in ("", view.incarnation):
-        off = LogOffset(off.index, off.entry, now_at.ledger_id, off.log_id)  # added since
-    out: dict[str, Any] = {"batch": batch, "position": off.describe(), **off.to_json(),
-                           "lag_entries": None, "lag_bytes": None, "note": None}
-    if off.log_id and off.log_id != view.incarnation:
-        out["note"] = (f"the position is in a deleted log of this name (log id {off.log_id});"
-                       f" the query reports data loss on its next batch")
-        return out
-    pw = password.encode()
-    out["lag_entries"], out["lag_bytes"] = lag_behind(view, off, log_end(view, pw), pw,
-                                                      EntrySizes())
-    return out
 
 
 def _entry_source(messages: list[str] | None, file: Path | None, count: int | None,

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from bk_spark.cli.common import JsonOpt, console, fail, print_json
+from bk_spark.cli.common import JsonOpt, console, err_console, fail, print_json
 
 sandbox_app = typer.Typer(help="The embedded sandbox: ZooKeeper plus bookies on 127.0.0.1.",
                           invoke_without_command=True)
@@ -45,6 +45,17 @@ SandboxDelayOpt = Annotated[float | None, typer.Option(
     "--lost-bookie-recovery-delay",
     help="seconds a bookie may be gone before AutoRecovery re-replicates its ledgers "
          "(the bookies' default: 60; 0 to watch it at once)")]
+
+
+def _print_status_page(sb, out=console) -> None:  # sb: Sandbox, out: a rich Console
+    """Where the status page and the HTTP admin API of each bookie are."""
+    scheme = "https" if sb.secure_files else "http"
+    urls = [f"{scheme}://127.0.0.1:{b.http_port}/" for b in sb.bookies if b.http_port]
+    if urls:
+        out.print(f"  status page: {urls[0]}  (every bookie serves it: "
+                      f"{', '.join(urls[1:]) or 'the one above'}; HTTP admin API under "
+                      f"/api/v1/); bk doctor checks everything", highlight=False,
+                      soft_wrap=True)
 
 
 def _print_secure_usage(sb) -> None:  # sb: Sandbox
@@ -96,6 +107,7 @@ def sandbox(
         console.print(f"sandbox running: metadataServiceUri = [bold]{sb.metadata_service_uri}[/]")
         console.print(f"  {len(sb.bookies)} bookies: "
                       + ", ".join(b.bookie_id for b in sb.bookies))
+        _print_status_page(sb)
         _print_secure_usage(sb)
         console.print("  Ctrl-C stops it.")
         while not done.wait(0.5):
@@ -130,6 +142,7 @@ def sandbox_start(
     state = sb.start(detached=True)
     write_state(o["data_dir"], state)
     console.print(state.metadata_service_uri)
+    _print_status_page(sb, err_console)  # stdout stays the URI alone, for scripts
     _print_secure_usage(sb)
 
 

@@ -21,7 +21,7 @@ LAYERS = [
     ("bk_spark.core", 3),
     ("bk_spark.log", 4),
     ("bk_spark.autorecovery", 5), ("bk_spark.datasource", 5), ("bk_spark.sandbox", 5),
-    ("bk_spark.spark_check", 5), ("bk_spark.testbed", 6),
+    ("bk_spark.spark_check", 5), ("bk_spark.testbed", 6), ("bk_spark.admin", 6),
     ("bk_spark.faults", 6),
     ("bk_spark.cli", 7),
     ("bk_spark", 8),
