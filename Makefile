@@ -28,7 +28,7 @@ promtool:
 	  echo "promtool not found: installing Debian's prometheus (promtool checks the alert rules)"; \
 	  apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus; }
 
-$(STAMP): pyproject.toml | java chromium promtool
+$(STAMP): pyproject.toml | java
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -e ".[dev]" --config-settings editable_mode=compat
 	@touch $(STAMP)
@@ -47,16 +47,17 @@ cluster-demo: install
 
 # make test keeps under 20 minutes on a 2-core machine: scenarios marked `long` (a short
 # mode of each stays in make test) run in make test-long, and their long forms in make faults.
-test: install
+# The test tools (a browser, promtool) come with make test only: make demo needs neither.
+test: install chromium promtool
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 -m "not long" tests
 
-test-long: install
+test-long: install chromium promtool
 	$(PY) -m pytest -q -p no:cacheprovider --durations=15 -m long tests
 
-test-unit: install
+test-unit: install promtool
 	$(PY) -m pytest -q tests/unit
 
-test-integration: install
+test-integration: install chromium promtool
 	$(PY) -m pytest -q tests/integration
 
 bench: install

@@ -38,7 +38,7 @@ def test_alert_rules_cover_the_operators_five_cases_and_pass_promtool():
                      "BookieReadonly", "NoAuditor"}
     assert {a.for_ for a in dashboard.ALERTS if a.name == "LedgersUnderReplicated"} == {"5m"}
     promtool = shutil.which("promtool")
-    assert promtool, "promtool missing: `make install` installs Debian's prometheus"
+    assert promtool, "promtool missing: `make test` installs Debian's prometheus"
     out = subprocess.run([promtool, "check", "rules", str(dashboard.ALERT_RULES)],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "SUCCESS: 5 rules found" in out.stdout, out.stdout + out.stderr
