@@ -33,6 +33,7 @@ from bk_spark.errors import BKError, InvalidConfigError
 from bookie_server.config import BookieConfig, MiB
 
 if TYPE_CHECKING:
+    from bookie_server.self_repair import RepairPeers
     from bookie_server.server import BookieServer
 
 
@@ -50,6 +51,11 @@ class AutoRecoveryOptions:
 #: function that stops it; called only when the bookie registers in ZooKeeper.
 StartAutoRecovery = Callable[["BookieServer", AutoRecoveryOptions], Callable[[], None]]
 
+#: Makes the cluster client a bookie's self-repair copies through
+#: (:mod:`bookie_server.self_repair`), from the bookie's config and the ledger passwords
+#: (``--recovery-password``) it may use.
+MakeRepairPeers = Callable[[BookieConfig, tuple[bytes, ...]], "RepairPeers"]
+
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     """Whether a server could listen on ``host:port`` right now."""
@@ -63,12 +69,16 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def run_bookie(config: BookieConfig, *, autorecovery: AutoRecoveryOptions | None = None,
-               start_autorecovery: StartAutoRecovery | None = None) -> None:
+               start_autorecovery: StartAutoRecovery | None = None,
+               make_repair_peers: MakeRepairPeers | None = None,
+               passwords: tuple[bytes, ...] = ()) -> None:
     """Serve one bookie in the foreground until SIGTERM or SIGINT; with ``autorecovery``
-    and a hook, AutoRecovery runs beside it and stops after it."""
+    and a hook, AutoRecovery runs beside it and stops after it. ``make_repair_peers``: the
+    cluster client of self-repair (with ``passwords``)."""
     from bookie_server.server import BookieServer
 
-    server = BookieServer(config)
+    server = BookieServer(config, (lambda cfg: make_repair_peers(cfg, passwords))
+                          if make_repair_peers is not None else None)
     stop_recovery = None
     if autorecovery is not None and start_autorecovery is not None:
         stop_recovery = start_autorecovery(server, autorecovery)
@@ -79,7 +89,8 @@ def run_bookie(config: BookieConfig, *, autorecovery: AutoRecoveryOptions | None
             stop_recovery()
 
 
-def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None) -> typer.Typer:
+def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None,
+                    make_repair_peers: MakeRepairPeers | None = None) -> typer.Typer:
     """The ``bookie`` command (a Typer app: no subcommand runs a bookie; the CLI adds
     ``decommission``). With ``start_autorecovery`` (``bk bookie``) AutoRecovery runs in
     the bookie's process by default; without (``python -m bookie_server``) it cannot."""
@@ -201,7 +212,9 @@ def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None) -> type
                 lost_bookie_recovery_delay_s=lost_bookie_recovery_delay,
                 audit_interval_s=audit_interval, open_ledger_grace_s=open_ledger_grace,
                 passwords=tuple(p.encode() for p in recovery_password or ()))
-        run_bookie(cfg, autorecovery=recovery, start_autorecovery=start_autorecovery)
+        run_bookie(cfg, autorecovery=recovery, start_autorecovery=start_autorecovery,
+                   make_repair_peers=make_repair_peers,
+                   passwords=tuple(p.encode() for p in recovery_password or ()))
 
     return app
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from rich.table import Table
 
+from bk_spark.autorecovery.self_repair_peers import ReplicaPeers
 from bk_spark.autorecovery.service import AutoRecoveryConfig, AutoRecoveryService
 from bk_spark.cli.common import JsonOpt, UriOpt, console, print_json
 from bk_spark.io.registration import list_bookies
@@ -35,9 +36,17 @@ def _start_autorecovery(server: BookieServer, options: AutoRecoveryOptions) -> C
     return recovery.stop
 
 
+def _make_repair_peers(cfg: BookieConfig, passwords: tuple[bytes, ...]) -> ReplicaPeers:
+    """``bk bookie``'s self-repair client (:mod:`bookie_server.self_repair`): copies through
+    AutoRecovery's path, as the bookie's in-process AutoRecovery would."""
+    return ReplicaPeers(cfg.metadata_service_uri or "", cfg.bookie_id, passwords,
+                        security=_bookie_client_security(cfg))
+
+
 # The bookie's options, config and start live in bookie_server.main (below the CLI);
-# `bk bookie` is that command with the in-process AutoRecovery hook.
-bookie_app = make_bookie_app(start_autorecovery=_start_autorecovery)
+# `bk bookie` is that command with the in-process AutoRecovery and self-repair hooks.
+bookie_app = make_bookie_app(start_autorecovery=_start_autorecovery,
+                             make_repair_peers=_make_repair_peers)
 
 
 def _bookie_client_security(cfg: BookieConfig) -> ClientSecurity | None:

@@ -25,13 +25,13 @@ from bk_spark.errors import (
     BookieUnavailableError,
     DigestMismatchError,
     NoSuchEntryError,
-    NoSuchLedgerError,
     ReadPastLacError,
     UnauthorizedError,
 )
 from bk_spark.io.entry import EntryCodec, LedgerEntry
 from bk_spark.io.metadata_store import Versioned
 from bk_spark.proto import bookie_pb2 as pb
+from bk_spark.protocol.answers import NEGATIVE_ANSWERS
 from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
 from bk_spark.protocol.records import Records
 from bk_spark.protocol.schedule import write_set_members
@@ -174,7 +174,7 @@ def fetch_entries(bk: ClientContext, md: LedgerMetadata, codec: EntryCodec,
             asked = np.searchsorted(ids, np.asarray(chunk, dtype=np.int64))
             try:
                 answer = call.result()
-            except NoSuchLedgerError:
+            except NEGATIVE_ANSWERS:
                 failed(asked.tolist(), f"{bookie}: no such ledger")
                 continue
             except UnauthorizedError as exc:
@@ -240,7 +240,7 @@ def read_lac(bk: ClientContext, m: LedgerMetadata, previous: int = -1, wait_ms: 
         m, lambda b: get(b).read_lac_future(m.ledger_id, previous, wait_ms,
                                             wait_for_ready=True),
         timeout=bk.config.client.read_timeout_s + wait_ms / 1000.0 + 1,
-        counts_as_answer=(NoSuchLedgerError,),
+        counts_as_answer=NEGATIVE_ANSWERS,  # a lack is LAC -1; UNKNOWN is no answer
         stop_when=(lambda r: r.lac > previous) if wait_ms > 0 else None)
     best = max((r.lac for r in got.responses.values() if r is not None), default=-1)
     return best, got
