@@ -131,9 +131,11 @@ class SelfRepair:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 1.0) -> None:
+        """Stop the thread (waiting at most ``timeout``: a recovery it runs may wait for
+        bookies that are stopping too; whatever it did not finish keeps its mark)."""
         self._stop.set()
-        self._thread.join(timeout=30)
+        self._thread.join(timeout=timeout)
         if self.peers is not None:
             self.peers.close()
 

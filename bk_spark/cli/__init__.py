@@ -36,6 +36,7 @@ app.command("bookie-sanity")(checks.bookie_sanity)
 app.command("recover")(autorecovery.recover)
 ledger.ledger_app.command("underreplicated")(autorecovery.ledger_underreplicated)
 bookie.bookie_app.command("decommission")(autorecovery.decommission)
+bookie.bookie_app.command("repair-status")(bookie.repair_status)
 
 
 @app.callback()

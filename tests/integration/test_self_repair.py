@@ -56,8 +56,7 @@ def _wait_repaired(bk: BookKeeper, bookie_id: str, timeout: float = 60.0) -> Non
 
 
 def _held(bk: BookKeeper, bookie_id: str, ledger_id: int, last: int) -> list[tuple[int, int]]:
-    r = bk.bookies.get(bookie_id).held_entries(ledger_id, 0, last)
-    return list(zip(r.range_first, r.range_last, strict=True))
+    return list(bk.bookies.get(bookie_id).held_entries(ledger_id, 0, last))
 
 
 def test_a_wiped_fencing_bookie_does_not_let_the_old_writer_reach_its_ack_quorum(
