@@ -339,6 +339,13 @@ class BookieProcess:
         for sub in ("journal", "ledgers"):
             shutil.rmtree(self.data_dir / sub, ignore_errors=True)
 
+    def mark_data_lost(self) -> None:
+        """Start this bookie from now on as one that lost its data (self-repair; issue 26).
+        TEMPORARY (branch limbo): the test-only ``BK_TEST_ASSUME_LOST_DATA=1`` stands for the
+        start-up decision's REPAIR until the cookies are merged; then this goes (a wiped
+        directory has no stamp)."""
+        self.env["BK_TEST_ASSUME_LOST_DATA"] = "1"
+
     def kill(self) -> None:
         """``kill -9``: no shutdown, no final checkpoint."""
         if self.proc is not None:

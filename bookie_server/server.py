@@ -138,8 +138,10 @@ class BookieService:
 
     def held_entries(self, req: pb.HeldEntriesRequest, _key_required: bool = True
                      ) -> pb.HeldEntriesResponse:
-        if self.storage.in_limbo(req.ledger_id):
-            raise self._unknown(req.ledger_id, "which entries it held")
+        if self.storage.repair_mark(req.ledger_id) is not None:
+            # still copying it back: what it holds now says nothing of what it should hold
+            # (the Auditor would re-replicate what self-repair is about to copy)
+            raise self._unknown(req.ledger_id, "which entries it holds until repaired")
         ranges = self.storage.held_ranges(req.ledger_id, req.first_entry, req.last_entry)
         return pb.HeldEntriesResponse(status=pb.OK, range_first=[a for a, _ in ranges],
                                       range_last=[b for _, b in ranges])

@@ -479,6 +479,10 @@ class BookieStorage:
         bookie does not hold (the ledger is in limbo, :mod:`bookie_server.limbo`)."""
         return self._marks.kind(ledger_id) in ANSWERS_UNKNOWN
 
+    def repair_mark(self, ledger_id: int) -> MarkKind | None:
+        """The ledger's repair mark, None when it has none (repaired, or never marked)."""
+        return self._marks.kind(ledger_id)
+
     def begin_repair(self, marks: dict[int, MarkKind]) -> None:
         """Persist the marks of a repair that begins (durable on return: call before the
         bookie serves)."""

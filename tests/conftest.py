@@ -144,7 +144,7 @@ def restart_wiped_bookie(bookie: BookieProcess) -> None:
     the old behaviour (the wiped bookie serves as if nothing happened)."""
     bookie.kill()
     bookie.drop_data()
-    bookie.env["BK_TEST_ASSUME_LOST_DATA"] = "1"
+    bookie.mark_data_lost()
     bookie.start()
 
 
