@@ -138,6 +138,7 @@ def self_repair_bench(n_ledgers: int = 10_000, n_entries: int = 50_000) -> dict[
                       f"{out['repair_ratio']:.2f}x (goal >= 0.8x)")
                 procs[dead].start()  # back (stale copies: no ledger names it now)
                 wait_for_registrations(uri, 4)
+                _info(bk, dead)  # this client's channel to it is connected again
                 # Steps 2-3: N ledgers, one bookie wiped: back in service, marks done.
                 t = time.perf_counter()
                 n_open = _small_ledgers(bk, n_ledgers)

@@ -8,6 +8,9 @@ nothing happened) the two counterexamples fail: that is the data loss they guard
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -164,6 +167,13 @@ def test_a_repair_killed_midway_resumes_and_completes(
         info = client.info()
         assert info.repair_ledgers_total == total and info.repair_ledgers_left <= left
         _wait_repaired(bk, victim.bookie_id)
+        r = subprocess.run([sys.executable, "-m", "bk_spark.cli", "bookie", "repair-status",
+                            victim.bookie_id, "-m", c.uri, "--json"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        status = json.loads(r.stdout)
+        assert status["state"] == "done" and status["ledgers_left"] == 0
+        assert status["ledgers_total"] == total and status["entries_copied"] > 0
         for md in ledgers:
             idx = md.last_ensemble.index(victim.bookie_id)
             want = entries_on_index(0, md.last_entry_id, idx, 3, 2)
