@@ -139,14 +139,18 @@ def repair_status(
     if as_json:
         print_json(rows if bookie is None else rows[0])
         return
-    t = Table("bookie", "state", "ledgers left", "in limbo", "entries copied", "copied",
-              "progress", "last error")
+    t = Table()
+    for name in ("bookie", "state", "left", "limbo", "entries", "copied", "progress"):
+        t.add_column(name, no_wrap=True)
+    errors = any(r["error"] for r in rows)
+    if errors:
+        t.add_column("last error")
     for r in rows:
         total, left = r["ledgers_total"], r["ledgers_left"]
         frac = 1.0 if total == 0 else (total - left) / total
-        bar = "#" * round(20 * frac) + "." * (20 - round(20 * frac))
-        t.add_row(r["bookie"], r["state"], f"{left} of {total}", str(r["ledgers_in_limbo"]),
+        bar = "█" * round(10 * frac) + "░" * (10 - round(10 * frac))
+        t.add_row(r["bookie"], r["state"], f"{left}/{total}", str(r["ledgers_in_limbo"]),
                   str(r["entries_copied"]), format_size(r["bytes_copied"]),
-                  f"[{bar}] {100 * frac:.0f}%" if r["state"] != "none" else "",
-                  r["error"])
+                  f"{bar} {100 * frac:.0f}%" if r["state"] != "none" else "",
+                  *([r["error"]] if errors else []))
     console.print(t)
