@@ -908,6 +908,9 @@ class _ScheduleRun:
         ledger of the workload was closed or recovered by the check)."""
         started = time.monotonic()
         for i in sorted(set(self.wiped)):  # each wiped bookie's self-repair completes
+            if self.cluster.slots[i].state != "up":  # killed for good since: AutoRecovery's
+                self.event(f"bookie-{i} wiped, then down for good: its repair ends with it")
+                continue
             state = self.cluster.repair_state(i)
             while state != "done" and time.monotonic() - started < HEAL_BOUND_S:
                 time.sleep(0.2)
