@@ -156,7 +156,9 @@ def test_a_repair_killed_midway_resumes_and_completes(
         info = client.info()
         total = info.repair_ledgers_total
         assert total == len(ledgers) and info.repair_state == "repairing"
+        deadline = time.monotonic() + 30
         while info.repair_ledgers_left == total:  # kill it once it is under way
+            assert time.monotonic() < deadline, f"the repair does not progress: {info}"
             time.sleep(0.02)
             info = client.info()
         left = info.repair_ledgers_left
