@@ -549,6 +549,18 @@ def main() -> None:
         res.add(f"bookie with {rr['gb_on_bookie']:.2f} GB stopped -> zero under-replicated "
                 f"ledgers (delay 0)", f"{rr['gb_death_to_zero_s']:.1f} s",
                 f"{rr['gb_mb_per_s']:.0f} MB/s", "-")
+        print("== self-repair of a wiped bookie, fresh ZooKeeper + 4 bookies")
+        from bench.self_repair_bench import self_repair_bench
+
+        sr = self_repair_bench(2_000 if quick else 10_000, 20_000 if quick else 50_000)
+        res.add(f"wiped bookie holding {2_000 if quick else 10_000:,} ledgers back in "
+                f"service, limbo marking done (goal <= 5 s)",
+                f"{sr['wiped_back_in_service_s']:.2f} s", "5 s",
+                f"{sr['wiped_back_in_service_s'] / 5:.2f}x")
+        res.add("self-repair copy rate of a wiped bookie (1 KiB) vs re-replication, same "
+                "ledger (goal >= 0.8x)", f"{sr['repair_entries_per_s']:,.0f} e/s",
+                f"{sr['rerep_entries_per_s']:,.0f} e/s re-replication",
+                f"{sr['repair_ratio']:.2f}x")
         if "--no-cluster" not in sys.argv:  # namespaces only; says so otherwise
             print("== beyond one machine: the multi-host test bed (bench/cluster_bench.py)")
             from bench.cluster_bench import cluster_bench

@@ -77,6 +77,14 @@ class InvalidRequestError(BKError):
     code = 7
 
 
+class UnknownError(BKError):
+    """The bookie cannot tell whether it holds what was asked: it lost its data and is
+    repairing the ledger (in limbo, BP-46). Never a negative ("no such entry"): readers,
+    recovery and LAC reads count it as no answer and ask another bookie."""
+
+    code = 9
+
+
 class BookieUnavailableError(BKError):
     """A bookie could not be reached or did not answer in time."""
 
@@ -188,6 +196,7 @@ _BY_CODE: dict[int, type[BKError]] = {
         TooLargeError,
         ReadOnlyError,
         InvalidRequestError,
+        UnknownError,
     )
 }
 

@@ -33,6 +33,7 @@ from bk_spark.errors import BKError, InvalidConfigError
 from bookie_server.config import ON_LOST_DATA, BookieConfig, MiB, config_default
 
 if TYPE_CHECKING:
+    from bookie_server.self_repair import RepairPeers
     from bookie_server.server import BookieServer
 
 
@@ -55,6 +56,11 @@ StartAutoRecovery = Callable[["BookieServer", AutoRecoveryOptions], Callable[[],
 #: function that stops it; the AutoRecovery options are passed when AutoRecovery runs.
 StartHttp = Callable[["BookieServer", "AutoRecoveryOptions | None"], Callable[[], None]]
 
+#: Makes the cluster client a bookie's self-repair copies through
+#: (:mod:`bookie_server.self_repair`), from the bookie's config and the ledger passwords
+#: (``--recovery-password``) it may use.
+MakeRepairPeers = Callable[[BookieConfig, tuple[bytes, ...]], "RepairPeers"]
+
 
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     """Whether a server could listen on ``host:port`` right now."""
@@ -69,13 +75,17 @@ def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
 
 def run_bookie(config: BookieConfig, *, autorecovery: AutoRecoveryOptions | None = None,
                start_autorecovery: StartAutoRecovery | None = None,
-               start_http: StartHttp | None = None) -> None:
+               start_http: StartHttp | None = None,
+               make_repair_peers: MakeRepairPeers | None = None,
+               passwords: tuple[bytes, ...] = ()) -> None:
     """Serve one bookie in the foreground until SIGTERM or SIGINT; with ``autorecovery``
     and a hook, AutoRecovery runs beside it and stops after it; with ``config.http_port``
-    and ``start_http``, so does the HTTP admin API."""
+    and ``start_http``, so does the HTTP admin API. ``make_repair_peers``: the cluster
+    client of self-repair (with ``passwords``)."""
     from bookie_server.server import BookieServer
 
-    server = BookieServer(config)
+    server = BookieServer(config, (lambda cfg: make_repair_peers(cfg, passwords))
+                          if make_repair_peers is not None else None)
     server.check_cookies()  # a bookie that refuses to start starts nothing beside it
     stop_recovery = stop_http = None
     if autorecovery is not None and start_autorecovery is not None:
@@ -91,7 +101,8 @@ def run_bookie(config: BookieConfig, *, autorecovery: AutoRecoveryOptions | None
 
 
 def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None,
-                    start_http: StartHttp | None = None) -> typer.Typer:
+                    start_http: StartHttp | None = None,
+                    make_repair_peers: MakeRepairPeers | None = None) -> typer.Typer:
     """The ``bookie`` command (a Typer app: no subcommand runs a bookie; the CLI adds
     ``decommission``). With ``start_autorecovery`` (``bk bookie``) AutoRecovery runs in
     the bookie's process by default; without (``python -m bookie_server``) it cannot."""
@@ -233,7 +244,8 @@ def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None,
                 audit_interval_s=audit_interval, open_ledger_grace_s=open_ledger_grace,
                 passwords=tuple(p.encode() for p in recovery_password or ()))
         run_bookie(cfg, autorecovery=recovery, start_autorecovery=start_autorecovery,
-                   start_http=start_http)
+                   start_http=start_http, make_repair_peers=make_repair_peers,
+                   passwords=tuple(p.encode() for p in recovery_password or ()))
 
     return app
 

@@ -22,7 +22,14 @@ import grpc
 from google.protobuf.message import DecodeError, Message
 
 from bk_spark.allocator import tune_allocator
-from bk_spark.errors import BKError, InvalidConfigError, InvalidRequestError, UnauthorizedError
+from bk_spark.errors import (
+    BKError,
+    InvalidConfigError,
+    InvalidRequestError,
+    NoSuchLedgerError,
+    UnauthorizedError,
+    UnknownError,
+)
 from bk_spark.io.registration import BookieRegistration
 from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.protocol.cookie_rules import Action, Decision
@@ -30,8 +37,9 @@ from bk_spark.protocol.records import LENGTHS_DTYPE
 from bookie_server.access import CLIENT, AccessPolicy, peer_identities
 from bookie_server.config import BookieConfig, MiB
 from bookie_server.cookie import check_cookies as run_cookie_check
-from bookie_server.cookie import lost_data_error
+from bookie_server.cookie import stamp_directories
 from bookie_server.metrics import BookieMetrics
+from bookie_server.self_repair import RepairPeers, SelfRepair, enter_repair
 from bookie_server.storage import BookieStorage
 from bookie_server.validation import check_read_range, check_same_ledger
 
@@ -57,6 +65,15 @@ class BookieService:
         self.metrics = metrics
         self.policy = AccessPolicy.of(config.allow_clients, config.allow_bookies,
                                       config.allow_admins)
+        #: The last error of self-repair (set by the bookie while it repairs), for Info.
+        self.repair_error: Callable[[], str] = lambda: ""
+
+    def _unknown(self, ledger_id: int, what: str) -> UnknownError:
+        """The answer for a ledger in limbo (:mod:`bookie_server.limbo`): this bookie lost
+        its data and cannot tell, so it never says "no such entry"."""
+        return UnknownError(
+            f"bookie {self.config.bookie_id} lost its data and is repairing ledger "
+            f"{ledger_id}: it cannot tell {what}; ask the other bookies")
 
     # -- handlers: each takes a decoded request and returns a response message --------
     def add_entries(self, req: pb.AddRequest, _key_required: bool = True) -> pb.AddResponse:
@@ -69,7 +86,10 @@ class BookieService:
         return pb.AddResponse(status=pb.OK)
 
     def read_entries(self, req: pb.ReadRequest, key_required: bool = True) -> pb.ReadResponse:
+        limbo = self.storage.in_limbo(req.ledger_id)
         if req.fence:
+            if limbo:
+                raise self._unknown(req.ledger_id, "its last-add-confirmed")
             self.storage.fence(req.ledger_id, req.master_key)
         if req.entry_ids:
             ids: Any = list(req.entry_ids)
@@ -78,11 +98,21 @@ class BookieService:
             ids = range(req.first_entry, req.last_entry + 1)
         max_entries = req.max_entries if req.max_entries > 0 else 10_000
         max_bytes = req.max_bytes if req.max_bytes > 0 else 16 * MiB
-        recs, missing = self.storage.read_records(
-            req.ledger_id, ids, max_entries=min(max_entries, 100_000),
-            max_bytes=min(max_bytes, grpc_message_limit(self.config) - MiB),
-            master_key=req.master_key if key_required else None)
-        lac, _last, fenced = self.storage.ledger_state(req.ledger_id)
+        try:
+            recs, missing = self.storage.read_records(
+                req.ledger_id, ids, max_entries=min(max_entries, 100_000),
+                max_bytes=min(max_bytes, grpc_message_limit(self.config) - MiB),
+                master_key=req.master_key if key_required else None)
+        except NoSuchLedgerError:
+            if limbo:
+                raise self._unknown(req.ledger_id, "which entries it held") from None
+            raise
+        if limbo:  # only what it holds is answered; its LAC is not known
+            if missing:
+                raise self._unknown(req.ledger_id, f"whether it held entry {missing[0]}")
+            lac, fenced = -1, True
+        else:
+            lac, _last, fenced = self.storage.ledger_state(req.ledger_id)
         if req.packed:  # the records as read from the entry logs: no object per entry
             return pb.ReadResponse(
                 status=pb.OK, lac=lac, fenced=fenced, missing=missing, records=recs.data,
@@ -100,6 +130,8 @@ class BookieService:
 
     def read_lac(self, req: pb.ReadLacRequest, _key_required: bool = True
                  ) -> pb.ReadLacResponse:
+        if self.storage.in_limbo(req.ledger_id):
+            raise self._unknown(req.ledger_id, "its last-add-confirmed")
         if req.wait_ms > 0:
             wait_s = min(req.wait_ms, MAX_LONG_POLL_MS) / 1000.0
             lac, last, fenced = self.storage.wait_for_lac(req.ledger_id, req.previous_lac, wait_s)
@@ -109,12 +141,18 @@ class BookieService:
 
     def held_entries(self, req: pb.HeldEntriesRequest, _key_required: bool = True
                      ) -> pb.HeldEntriesResponse:
+        if self.storage.repair_mark(req.ledger_id) is not None:
+            # still copying it back: what it holds now says nothing of what it should hold
+            # (the Auditor would re-replicate what self-repair is about to copy)
+            raise self._unknown(req.ledger_id, "which entries it holds until repaired")
         ranges = self.storage.held_ranges(req.ledger_id, req.first_entry, req.last_entry,
                                           verify=req.verify_entries)
         return pb.HeldEntriesResponse(status=pb.OK, range_first=[a for a, _ in ranges],
                                       range_last=[b for _, b in ranges])
 
     def fence(self, req: pb.FenceRequest, _key_required: bool = True) -> pb.FenceResponse:
+        if self.storage.in_limbo(req.ledger_id):  # fenced already, by its repair mark
+            raise self._unknown(req.ledger_id, "its last-add-confirmed")
         lac, last = self.storage.fence(req.ledger_id, req.master_key)
         return pb.FenceResponse(status=pb.OK, lac=lac, last_entry=last)
 
@@ -132,10 +170,14 @@ class BookieService:
 
     def info(self, req: pb.InfoRequest, _key_required: bool = True) -> pb.InfoResponse:
         used, free = self.storage.disk_usage()
+        rp = self.storage.repair_progress()
         return pb.InfoResponse(
             status=pb.OK, bookie_id=self.config.bookie_id, read_only=self.storage.read_only,
             ledgers=len(self.storage.ledger_ids()), disk_used_bytes=used,
-            disk_free_bytes=free, max_entry_size=self.config.max_entry_size, version=VERSION)
+            disk_free_bytes=free, max_entry_size=self.config.max_entry_size, version=VERSION,
+            repair_state=rp.state, repair_ledgers_total=rp.total, repair_ledgers_left=rp.left,
+            repair_limbo_ledgers=rp.limbo, repair_entries_copied=rp.entries_copied,
+            repair_bytes_copied=rp.bytes_copied, repair_error=self.repair_error())
 
     # -- plumbing -----------------------------------------------------------------
     def _wrap(self, name: str, req_type: type[Message], resp_type: type[Message],
@@ -207,8 +249,14 @@ class BookieService:
 class BookieServer:
     """A whole bookie: storage, gRPC server, metrics endpoint and ZooKeeper registration."""
 
-    def __init__(self, config: BookieConfig) -> None:
+    def __init__(self, config: BookieConfig,
+                 make_repair_peers: Callable[[BookieConfig], RepairPeers] | None = None
+                 ) -> None:
+        """``make_repair_peers``: the cluster client self-repair copies through (``bk
+        bookie`` passes one; without it a bookie in repair keeps its marks)."""
         self.config = config
+        self.make_repair_peers = make_repair_peers
+        self.repair: SelfRepair | None = None
         self.metrics = BookieMetrics()
         self.storage = BookieStorage(config, metrics=self.metrics)
         self.service = BookieService(config, self.storage, self.metrics)
@@ -229,16 +277,8 @@ class BookieServer:
         self._cookie_checked = True
         if not self.config.metadata_service_uri:
             return None
-        self._decision = decision = run_cookie_check(self.config)
-        if decision.action is Action.REPAIR:
-            try:
-                from bookie_server.self_repair import enter_repair  # noqa: F401
-            except ModuleNotFoundError as exc:  # only its absence: its own errors surface
-                if exc.name != "bookie_server.self_repair":
-                    raise
-                raise lost_data_error(self.config, decision, "this build has no self-repair "
-                                      "(bookie_server.self_repair is missing)") from None
-        return decision
+        self._decision = run_cookie_check(self.config)
+        return self._decision
 
     def start(self) -> None:
         """Start the bookie, in this order: 1. the cookie check (a bookie whose directories
@@ -249,11 +289,14 @@ class BookieServer:
         tune_allocator()  # megabyte batches in and out: see bk_spark.allocator
         decision = self.check_cookies()
         self.storage.start()
-        if decision is not None and decision.action is Action.REPAIR:
-            from bookie_server.self_repair import enter_repair
-
+        # 3. A bookie that lost data (REPAIR) marks its ledgers before it serves, and its
+        # directories are stamped only once the repair is complete; a restart mid-repair
+        # is REPAIR again (its directories are still unstamped) and resumes. A crash after
+        # the stamping but before the completion was recorded resumes too (and completes).
+        if (decision is not None and decision.action is Action.REPAIR) \
+                or self.storage.repair_in_progress():
             try:
-                enter_repair(self, decision)
+                self.enter_repair(lambda: stamp_directories(cfg))
             except BaseException:
                 self.storage.close()
                 raise
@@ -303,6 +346,17 @@ class BookieServer:
         self.storage.on_mode_change = self._on_mode_change
         log.info("bookie %s serving (data dir %s)", cfg.bookie_id, cfg.data_dir)
 
+    def enter_repair(self, on_complete: Callable[[], None]) -> SelfRepair:
+        """The start-up decision was REPAIR (this bookie lost its data): mark its ledgers
+        before it serves, then repair in the background (:mod:`bookie_server.self_repair`);
+        ``on_complete`` (stamping the directories) runs once everything is back. Call after
+        the storage started and before the bookie registers."""
+        peers = self.make_repair_peers(self.config) if self.make_repair_peers else None
+        self.repair = enter_repair(self.storage, self.config, peers, on_complete)
+        repair = self.repair
+        self.service.repair_error = lambda: repair.error
+        return repair
+
     def _on_mode_change(self, read_only: bool) -> None:
         log.warning("bookie %s is now %s", self.config.bookie_id,
                     "readonly" if read_only else "writable")
@@ -317,6 +371,8 @@ class BookieServer:
         self._stopped.set()
         if self.registration is not None:
             self.registration.stop()
+        if self.repair is not None:
+            self.repair.stop()
         if self.grpc_server is not None:
             self.grpc_server.stop(grace=2.0).wait()
         self.storage.close()

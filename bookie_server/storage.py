@@ -109,6 +109,13 @@ from bookie_server.journal import (
     encode_fence,
     encode_lac,
 )
+from bookie_server.limbo import (
+    ANSWERS_UNKNOWN,
+    REFUSES_PLAIN_ADDS,
+    MarkKind,
+    RepairMarks,
+    RepairProgress,
+)
 from bookie_server.location import (
     high_of,
     length_of,
@@ -261,6 +268,9 @@ class BookieStorage:
 
         self._logs = EntryLogs(self._ledgers_dir / "logs", config.entry_log_size)
         self._index = IndexStore(self._ledgers_dir)
+        # Repair marks (bookie_server.limbo): ledgers a bookie that lost its data keeps
+        # fenced / in limbo until self-repair copied them back.
+        self._marks = RepairMarks(self._ledgers_dir)
         self._gc = EntryLogGC(self, config, self._state_lock, self._logs, self._live)
         self._journal = Journal(
             data_dir / "journal",
@@ -293,6 +303,7 @@ class BookieStorage:
             raise BookieStorageError("storage already started (or closed)")
         self._data_dir.mkdir(parents=True, exist_ok=True)
         self._ledgers_dir.mkdir(parents=True, exist_ok=True)
+        self._marks.load()
         applied, position = self._index.load(self._tombstones)
         self._applied = applied
         self._ledgers = dict(applied)
@@ -361,6 +372,7 @@ class BookieStorage:
         finally:
             self._logs.close()
             self._index.close()
+            self._marks.close()
 
     def _every(self, interval: float, task: Callable[[], object]) -> None:
         while not self._stop.wait(interval):
@@ -434,6 +446,10 @@ class BookieStorage:
                 raise LedgerFencedError(
                     f"ledger {ledger_id} is fenced: it is being recovered, stop writing"
                 )
+            if not recovery and self._marks.kind(ledger_id) in REFUSES_PLAIN_ADDS:
+                raise LedgerFencedError(
+                    f"ledger {ledger_id} is fenced on bookie {self.config.bookie_id}: it is "
+                    f"being repaired after a data loss, stop writing")
             for record in records:
                 record.token.state = state
             self._journal.submit(records)
@@ -471,6 +487,49 @@ class BookieStorage:
                 self._ledgers[ledger_id] = state
         waiter.wait()
         return state.lac, state.last_entry
+
+    # -- repair marks (bookie_server.limbo, bookie_server.self_repair) ----------------------
+
+    def in_limbo(self, ledger_id: int) -> bool:
+        """Whether reads, LAC reads and fences of ``ledger_id`` answer UNKNOWN for what this
+        bookie does not hold (the ledger is in limbo, :mod:`bookie_server.limbo`)."""
+        return self._marks.kind(ledger_id) in ANSWERS_UNKNOWN
+
+    def repair_mark(self, ledger_id: int) -> MarkKind | None:
+        """The ledger's repair mark, None when it has none (repaired, or never marked)."""
+        return self._marks.kind(ledger_id)
+
+    def begin_repair(self, marks: dict[int, MarkKind]) -> None:
+        """Persist the marks of a repair that begins (durable on return: call before the
+        bookie serves)."""
+        self._marks.begin(marks)
+
+    def repair_marks(self) -> dict[int, MarkKind]:
+        """The marks not cleared yet."""
+        return self._marks.pending()
+
+    def repair_in_progress(self) -> bool:
+        """A repair began and has not completed (a restart resumes it)."""
+        return self._marks.in_progress()
+
+    def repair_progress(self) -> RepairProgress:
+        return self._marks.progress()
+
+    def clear_repair_mark(self, ledger_id: int, master_key: bytes | None,
+                          entries: int = 0, nbytes: int = 0) -> None:
+        """The ledger is repaired: fence it durably with its ``master_key`` (a journaled
+        fence, so an old writer stays refused once the mark is gone; ``None``: the ledger was
+        deleted, nothing to fence), then clear its mark durably."""
+        if master_key is not None and self._marks.kind(ledger_id) in REFUSES_PLAIN_ADDS:
+            try:
+                self.fence(ledger_id, master_key)
+            except NoSuchLedgerError:  # deleted here meanwhile: its tombstone refuses adds
+                pass
+        self._marks.clear(ledger_id, entries, nbytes)
+
+    def finish_repair(self) -> None:
+        """Every mark is cleared: record that the repair completed."""
+        self._marks.finish()
 
     def delete_ledger(self, ledger_id: int, master_key: bytes | None = None) -> None:
         """Delete a ledger: durable before it returns; GC reclaims its data later.

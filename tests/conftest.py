@@ -132,3 +132,22 @@ def module_cluster(zk_server: ZooKeeperServer,
     wait_for_registrations(uri, 3)
     yield c
     c.stop()
+
+
+def restart_wiped_bookie(bookie: BookieProcess) -> None:
+    """The one way tests bring a bookie back after a lost disk: ``kill -9``, its data
+    directory emptied (journal, index, entry logs), started again at the same address.
+
+    Its directories lost their stamps while ZooKeeper keeps its cookie, so the start-up
+    decision is REPAIR (self-repair, the default); run a test with
+    ``BK_TEST_UNSAFE_SERVE_LOST_DATA=1`` to see the old behaviour (the wiped bookie serves as
+    if nothing happened)."""
+    bookie.kill()
+    bookie.drop_data()
+    bookie.start()
+
+
+@pytest.fixture
+def restart_wiped() -> Callable[[BookieProcess], None]:
+    """:func:`restart_wiped_bookie`, for tests."""
+    return restart_wiped_bookie

@@ -52,6 +52,7 @@ app.command("ui")(ui.ui)
 ledger.ledger_app.command("underreplicated")(autorecovery.ledger_underreplicated)
 bookie.bookie_app.command("decommission")(autorecovery.decommission)
 bookie.bookie_app.command("format")(bookie.format_bookie)
+bookie.bookie_app.command("repair-status")(bookie.repair_status)
 
 
 @app.callback()

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
@@ -11,8 +12,19 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from bk_spark.autorecovery.self_repair_peers import ReplicaPeers
 from bk_spark.autorecovery.service import AutoRecoveryConfig, AutoRecoveryService
-from bk_spark.cli.common import JsonOpt, UriOpt, YesOpt, confirm, console, print_json
+from bk_spark.cli.common import (
+    JsonOpt,
+    UriOpt,
+    YesOpt,
+    confirm,
+    connect,
+    console,
+    format_size,
+    print_json,
+    progress_bar,
+)
 from bk_spark.cli.cookie import zk_session
 from bk_spark.errors import InvalidConfigError
 from bk_spark.io.cookies import CookieStore
@@ -59,9 +71,17 @@ def _start_http(server: BookieServer, options: AutoRecoveryOptions | None
         else options.lost_bookie_recovery_delay_s)
 
 
+def _make_repair_peers(cfg: BookieConfig, passwords: tuple[bytes, ...]) -> ReplicaPeers:
+    """``bk bookie``'s self-repair client (:mod:`bookie_server.self_repair`): copies through
+    AutoRecovery's path, as the bookie's in-process AutoRecovery would."""
+    return ReplicaPeers(cfg.metadata_service_uri or "", cfg.bookie_id, passwords,
+                        security=_bookie_client_security(cfg))
+
+
 # The bookie's options, config and start live in bookie_server.main (below the CLI);
-# `bk bookie` is that command with the in-process AutoRecovery and HTTP API hooks.
-bookie_app = make_bookie_app(start_autorecovery=_start_autorecovery, start_http=_start_http)
+# `bk bookie` is that command with the in-process AutoRecovery, HTTP API and self-repair hooks.
+bookie_app = make_bookie_app(start_autorecovery=_start_autorecovery, start_http=_start_http,
+                             make_repair_peers=_make_repair_peers)
 
 
 def _bookie_client_security(cfg: BookieConfig) -> ClientSecurity | None:
@@ -145,3 +165,63 @@ def bookies(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False) -> No
         t.add_row(b.bookie_id, mode(b))
     console.print(t)
     console.print(f"{len(found)} bookies")
+
+
+# --------------------------------------------------------------------------- repair-status
+def _repair_row(bookie_id: str, info: object) -> dict:
+    return {"bookie": bookie_id, "state": info.repair_state or "none",  # type: ignore[attr-defined]
+            "ledgers_total": info.repair_ledgers_total,  # type: ignore[attr-defined]
+            "ledgers_left": info.repair_ledgers_left,  # type: ignore[attr-defined]
+            "ledgers_in_limbo": info.repair_limbo_ledgers,  # type: ignore[attr-defined]
+            "entries_copied": info.repair_entries_copied,  # type: ignore[attr-defined]
+            "bytes_copied": info.repair_bytes_copied,  # type: ignore[attr-defined]
+            "error": info.repair_error}  # type: ignore[attr-defined]
+
+
+def repair_status(
+    bookie: Annotated[str | None, typer.Argument(
+        help="HOST:PORT of one bookie (default: every registered bookie)")] = None,
+    metadata_service_uri: UriOpt = None,
+    watch: Annotated[bool, typer.Option(
+        "--watch", help="follow one bookie's repair with a progress bar until it is done")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Self-repair of bookies that lost their data: ledgers left (and in limbo: fenced,
+    answering UNKNOWN), entries and bytes copied back. Asked of each bookie (``Info``): the
+    progress is what the bookie persisted on its own disk, ledger by ledger."""
+    with connect(metadata_service_uri) as bk:
+        ids = [bookie] if bookie else [b.bookie_id for b in list_bookies(bk.msu, bk.zk)]
+        if watch:
+            if bookie is None:
+                raise InvalidConfigError("--watch follows one bookie: name it (HOST:PORT)")
+            info = bk.bookies.get(bookie).info()
+            total = info.repair_ledgers_total
+            done = total - info.repair_ledgers_left
+            with progress_bar(f"repairing {bookie}", total) as advance:
+                advance(done)
+                while info.repair_state == "repairing":
+                    time.sleep(0.5)
+                    info = bk.bookies.get(bookie).info()
+                    now = total - info.repair_ledgers_left
+                    advance(now - done)
+                    done = now
+        rows = [_repair_row(b, bk.bookies.get(b).info()) for b in ids]
+    if as_json:
+        print_json(rows if bookie is None else rows[0])
+        return
+    t = Table()
+    for name in ("bookie", "state", "left", "limbo", "entries", "copied", "progress"):
+        t.add_column(name, no_wrap=True)
+    errors = any(r["error"] for r in rows)
+    if errors:
+        t.add_column("last error")
+    for r in rows:
+        total, left = r["ledgers_total"], r["ledgers_left"]
+        frac = 1.0 if total == 0 else (total - left) / total
+        bar = "█" * round(10 * frac) + "░" * (10 - round(10 * frac))
+        t.add_row(r["bookie"], r["state"], f"{left}/{total}", str(r["ledgers_in_limbo"]),
+                  str(r["entries_copied"]), format_size(r["bytes_copied"]),
+                  f"{bar} {100 * frac:.0f}%" if r["state"] != "none" else "",
+                  *([r["error"]] if errors else []))
+    console.print(t)

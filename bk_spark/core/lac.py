@@ -20,9 +20,10 @@ it are on Qa bookies and every reader may read them. Two reads differ in what "n
   the read never stops because coverage became impossible: with E3/Qw1/Qa1 and two bookies
   down, the live one's LAC is the answer. Only a read no bookie answered raises.
 
-What counts as an answer is decided here and only here (:data:`ANSWERS`): a response (its
-LAC), or ``NoSuchLedgerError`` (a bookie that never saw the ledger: LAC -1). Anything else
-(an error, silence until the timeout) is no answer.
+What counts as an answer is :mod:`bk_spark.protocol.answers`' table, the one every reader
+uses: a response (its LAC), or a negative (``NoSuchLedgerError``: a bookie that never saw the
+ledger, LAC -1). Anything else (an error, silence until the timeout, and ``UNKNOWN`` from a
+bookie repairing a ledger it lost) is no answer.
 """
 
 from __future__ import annotations
@@ -33,11 +34,12 @@ from typing import Any
 
 from bk_spark.core.context import ClientContext
 from bk_spark.core.recovery import FragmentAnswers, ask_last_fragment
-from bk_spark.errors import BKError, BookieUnavailableError, NoSuchLedgerError
+from bk_spark.errors import BKError, BookieUnavailableError
+from bk_spark.protocol.answers import NEGATIVE_ANSWERS
 from bk_spark.protocol.ledger_metadata import LedgerMetadata
 
-#: Errors that count as an answer with no response (LAC -1) in a LAC read.
-ANSWERS: tuple[type[BKError], ...] = (NoSuchLedgerError,)
+#: Errors that count as an answer with no response (LAC -1) in a LAC read: the negatives.
+ANSWERS: tuple[type[BKError], ...] = NEGATIVE_ANSWERS
 
 
 @dataclass(frozen=True)

@@ -26,13 +26,13 @@ from bk_spark.errors import (
     BookieUnavailableError,
     DigestMismatchError,
     NoSuchEntryError,
-    NoSuchLedgerError,
     ReadPastLacError,
     UnauthorizedError,
 )
 from bk_spark.io.entry import EntryCodec, LedgerEntry
 from bk_spark.io.metadata_store import Versioned
 from bk_spark.proto import bookie_pb2 as pb
+from bk_spark.protocol.answers import NEGATIVE_ANSWERS
 from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
 from bk_spark.protocol.records import Records
 from bk_spark.protocol.schedule import write_set_members
@@ -177,7 +177,7 @@ def fetch_entries(bk: ClientContext, md: LedgerMetadata, codec: EntryCodec,
             asked = np.searchsorted(ids, np.asarray(chunk, dtype=np.int64))
             try:
                 answer = call.result()
-            except NoSuchLedgerError:
+            except NEGATIVE_ANSWERS:
                 failed(asked.tolist(), f"{bookie}: no such ledger")
                 continue
             except UnauthorizedError as exc:

@@ -36,7 +36,6 @@ from bk_spark.errors import (
     BKError,
     BookieUnavailableError,
     DigestMismatchError,
-    NoSuchLedgerError,
     RecoveryError,
     UnauthorizedError,
 )
@@ -45,6 +44,7 @@ from bk_spark.io.entry import EntryCodec
 from bk_spark.io.metadata_store import Versioned
 from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.protocol import ledger_rules
+from bk_spark.protocol.answers import NEGATIVE_ANSWERS
 from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
 from bk_spark.protocol.ledger_rules import REPLACEABLE_ERRORS
 from bk_spark.protocol.schedule import QuorumCoverageSet, RecoveryReadTally, write_set
@@ -211,7 +211,7 @@ def _read_forward(bk: ClientContext, md: Versioned[LedgerMetadata], codec: Entry
             pos_of = {e: write_set(e, E, Qw).index(idx) for e in es}
             try:
                 resp = call.result()
-            except NoSuchLedgerError:
+            except NEGATIVE_ANSWERS:  # UNKNOWN (a bookie in limbo) is an error, below
                 for e in es:
                     tallies[e].missing(pos_of[e])
                 continue

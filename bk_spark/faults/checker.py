@@ -68,7 +68,8 @@ class Findings:
     INVARIANTS = ("lost", "divergent", "duplicates", "fence_violations",
                   "fenced_or_deleted_acks", "interleaved",
                   "corrupt", "bookie_crashes", "stalled_writers", "wrong_password",
-                  "spark_mismatch", "silent_skips", "harness_errors", "not_healed")
+                  "spark_mismatch", "silent_skips", "harness_errors", "not_healed",
+                  "repair_incomplete")
 
     def add(self, invariant: str, messages: Iterable[str], count: int | None = None) -> None:
         msgs = list(messages)

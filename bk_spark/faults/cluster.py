@@ -161,15 +161,24 @@ class FaultCluster:
 
     def wipe(self, i: int) -> None:
         """Bookie wiped: ``kill -9``, empty its data directory, start it again at the same
-        address (only AutoRecovery's periodic check can tell it lost everything).
-
-        Its cookie would make it refuse (or repair itself): the test-only switch
-        ``BK_TEST_UNSAFE_SERVE_LOST_DATA`` makes it serve as if nothing happened, the fault
-        these schedules inject (so only writers with Qw > Qa get it, see plan.py)."""
+        address: its directories lost their stamps while ZooKeeper keeps its cookie, so it
+        enters self-repair (marks its ledgers, copies them back) before it serves."""
         self.kill(i)
         self.slots[i].process.drop_data()
-        self.slots[i].process.env[UNSAFE_SERVE_LOST_DATA_ENV] = "1"
         self.restart(i)
+
+    def repair_state(self, i: int) -> str:
+        """Bookie ``i``'s self-repair state (``none``, ``repairing``, ``done``), asked over
+        ``Info``; ``unreachable`` when it does not answer."""
+        from bk_spark.io.bookie_client import BookieClient, ClientConfig
+
+        client = BookieClient(self.bookie_id(i), ClientConfig(read_timeout_s=2.0))
+        try:
+            return client.info().repair_state or "none"
+        except Exception:  # noqa: BLE001 - down, paused, restarting
+            return "unreachable"
+        finally:
+            client.close()
 
     def restart(self, i: int, max_disk_bytes: int | None = None) -> None:
         """Start a killed bookie again (optionally with a data directory size limit)."""

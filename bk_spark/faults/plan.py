@@ -19,12 +19,12 @@ promise anything there:
   readonly): writers need spare bookies to change their ensembles; more only stalls them.
 * one fault at a time per bookie, per writer and for ZooKeeper, so every fault can be undone
   by the one action that pairs with it.
-* a wiped bookie answers "no such entry" for what it lost, and recovery ends a ledger
-  where (Qw - Qa) + 1 bookies of a write quorum answer so: with Qw > Qa one wiped bookie
-  can never end a ledger early, with Qw = Qa it could (BookKeeper refuses to start a
-  bookie whose disk was wiped: its cookie check). So only schedules whose writers all
-  have Qw > Qa get a wiped bookie; a bookie lost forever (its data dir gone, never back)
-  answers nothing and fits every quorum.
+* a wiped bookie restarts in self-repair (BP-46, :mod:`bookie_server.self_repair`): its
+  ledgers fenced, UNKNOWN (never "no such entry") answered for what it lost until its
+  entries are copied back, so a wipe fits every quorum, Qw = Qa included (served as if
+  nothing happened, one wiped bookie could end a Qw = Qa ledger early). Two bookies are
+  wiped in one schedule only one after the other: the second once the first's repair is
+  done, so no acknowledged entry loses every copy.
 * a truncated journal tail is a torn *unacknowledged* record (what a crash in the middle of a
   group commit leaves): cutting into a record the bookie acknowledged would be data loss,
   which the journal's fdatasync-before-acknowledging rules out.
@@ -70,6 +70,10 @@ class FaultKind(StrEnum):
     # AutoRecovery (the healing kinds, drawn apart: see HEALING_KINDS)
     BOOKIE_LOST = "bookie-lost-forever"  # kill -9, its data dir removed, never back
     BOOKIE_WIPED = "bookie-wiped"  # kill -9, data dir emptied, restarted at the same address
+    # wiped, then kill -9 again while it repairs, and restarted: the repair resumes
+    BOOKIE_WIPED_REPAIR_KILLED = "bookie-wiped-repair-killed"
+    # wiped; once its repair is done, another bookie wiped (two in turn)
+    BOOKIES_WIPED_IN_TURN = "bookies-wiped-in-turn"
     # Network faults (the test bed, bk_spark.faults.netcluster; `make faults-network`)
     PARTITION_WRITER_BOOKIE = "partition-writer-bookie"  # writers' host | one bookie
     PARTITION_BOOKIE_ZK = "partition-bookie-zk"  # a bookie | every ZooKeeper server
@@ -91,18 +95,24 @@ UNAVAILABLE_KINDS = frozenset({
     FaultKind.BOOKIE_KILL, FaultKind.BOOKIE_KILL_FOREVER, FaultKind.BOOKIE_PAUSE,
     FaultKind.BOOKIE_DISK_FULL, FaultKind.JOURNAL_TAIL_TRUNCATION, FaultKind.BOOKIE_LOST,
     FaultKind.BOOKIE_WIPED, FaultKind.PARTITION_WRITER_BOOKIE, FaultKind.PARTITION_BOOKIE_ZK,
-    FaultKind.LINK_LOSS,
+    FaultKind.LINK_LOSS, FaultKind.BOOKIE_WIPED_REPAIR_KILLED, FaultKind.BOOKIES_WIPED_IN_TURN,
 })
+#: Faults that wipe a bookie (it restarts in self-repair; the runner waits for the repair).
+WIPING_KINDS = frozenset({FaultKind.BOOKIE_WIPED, FaultKind.BOOKIE_WIPED_REPAIR_KILLED,
+                          FaultKind.BOOKIES_WIPED_IN_TURN})
 #: Faults that destroy or corrupt a bookie's copies: only the damaged bookie gets them.
 DAMAGING_KINDS = frozenset({FaultKind.BOOKIE_KILL_FOREVER, FaultKind.ENTRY_LOG_CORRUPTION,
-                            FaultKind.BOOKIE_LOST, FaultKind.BOOKIE_WIPED})
+                            FaultKind.BOOKIE_LOST, *WIPING_KINDS})
 #: Faults after which AutoRecovery must bring every ledger back to full replication
 #: within the bound (the runner checks it: ``not_healed`` = 0). Drawn after every other
 #: fault of a schedule, from a generator of their own, so that adding them left every
 #: other fault of every seed as it was.
-HEALING_KINDS = frozenset({FaultKind.BOOKIE_LOST, FaultKind.BOOKIE_WIPED})
-#: The short-mode seeds that get a healing fault, and which (make test runs one of each).
-SHORT_MODE_HEALING = {3: FaultKind.BOOKIE_LOST, 9: FaultKind.BOOKIE_WIPED}
+HEALING_KINDS = frozenset({FaultKind.BOOKIE_LOST, *WIPING_KINDS})
+#: The short-mode seeds that get a healing fault, and which (make test runs these; two
+#: bookies wiped in turn only in long mode: ``make test`` is at its time budget).
+SHORT_MODE_HEALING = {3: FaultKind.BOOKIE_LOST, 9: FaultKind.BOOKIE_WIPED,
+                      13: FaultKind.BOOKIE_WIPED_REPAIR_KILLED}
+LONG_ONLY_KINDS = frozenset({FaultKind.BOOKIES_WIPED_IN_TURN})
 WRITER_KINDS = frozenset({
     FaultKind.ZK_EXPIRE_WRITER, FaultKind.WRITER_KILL, FaultKind.WRITER_KILL_MID_ROLL,
     FaultKind.WRITER_PAUSE_FENCE, FaultKind.FENCE, FaultKind.FENCE_DELETE,
@@ -288,7 +298,7 @@ def _duration_for(kind: FaultKind, rng: random.Random, mode: Mode) -> float:
     if kind in (FaultKind.BOOKIE_KILL_FOREVER, FaultKind.BOOKIE_DISK_FULL,
                 FaultKind.BOOKIE_LOST):
         return math.inf
-    if kind == FaultKind.BOOKIE_WIPED:
+    if kind in WIPING_KINDS:
         return 0.0
     if kind in (FaultKind.ENTRY_LOG_CORRUPTION, FaultKind.ZK_EXPIRE_BOOKIE,
                 FaultKind.ZK_EXPIRE_WRITER, FaultKind.FENCE, FaultKind.SPARK_LOG_TRUNCATE,
@@ -408,9 +418,9 @@ def _healing_fault(seed: int, mode: Mode, duration: float, damaged: int, occ: _O
                    writers: tuple[LedgerWriterSpec | LogWriterSpec, ...]) -> Fault | None:
     """The schedule's healing fault (:data:`HEALING_KINDS`), if it gets one: in short mode
     the seeds of :data:`SHORT_MODE_HEALING`, in long mode one schedule in four. Its own
-    generator: the other faults of the seed are what they were before it existed. A wiped
-    bookie only when every writer has Qw > Qa (module docstring); the victim is the
-    damaged bookie, free from then on."""
+    generator: the other faults of the seed are what they were before it existed. The
+    victim is the damaged bookie, free from then on (two bookies wiped in turn: the
+    second is chosen by the runner once the first is repaired)."""
     rng = random.Random(seed * 1_000_003 + 14)
     if mode == "short":
         kind = SHORT_MODE_HEALING.get(seed % 20)
@@ -418,9 +428,6 @@ def _healing_fault(seed: int, mode: Mode, duration: float, damaged: int, occ: _O
         kind = rng.choice(sorted(HEALING_KINDS)) if rng.random() < 0.25 else None
     if kind is None:
         return None
-    if kind == FaultKind.BOOKIE_WIPED and any(w.write_quorum <= w.ack_quorum
-                                              for w in writers):
-        kind = FaultKind.BOOKIE_LOST
     target = f"bookie-{damaged}"
     dur = _duration_for(kind, rng, mode)
     for _attempt in range(30):

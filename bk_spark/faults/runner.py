@@ -12,8 +12,10 @@ One schedule, in order:
 4. check (checker.py) with two fresh clients: A recovers every ledger and log, B reads them
    without fencing;
 5. after a bookie lost forever or wiped (:data:`~bk_spark.faults.plan.HEALING_KINDS`):
-   wait up to :data:`HEAL_BOUND_S` for AutoRecovery (running in the bookies) to bring every
-   ledger back to full replication, and count those it did not (``not_healed``);
+   wait up to :data:`HEAL_BOUND_S` for every wiped bookie's self-repair to complete
+   (``repairs``; ``repair_incomplete`` otherwise) and for AutoRecovery (running in the
+   bookies) to bring every ledger back to full replication, and count those it did not
+   (``not_healed``);
 6. restart the bookies killed forever (an empty one for a bookie lost) and delete the
    schedule's ledgers and logs, so the next schedule starts from a healthy cluster.
 """
@@ -45,6 +47,7 @@ from bk_spark.faults.cluster import FaultCluster, FaultInjectionError, signal_pi
 from bk_spark.faults.plan import (
     HEALING_KINDS,
     NETWORK_KINDS,
+    WIPING_KINDS,
     Fault,
     FaultKind,
     LedgerWriterSpec,
@@ -369,6 +372,9 @@ class Summary:
             f"{c['heal_schedules']} schedules, not healed in time: {c['not_healed']}"
             + (f" (mean {c['heal_ms'] / c['heal_schedules'] / 1000:.1f}s to heal)"
                if c["heal_schedules"] else ""),
+            f"wiped bookies self-repaired (fenced, UNKNOWN answered, copied back): "
+            f"{c['repairs']}, repairs interrupted by kill -9 and resumed: "
+            f"{c['repairs_killed']}, not complete in time: {c['repair_incomplete']}",
         ]
         if c["spark_runs"]:
             lines.append(f"spark sink runs: {c['spark_runs']}, driver kills: "
@@ -434,6 +440,7 @@ class _ScheduleRun:
         self.spark = None
         self._counted_as: FaultKind | None = None  # the kind a fault really was
         self.fenced: dict[int, FencedLedger] = {}  # ledgers the harness fenced (or deleted)
+        self.wiped: list[int] = []  # bookies wiped (each restarts in self-repair)
 
     def event(self, text: str) -> None:
         self.events.append(f"t={time.monotonic() - self.t0:6.2f}s {text}")
@@ -535,9 +542,8 @@ class _ScheduleRun:
         elif k == FaultKind.BOOKIE_LOST:
             c.lose(bookie_index(f.target))
             return "(data dir removed)"
-        elif k == FaultKind.BOOKIE_WIPED:
-            c.wipe(bookie_index(f.target))
-            return "(data dir emptied, restarted)"
+        elif k in WIPING_KINDS:
+            return self._wipe(f)
         elif k == FaultKind.BOOKIE_DISK_FULL:
             limit = c.fill_disk(bookie_index(f.target), int(f.param("headroom_kib", 0)))
             return f"--max-disk-bytes {limit}"
@@ -657,6 +663,39 @@ class _ScheduleRun:
                 p.signal(signal.SIGCONT)
                 p.paused = False
         return None
+
+    def _wipe(self, f: Fault) -> str:
+        """A wiping fault (:data:`~bk_spark.faults.plan.WIPING_KINDS`): the bookie restarts
+        in self-repair; killed again while it repairs; or, once its repair is done,
+        another bookie wiped (in the background)."""
+        c, i = self.cluster, bookie_index(f.target)
+        c.wipe(i)
+        self.wiped.append(i)
+        if f.kind == FaultKind.BOOKIE_WIPED_REPAIR_KILLED:
+            time.sleep(0.2)
+            state = c.repair_state(i)
+            c.kill(i)
+            c.restart(i)
+            self.findings.counts["repairs_killed"] += 1
+            return f"(data dir emptied, restarted; killed -9 while {state}, restarted)"
+        if f.kind == FaultKind.BOOKIES_WIPED_IN_TURN:
+            def second() -> None:
+                deadline = time.monotonic() + HEAL_BOUND_S
+                while c.repair_state(i) != "done":
+                    if time.monotonic() > deadline:
+                        raise FaultInjectionError(f"bookie-{i} still repairing")
+                    time.sleep(0.2)
+                j = next((s.index for s in c.slots if s.state == "up" and s.index != i
+                          and not s.limited), None)
+                if j is None:
+                    raise FaultInjectionError("no other bookie up to wipe")
+                c.wipe(j)
+                self.wiped.append(j)
+                self.event(f"bookies-wiped-in-turn: bookie-{i} repaired, bookie-{j} wiped")
+
+            self._background("second wipe", second)
+            return "(data dir emptied, restarted; a second bookie once it is repaired)"
+        return "(data dir emptied, restarted)"
 
     def _with_client(self, act: Callable[[BookKeeper], str]) -> None:
         bk = client(self.cluster.uri)
@@ -867,9 +906,21 @@ class _ScheduleRun:
         holds every entry its write sets give it (asked as the Auditor asks), and no
         ledger is marked under-replicated. Open fragments are their writers' (every
         ledger of the workload was closed or recovered by the check)."""
+        started = time.monotonic()
+        for i in sorted(set(self.wiped)):  # each wiped bookie's self-repair completes
+            if self.cluster.slots[i].state != "up":  # killed for good since: AutoRecovery's
+                self.event(f"bookie-{i} wiped, then down for good: its repair ends with it")
+                continue
+            state = self.cluster.repair_state(i)
+            while state != "done" and time.monotonic() - started < HEAL_BOUND_S:
+                time.sleep(0.2)
+                state = self.cluster.repair_state(i)
+            if state == "done":
+                self.findings.counts["repairs"] += 1
+            else:
+                self.findings.add("repair_incomplete", [f"bookie-{i}: {state}"])
         bk = client(self.cluster.uri, 5.0)
         urm = UnderReplicationManager(bk.zk, bk.msu.root)
-        started = time.monotonic()
         try:
             while True:
                 lost = set(self.cluster.lost_bookies())

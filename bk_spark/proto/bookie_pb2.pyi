@@ -18,6 +18,7 @@ class StatusCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     READ_ONLY: _ClassVar[StatusCode]
     INVALID_REQUEST: _ClassVar[StatusCode]
     INTERNAL: _ClassVar[StatusCode]
+    UNKNOWN: _ClassVar[StatusCode]
 OK: StatusCode
 NO_SUCH_LEDGER: StatusCode
 NO_SUCH_ENTRY: StatusCode
@@ -27,6 +28,7 @@ TOO_LARGE: StatusCode
 READ_ONLY: StatusCode
 INVALID_REQUEST: StatusCode
 INTERNAL: StatusCode
+UNKNOWN: StatusCode
 
 class Entry(_message.Message):
     __slots__ = ("ledger_id", "entry_id", "lac", "payload", "digest")
@@ -205,7 +207,7 @@ class InfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class InfoResponse(_message.Message):
-    __slots__ = ("status", "message", "bookie_id", "read_only", "ledgers", "disk_used_bytes", "disk_free_bytes", "max_entry_size", "version")
+    __slots__ = ("status", "message", "bookie_id", "read_only", "ledgers", "disk_used_bytes", "disk_free_bytes", "max_entry_size", "version", "repair_state", "repair_ledgers_total", "repair_ledgers_left", "repair_limbo_ledgers", "repair_entries_copied", "repair_bytes_copied", "repair_error")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     BOOKIE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -215,6 +217,13 @@ class InfoResponse(_message.Message):
     DISK_FREE_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_ENTRY_SIZE_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    REPAIR_STATE_FIELD_NUMBER: _ClassVar[int]
+    REPAIR_LEDGERS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    REPAIR_LEDGERS_LEFT_FIELD_NUMBER: _ClassVar[int]
+    REPAIR_LIMBO_LEDGERS_FIELD_NUMBER: _ClassVar[int]
+    REPAIR_ENTRIES_COPIED_FIELD_NUMBER: _ClassVar[int]
+    REPAIR_BYTES_COPIED_FIELD_NUMBER: _ClassVar[int]
+    REPAIR_ERROR_FIELD_NUMBER: _ClassVar[int]
     status: StatusCode
     message: str
     bookie_id: str
@@ -224,7 +233,14 @@ class InfoResponse(_message.Message):
     disk_free_bytes: int
     max_entry_size: int
     version: str
-    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., message: _Optional[str] = ..., bookie_id: _Optional[str] = ..., read_only: _Optional[bool] = ..., ledgers: _Optional[int] = ..., disk_used_bytes: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., max_entry_size: _Optional[int] = ..., version: _Optional[str] = ...) -> None: ...
+    repair_state: str
+    repair_ledgers_total: int
+    repair_ledgers_left: int
+    repair_limbo_ledgers: int
+    repair_entries_copied: int
+    repair_bytes_copied: int
+    repair_error: str
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., message: _Optional[str] = ..., bookie_id: _Optional[str] = ..., read_only: _Optional[bool] = ..., ledgers: _Optional[int] = ..., disk_used_bytes: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., max_entry_size: _Optional[int] = ..., version: _Optional[str] = ..., repair_state: _Optional[str] = ..., repair_ledgers_total: _Optional[int] = ..., repair_ledgers_left: _Optional[int] = ..., repair_limbo_ledgers: _Optional[int] = ..., repair_entries_copied: _Optional[int] = ..., repair_bytes_copied: _Optional[int] = ..., repair_error: _Optional[str] = ...) -> None: ...
 
 class MasterKeyRequest(_message.Message):
     __slots__ = ("ledger_id",)

@@ -254,3 +254,43 @@ class UnderReplicated:
                        str(d.get("reason", "")))
         except (ValueError, TypeError, AttributeError):
             return cls(ledger_id, frozenset())
+
+
+# -- self-repair of a bookie that lost its data (BP-46) ----------------------------------------
+
+class RepairMark(StrEnum):
+    """What a bookie that lost its data does with a ledger until it is repaired
+    (BookKeeper's ``DataIntegrityCheckImpl``; :mod:`bookie_server.limbo` persists them)."""
+
+    LIMBO = "L"    # fenced, and UNKNOWN answered for what it does not hold; recovered first
+    FENCED = "F"   # plain adds refused (an old writer must not reach Qa with its help)
+    COPY = "C"     # its entries are copied back, nothing else
+
+
+#: (ledger CLOSED, the last ensemble names the bookie) -> mark, for a ledger some ensemble
+#: of which names the bookie. A ledger not closed whose last ensemble names it may have had
+#: entries or a fence acknowledged by it: limbo (and fenced). A closed one: fenced only (a
+#: writer fenced by a recovery whose fence the bookie forgot would otherwise find its ack
+#: quorum again with Qw = Qa). A bookie named only in earlier fragments took no add of
+#: them since the ensemble change that replaced it: copy only.
+REPAIR_MARKS: Mapping[tuple[bool, bool], RepairMark] = MappingProxyType({
+    (False, True): RepairMark.LIMBO,
+    (True, True): RepairMark.FENCED,
+    (False, False): RepairMark.COPY,
+    (True, False): RepairMark.COPY,
+})
+
+
+def repair_mark(md: LedgerMetadata, bookie: str) -> RepairMark | None:
+    """The mark :data:`REPAIR_MARKS` gives ``md`` on ``bookie``; None when no ensemble of
+    the ledger names the bookie (nothing of it to repair there)."""
+    if bookie not in bookies_of(md):
+        return None
+    return REPAIR_MARKS[(md.state == LedgerState.CLOSED, bookie in md.last_ensemble)]
+
+
+def repair_duties(md: LedgerMetadata, bookie: str) -> list[FragmentDuty]:
+    """What ``bookie`` must hold of ``md``'s closed fragments (:func:`fragment_duties`):
+    what its self-repair copies back (after recovering a ledger in limbo, every fragment
+    naming it is closed)."""
+    return [d for d in fragment_duties(md) if d.bookie == bookie]

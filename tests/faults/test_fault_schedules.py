@@ -13,8 +13,10 @@ and kills, pauses and fences writers. After it:
 * after fencing the old writer never gets a success;
 * a fenced (or fenced and deleted) ledger never acknowledges its old writer's adds;
 * a wrong password can neither open, fence nor add;
-* after a bookie lost forever (seed 3) or wiped (seed 9), AutoRecovery in the bookies
-  brings every ledger back to full replication within the bound (``not_healed`` = 0);
+* after a bookie lost forever (seed 3) or wiped (seed 9; seed 13, Qw = Qa: wiped, then killed -9
+  while it repairs), a wiped bookie's self-repair completes (``repair_incomplete`` = 0)
+  and AutoRecovery in the bookies brings every ledger back to full replication within
+  the bound (``not_healed`` = 0);
 * one more schedule (marked ``long``: ``make test-long`` and ``make faults`` run it, and the
   long schedules run the sink every tenth seed) also runs the Spark sink (a streaming query
   copying the rolling log into another log): after its driver is killed with ``kill -9`` and

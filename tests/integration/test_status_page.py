@@ -15,7 +15,7 @@ from bk_spark.core.client import BookKeeper
 from bk_spark.io.registration import list_bookies
 from bk_spark.io.underreplication import UnderReplicationManager
 
-CHROMIUM = "/usr/bin/chromium"  # Debian's (make test installs it); Playwright's download is not used
+CHROMIUM = "/usr/bin/chromium"  # Debian's (make test installs it); no Playwright download
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 RED = "rgb(176, 0, 32)"

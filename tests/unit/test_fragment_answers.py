@@ -9,9 +9,10 @@ from types import SimpleNamespace
 import pytest
 
 from bk_spark.core.recovery import ask_last_fragment
-from bk_spark.errors import NoSuchLedgerError, UnauthorizedError
+from bk_spark.errors import NoSuchLedgerError, UnauthorizedError, UnknownError
 from bk_spark.io.bookie_client import check_response
 from bk_spark.proto import bookie_pb2 as pb
+from bk_spark.protocol.answers import NEGATIVE_ANSWERS
 from bk_spark.protocol.ledger_metadata import LedgerMetadata
 
 BOOKIES = ("b0:1", "b1:1", "b2:1")
@@ -125,3 +126,18 @@ def test_fences_still_open_at_coverage_go_on_to_fence_the_last_bookie():
                          "b2:1": lambda f: f.answer(lac(3))})
     got = ask_last_fragment(MD, send, timeout=5, cancel_rest=False)
     assert got.covered and not futures["b1:1"].cancelled
+
+
+def test_unknown_from_a_bookie_in_limbo_is_no_answer_where_no_such_ledger_is_one():
+    """A LAC read (or fence) counts NoSuchLedger as LAC -1, but UNKNOWN -- a bookie that
+    lost its data and repairs the ledger (BP-46) -- covers nothing: with only it and one
+    other bookie answering, the answers do not cover and the LAC is not believed."""
+    answers = {"b0:1": lambda f: f.answer(lac(2)),
+               "b1:1": lambda f: f.answer(refused(pb.UNKNOWN))}
+    got = ask_last_fragment(MD, ask(answers)[0], timeout=0.2,
+                            counts_as_answer=NEGATIVE_ANSWERS)
+    assert not got.covered and isinstance(got.errors[1], UnknownError)
+    answers["b1:1"] = lambda f: f.answer(refused(pb.NO_SUCH_LEDGER))
+    got = ask_last_fragment(MD, ask(answers)[0], timeout=0.2,
+                            counts_as_answer=NEGATIVE_ANSWERS)
+    assert got.covered and got.responses[1] is None

@@ -1,0 +1,184 @@
+"""A bookie that lost its disk never rejoins as if nothing happened (issue 26, BP-46).
+
+Real ZooKeeper and bookie processes; ledgers with a password; bookies killed with -9 and
+brought back empty through ``restart_wiped`` (tests/conftest.py). Run with
+``BK_TEST_UNSAFE_SERVE_LOST_DATA=1`` (self-repair off, the wiped bookie serves as if
+nothing happened) the two counterexamples fail: that is the data loss they guard against.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from bk_spark.core.client import BookKeeper
+from bk_spark.core.context import BookKeeperConfig
+from bk_spark.errors import BKError, LedgerFencedError
+from bk_spark.io.bookie_client import ClientConfig
+from bk_spark.protocol.digest import master_key
+from bk_spark.protocol.ledger_metadata import LedgerState
+from bk_spark.protocol.recovery_plan import entries_on_index
+from bk_spark.sandbox import BookieProcess
+
+PASSWORD = b"p"
+ARGS = ["--recovery-password", "p"]
+FAST = BookKeeperConfig(client=ClientConfig(read_timeout_s=2.0, add_timeout_s=5.0))
+
+
+def _proc(c: Any, bookie_id: str) -> BookieProcess:
+    return next(b for b in c.bookies if b.bookie_id == bookie_id)
+
+
+def _connected(bk: BookKeeper, bookie_id: str, timeout: float = 10.0) -> None:
+    """Wait until this client's channel to a restarted bookie is connected again."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            bk.bookies.get(bookie_id).info()
+            return
+        except BKError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _wait_repaired(bk: BookKeeper, bookie_id: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        info = bk.bookies.get(bookie_id).info()
+        if info.repair_state == "done":
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{bookie_id} still repairing: {info}")
+
+
+def _held(bk: BookKeeper, bookie_id: str, ledger_id: int, last: int) -> list[tuple[int, int]]:
+    return list(bk.bookies.get(bookie_id).held_entries(ledger_id, 0, last))
+
+
+def test_a_wiped_fencing_bookie_does_not_let_the_old_writer_reach_its_ack_quorum(
+        cluster_factory: Callable[..., Any],
+        restart_wiped: Callable[[BookieProcess], None]) -> None:
+    """BP-46's first counterexample. E = Qw = Qa = 2: a recoverer moved the ledger to
+    IN_RECOVERY and fenced b0 (one bookie of each write quorum: enough), then died before
+    closing it. b0 loses its disk and comes back. Served as if nothing happened, it takes
+    the old writer's next add and so does the unfenced b1: acknowledged on a fenced ledger.
+    In repair, b0 keeps the ledger fenced (in limbo): the writer is told it was fenced."""
+    c = cluster_factory(2, extra_args=ARGS)
+    with BookKeeper(c.uri, FAST) as bk:
+        lh = bk.create_ledger(ensemble_size=2, write_quorum_size=2, ack_quorum_size=2,
+                              password=PASSWORD)
+        for i in range(5):
+            lh.add_entry(b"entry-%d" % i)
+        b0, _b1 = lh.metadata.last_ensemble
+        with BookKeeper(c.uri, FAST) as recoverer:  # steps 1 and 2, then it dies
+            recoverer.metadata_store.update(
+                lh.id, lambda m: m.state == LedgerState.OPEN,
+                lambda m: m.with_state(LedgerState.IN_RECOVERY))
+            recoverer.bookies.get(b0).fence(lh.id, master_key(PASSWORD))
+        restart_wiped(_proc(c, b0))
+        _connected(bk, b0)  # the writer's channel to b0 is connected again
+        with pytest.raises(LedgerFencedError):
+            lh.add_entry(b"after the fence")
+
+
+def test_recovery_racing_a_wiped_bookie_never_closes_below_an_acknowledged_entry(
+        cluster_factory: Callable[..., Any],
+        restart_wiped: Callable[[BookieProcess], None]) -> None:
+    """BP-46's second counterexample. E = Qw = 3, Qa = 2: entry 5 is acknowledged by b0
+    and b1 only (b2 was paused, then killed and restarted without it). b0 loses its disk
+    and b1 is paused. A recovery fences b0 and b2 (a coverage of the write quorum) and
+    reads forward: served as if nothing happened, b0 says it has no entry 5 and so does
+    b2, and the ledger is closed at 4 -- entry 5, acknowledged, is lost. In repair, b0
+    answers UNKNOWN: the recovery cannot decide without b1 and waits for it; once b1 is
+    back the ledger closes with entry 5, and b0's repair copies everything back."""
+    c = cluster_factory(3, extra_args=ARGS)
+    with BookKeeper(c.uri, FAST) as writer_bk, BookKeeper(c.uri, FAST) as bk:
+        lh = writer_bk.create_ledger(ensemble_size=3, write_quorum_size=3,
+                                     ack_quorum_size=2, password=PASSWORD)
+        for i in range(5):
+            lh.add_entry(b"entry-%d" % i)
+        b0, b1, b2 = (_proc(c, b) for b in lh.metadata.last_ensemble)
+        b2.pause()
+        assert lh.add_entry(b"entry-5") == 5  # acknowledged by b0 and b1
+        b2.kill()  # never stored entry 5 (the request died with the process)
+        b2.start()
+        restart_wiped(b0)
+        b1.pause()
+        try:
+            bk.open_ledger(lh.id, PASSWORD)  # races the repair: must not close below 5
+        except BKError:
+            pass
+        finally:
+            b1.resume()
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                rh = bk.open_ledger(lh.id, PASSWORD)
+                break
+            except BKError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        assert rh.last_add_confirmed == 5
+        assert [e.payload for e in rh.read_entries(0, 5)] == [b"entry-%d" % i
+                                                            for i in range(6)]
+        _wait_repaired(bk, b0.bookie_id)
+        assert _held(bk, b0.bookie_id, lh.id, 5) == [(0, 5)]
+
+
+def test_a_repair_killed_midway_resumes_and_completes(
+        cluster_factory: Callable[..., Any],
+        restart_wiped: Callable[[BookieProcess], None]) -> None:
+    """A repair interrupted by kill -9 resumes from its persisted marks (it does not mark
+    again) and copies back every entry the wiped bookie held."""
+    c = cluster_factory(3, extra_args=ARGS)
+    with BookKeeper(c.uri, FAST) as bk:
+        ledgers = []
+        for _ in range(12):
+            lh = bk.create_ledger(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2,
+                                  password=PASSWORD)
+            futs = [lh.add_entry_async(b"x" * 512) for _ in range(400)]
+            for f in futs:
+                f.result()
+            lh.close()
+            ledgers.append(lh.metadata)
+        victim = _proc(c, ledgers[0].last_ensemble[0])
+        restart_wiped(victim)
+        client = bk.bookies.get(victim.bookie_id)
+        _connected(bk, victim.bookie_id)
+        info = client.info()
+        total = info.repair_ledgers_total
+        assert total == len(ledgers) and info.repair_state == "repairing"
+        deadline = time.monotonic() + 30
+        while info.repair_ledgers_left == total:  # kill it once it is under way
+            assert time.monotonic() < deadline, f"the repair does not progress: {info}"
+            time.sleep(0.02)
+            info = client.info()
+        left = info.repair_ledgers_left
+        assert 0 < left < total, "the repair finished before it could be interrupted"
+        victim.kill()
+        victim.start()
+        _connected(bk, victim.bookie_id)
+        info = client.info()
+        assert info.repair_ledgers_total == total and info.repair_ledgers_left <= left
+        _wait_repaired(bk, victim.bookie_id)
+        r = subprocess.run([sys.executable, "-m", "bk_spark.cli", "bookie", "repair-status",
+                            victim.bookie_id, "-m", c.uri, "--json"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        status = json.loads(r.stdout)
+        assert status["state"] == "done" and status["ledgers_left"] == 0
+        assert status["ledgers_total"] == total and status["entries_copied"] > 0
+        for md in ledgers:
+            idx = md.last_ensemble.index(victim.bookie_id)
+            want = entries_on_index(0, md.last_entry_id, idx, 3, 2)
+            held = _held(bk, victim.bookie_id, md.ledger_id, md.last_entry_id)
+            have = [e for a, b in held for e in range(a, b + 1)]
+            assert have == want, md.ledger_id
