@@ -194,12 +194,13 @@ class SelfRepair:
             return
         try:
             password = peers.password(md)
-        except UnauthorizedError as exc:  # e.
+        except UnauthorizedError:  # e.
             peers.hand_over(md)
             raise UnauthorizedError(
-                f"no recovery password matches ({exc}): handed to AutoRecovery, whose workers "
-                f"copy it from the bookies that hold its key to a replacement of this bookie; "
-                f"its mark clears once no fragment names this bookie") from None
+                f"ledger {ledger_id}: no --recovery-password matches and its key was lost "
+                f"with the disk: handed to AutoRecovery, whose workers copy it from the "
+                f"bookies holding its key to a replacement of this bookie; its mark clears "
+                f"once no fragment names this bookie") from None
         if mark == RepairMark.LIMBO and md.state != LedgerState.CLOSED:  # b.
             log.info("self-repair: recovering ledger %d (in limbo)", ledger_id)
             md = peers.recover(md, password)

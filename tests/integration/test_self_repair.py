@@ -182,3 +182,39 @@ def test_a_repair_killed_midway_resumes_and_completes(
             held = _held(bk, victim.bookie_id, md.ledger_id, md.last_entry_id)
             have = [e for a, b in held for e in range(a, b + 1)]
             assert have == want, md.ledger_id
+
+
+def test_a_wiped_bookie_without_the_password_hands_its_ledgers_to_autorecovery(
+        cluster_factory: Callable[..., Any],
+        restart_wiped: Callable[[BookieProcess], None]) -> None:
+    """As a user runs it: no ``--recovery-password`` anywhere, ledgers with a password. The
+    wiped bookie lost the keys it stored with its ledgers, so it cannot copy them back
+    itself: it hands each to AutoRecovery (marked under-replicated with itself missing),
+    whose workers copy from the bookies holding the key to a replacement. Its repair then
+    completes, and every entry is on every bookie its write set names."""
+    c = cluster_factory(4, extra_args=["--lost-bookie-recovery-delay", "0"])
+    with BookKeeper(c.uri, FAST) as bk:
+        ledgers = []
+        for _ in range(4):
+            lh = bk.create_ledger(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2,
+                                  password=PASSWORD)
+            for f in [lh.add_entry_async(b"y" * 256) for _ in range(50)]:
+                f.result()
+            lh.close()
+            ledgers.append(lh.metadata)
+        victim = _proc(c, ledgers[0].last_ensemble[0])
+        restart_wiped(victim)
+        _connected(bk, victim.bookie_id)
+        _wait_repaired(bk, victim.bookie_id, timeout=90)
+        for old in ledgers:
+            md = bk.metadata_store.read(old.ledger_id).value
+            for first, ensemble in md.ensembles:
+                nxt = [f for f, _ in md.ensembles if f > first]
+                last = (nxt[0] - 1) if nxt else md.last_entry_id
+                for idx, b in enumerate(ensemble):
+                    want = entries_on_index(first, last, idx, 3, 2)
+                    held = _held(bk, b, md.ledger_id, md.last_entry_id)
+                    have = {e for a, z in held for e in range(a, z + 1)}
+                    assert set(want) <= have, (md.ledger_id, b)
+            rh = bk.open_ledger(md.ledger_id, PASSWORD)
+            assert [e.payload for e in rh.read_entries(0, md.last_entry_id)] == [b"y" * 256] * 50
