@@ -154,7 +154,7 @@ def test_bk_recover_with_no_spare_bookie_fails_at_once_naming_the_constraint_and
         loss: Loss):
     bk = loss.bk
     urm = UnderReplicationManager(bk.zk, bk.msu.root)
-    before_md = bk.versioned_metadata(loss.stuck)
+    before_md = bk.metadata_store.read(loss.stuck)
     before_rec = urm.get(loss.stuck)
     started = time.monotonic()
     got = _bk_cli(loss.uri, "recover", loss.victim, timeout=30)
@@ -164,7 +164,7 @@ def test_bk_recover_with_no_spare_bookie_fails_at_once_naming_the_constraint_and
     assert f"no writable bookie left to replace {loss.victim}" in said, said
     assert "outside the fragment's ensemble" in said and "Nothing was changed" in said
     assert took < 20, f"bk recover took {took:.1f}s"
-    after_md = bk.versioned_metadata(loss.stuck)
+    after_md = bk.metadata_store.read(loss.stuck)
     assert (after_md.version, after_md.value) == (before_md.version, before_md.value)
     assert urm.get(loss.stuck) == before_rec
 
