@@ -89,6 +89,8 @@ def test_mutual_tls_bookies_refuse_strangers_and_grant_each_allow_listed_role_it
         ensemble = lh.metadata.ensembles[0][1]
         left_open = bk.create_ledger(3, 2, 2, password=PASSWORD)
         left_open.add_entry(b"a writer's last words")
+        # its writer crashes: abandoned, it stays OPEN (closing the client would close it)
+        left_open.abandon("the writer crashed")
     # A user without a certificate is told, through the API, what the bookies want: on an
     # add, a read, and a recovery open (whose fencing waits for the connection, then asks).
     quick = BookKeeperConfig(client=ClientConfig(read_timeout_s=1))
