@@ -156,7 +156,6 @@ class FaultCluster:
         self.kill(i, forever=True)
         s = self.slots[i]
         s.process.drop_data()
-        s.process.env[UNSAFE_SERVE_LOST_DATA_ENV] = "1"  # see wipe()
         s.lost = True
 
     def wipe(self, i: int) -> None:
@@ -165,6 +164,7 @@ class FaultCluster:
         enters self-repair (marks its ledgers, copies them back) before it serves."""
         self.kill(i)
         self.slots[i].process.drop_data()
+        self.slots[i].process.env.pop(UNSAFE_SERVE_LOST_DATA_ENV, None)
         self.restart(i)
 
     def repair_state(self, i: int) -> str:
