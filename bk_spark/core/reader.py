@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from bk_spark.core.context import ClientContext
-from bk_spark.core.lac import BEST_EFFORT, COVERAGE, read_lac
+from bk_spark.core.lac import BEST_EFFORT, COVERAGE, LacRead, read_lac
 from bk_spark.errors import (
     BKError,
     BookieUnavailableError,
@@ -360,7 +360,7 @@ class ReadHandle:
         bookie answered."""
         if self.is_closed:
             return self._lac
-        return self._try_poll_lac(wait_ms=0)
+        return self._poll_lac(wait_ms=0, how=BEST_EFFORT)
 
     def wait_for_entry(self, entry_id: int, timeout: float) -> bool:
         """Long-poll until ``entry_id`` is confirmed (or the ledger closed); True if readable.
@@ -381,7 +381,7 @@ class ReadHandle:
                     raise unanswered
                 return False
             try:
-                self._try_poll_lac(wait_ms=max(1, int(min(left, 5.0) * 1000)))
+                self._poll_lac(wait_ms=max(1, int(min(left, 5.0) * 1000)), how=BEST_EFFORT)
                 unanswered = None
             except BookieUnavailableError as exc:
                 unanswered = exc
@@ -391,55 +391,43 @@ class ReadHandle:
                 return self._lac >= entry_id
         return True
 
-    def _try_poll_lac(self, wait_ms: int) -> int:
-        """One best-effort round (a long poll when ``wait_ms`` > 0); the LAC only rises.
-        With no answer at all, the metadata is re-read once in case the writer replaced the
-        bookies (or closed the ledger), then :class:`BookieUnavailableError`."""
-        for _ in range(2):
-            m = self._md.value
-            best, got = read_lac(self._bk, m, self._lac, wait_ms, BEST_EFFORT)
-            with self._lock:
-                if best > self._lac:
-                    self._lac = best
-            if got.responses:
-                return self._lac
-            fresh = self.refresh_metadata()
-            if fresh.state == LedgerState.CLOSED or fresh.last_ensemble == m.last_ensemble:
-                break
-        if self.is_closed:
-            return self._lac
-        raise BookieUnavailableError(
-            f"ledger {self.id}: no bookie of its last fragment {list(m.last_ensemble)} "
-            f"answered a last-add-confirmed read: {got.describe_errors(m.last_ensemble)}; "
-            f"retry when bookies are back")
-
-    def _poll_lac(self, wait_ms: int) -> int:
+    def _poll_lac(self, wait_ms: int, how: LacRead = COVERAGE) -> int:
         """BookKeeper's ``ReadLastConfirmedOp``: ask every bookie of the last fragment for
-        its LAC and take the highest once the answers cover every write quorum
-        ((Qw - Qa) + 1 bookies of each, :data:`bk_spark.core.lac.COVERAGE`). Then at least
-        one answer comes from a bookie holding the last acknowledged entry, so the LAC is
-        at least the one that entry carried: every reader sees the same confirmed prefix.
+        its LAC and take the highest; the LAC only rises.
+
+        With :data:`~bk_spark.core.lac.COVERAGE` a round counts once the answers cover every
+        write quorum ((Qw - Qa) + 1 bookies of each). Then at least one answer comes from a
+        bookie holding the last acknowledged entry, so the LAC is at least the one that
+        entry carried: every reader sees the same confirmed prefix. With
+        :data:`~bk_spark.core.lac.BEST_EFFORT` (``tryReadLastAddConfirmed``) any answer
+        counts: what the live bookies know, possibly stale.
 
         A long poll (``wait_ms`` > 0) returns as soon as one bookie reports a higher LAC
-        (any LAC a bookie reports is confirmed), or once a coverage waited with no news.
-        Raises BookieUnavailableError when the answers cannot cover (too many bookies
+        (any LAC a bookie reports is confirmed), or once a round waited with no news.
+        Raises BookieUnavailableError when the round does not count (too many bookies
         unreachable or silent within the read timeout), after re-reading the metadata once
         in case the writer replaced them: "nothing new" is never an unreachable cluster.
         """
         previous = self._lac
         for _ in range(2):
             m = self._md.value
-            best, got = read_lac(self._bk, m, previous, wait_ms, COVERAGE)
+            best, got = read_lac(self._bk, m, previous, wait_ms, how)
             with self._lock:
                 if best > self._lac:
                     self._lac = best
-            if got.covered or (wait_ms > 0 and best > previous):
+            counts = bool(got.responses) if how.best_effort else got.covered
+            if counts or (wait_ms > 0 and best > previous):
                 return self._lac
             fresh = self.refresh_metadata()
             if fresh.state == LedgerState.CLOSED or fresh.last_ensemble == m.last_ensemble:
                 break
         if self.is_closed:
             return self._lac
+        if how.best_effort:
+            raise BookieUnavailableError(
+                f"ledger {self.id}: no bookie of its last fragment {list(m.last_ensemble)} "
+                f"answered a last-add-confirmed read: {got.describe_errors(m.last_ensemble)}; "
+                f"retry when bookies are back")
         raise BookieUnavailableError(
             f"ledger {self.id}: could not read its last-add-confirmed from enough bookies "
             f"((Qw - Qa) + 1 of every write quorum of {list(m.last_ensemble)}): "
