@@ -283,10 +283,13 @@ def test_try_read_lac_gives_what_the_live_bookie_knows_with_two_of_three_down_e3
                 with pytest.raises(BookieUnavailableError, match="try_read_last_add"):
                     strict.read_last_add_confirmed()  # coverage stays required there
         assert rh.try_read_last_add_confirmed() == 1  # all back: what the bookies know
+        # what the strict handle learnt from the answers of its failed coverage reads (how
+        # much depends on which bookies answered within its 1 s: a loaded machine's timing)
+        learnt = strict.last_add_confirmed
         with paused(module_cluster.bookies, 3.0):
             with pytest.raises(BookieUnavailableError, match="no bookie"):
                 strict.try_read_last_add_confirmed()  # no answer at all: no LAC to give
-        assert strict.last_add_confirmed == 1  # what it learnt before: never lowered
+        assert strict.last_add_confirmed == learnt  # never lowered by a read with no answer
         lh.close()
 
 
