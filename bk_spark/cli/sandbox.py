@@ -85,6 +85,20 @@ def _print_secure_usage(sb) -> None:  # sb: Sandbox
                   f"{f['admin_key']}", highlight=False, soft_wrap=True)
 
 
+def _refuse_options_before_subcommand(ctx: typer.Context) -> None:
+    """`bk sandbox --data-dir X start` would start from the default directory: say so instead.
+
+    The options given before a subcommand belong to the foreground form; the subcommands take
+    their own, after their name.
+    """
+    given = [name for name in ctx.params
+             if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"]
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        fail(f"{flags} must come after the subcommand, e.g. "
+             f"`bk sandbox {ctx.invoked_subcommand} {flags.split(', ')[0]} ...`")
+
+
 @sandbox_app.callback()
 def sandbox(
     ctx: typer.Context,
@@ -97,6 +111,7 @@ def sandbox(
 ) -> None:
     """Run ZooKeeper and bookies in the foreground; Ctrl-C stops everything."""
     if ctx.invoked_subcommand is not None:
+        _refuse_options_before_subcommand(ctx)
         return
     sb = _make_sandbox(data_dir, bookies, zk_port, bookie_port, secure,
                        lost_bookie_recovery_delay)
