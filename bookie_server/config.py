@@ -6,8 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bk_spark.errors import InvalidConfigError
-
-MiB = 1024 * 1024
+from bk_spark.protocol.limits import MAX_ENTRY_SIZE, MiB
 
 #: Listen addresses that mean "every interface": never an address to register.
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "[::]", ""})
@@ -33,7 +32,7 @@ class BookieConfig:
     metadata_service_uri: str | None = None
     metrics_port: int | None = None  # None: no HTTP metrics endpoint; 0: pick a free port
     http_port: int | None = None  # HTTP admin API (bk bookie --http-port); None: off
-    max_entry_size: int = 5 * MiB
+    max_entry_size: int = MAX_ENTRY_SIZE  # what clients send too (protocol.limits)
     journal_file_size: int = 64 * MiB
     journal_max_group_wait_ms: float = 0.0
     journal_max_group_bytes: int = 4 * MiB

@@ -16,6 +16,7 @@ from typing import Protocol
 from bk_spark.errors import InvalidConfigError
 from bk_spark.io.bookie_client import BookieClientPool, ClientConfig
 from bk_spark.io.metadata_store import LedgerMetadataStore
+from bk_spark.protocol.limits import MAX_ENTRY_SIZE
 from bk_spark.protocol.placement import Topology
 
 
@@ -31,7 +32,7 @@ class BookKeeperConfig:
     ``min_racks_per_write_quorum``: racks each write quorum should span when bookies
     register several (BookKeeper's ``minNumRacksPerWriteQuorum``, :mod:`.placement`)."""
 
-    max_entry_size: int = 5 * 1024 * 1024
+    max_entry_size: int = MAX_ENTRY_SIZE  # what bookies accept too (protocol.limits)
     explicit_lac_interval_s: float = 0.05
     client: ClientConfig = field(default_factory=ClientConfig)
     tune_allocator: bool = True
