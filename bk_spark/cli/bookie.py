@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from bk_spark.autorecovery.self_repair_peers import ReplicaPeers
-from bk_spark.autorecovery.service import AutoRecoveryConfig, AutoRecoveryService
+from bk_spark.autorecovery.service import AutoRecoveryService
 from bk_spark.cli.common import (
     JsonOpt,
     UriOpt,
@@ -30,23 +30,20 @@ from bk_spark.errors import InvalidConfigError
 from bk_spark.io.cookies import CookieStore
 from bk_spark.io.registration import list_bookies
 from bk_spark.security import ClientSecurity
-from bookie_server.config import BookieConfig
+from bookie_server.config import AutoRecoveryConfig, BookieConfig
 from bookie_server.cookie import data_directories, format_directories, read_dir_facts
-from bookie_server.main import AutoRecoveryOptions, make_bookie_app
+from bookie_server.main import make_bookie_app
 from bookie_server.server import BookieServer
 
 
 # --------------------------------------------------------------------------- bookie
-def _start_autorecovery(server: BookieServer, options: AutoRecoveryOptions) -> Callable[[], None]:
+def _start_autorecovery(server: BookieServer, config: AutoRecoveryConfig) -> Callable[[], None]:
     """``bk bookie``'s hook (:mod:`bookie_server.main`): an Auditor contender and a
     Replication Worker in the bookie's process, on its metrics registry; returns their stop."""
 
     cfg = server.config
-    recovery = AutoRecoveryService(cfg.metadata_service_uri, AutoRecoveryConfig(
-        lost_bookie_recovery_delay_s=options.lost_bookie_recovery_delay_s,
-        audit_interval_s=options.audit_interval_s,
-        open_ledger_grace_s=options.open_ledger_grace_s,
-        passwords=options.passwords),
+    recovery = AutoRecoveryService(
+        cfg.metadata_service_uri, config,
         identity=cfg.bookie_id,
         registry=server.metrics.registry,
         # under mutual TLS the bookie's worker presents the bookie's own certificate
@@ -58,7 +55,7 @@ def _start_autorecovery(server: BookieServer, options: AutoRecoveryOptions) -> C
     return recovery.stop
 
 
-def _start_http(server: BookieServer, options: AutoRecoveryOptions | None
+def _start_http(server: BookieServer, autorecovery: AutoRecoveryConfig | None
                 ) -> Callable[[], None]:
     """``bk bookie --http-port``'s hook (:mod:`bookie_server.main`): the HTTP admin API and
     status page (:mod:`bk_spark.admin.http`) in the bookie's process."""
@@ -67,8 +64,8 @@ def _start_http(server: BookieServer, options: AutoRecoveryOptions | None
     assert server.config.http_port is not None
     return start_for_bookie(
         server, server.config.http_port, security=_bookie_client_security(server.config),
-        lost_bookie_recovery_delay_s=None if options is None
-        else options.lost_bookie_recovery_delay_s)
+        lost_bookie_recovery_delay_s=None if autorecovery is None
+        else autorecovery.lost_bookie_recovery_delay_s)
 
 
 def _make_repair_peers(cfg: BookieConfig, passwords: tuple[bytes, ...]) -> ReplicaPeers:

@@ -31,3 +31,93 @@ def test_client_and_bookie_take_the_max_entry_size_from_one_constant():
     assert BookKeeperConfig().max_entry_size == MAX_ENTRY_SIZE
     assert sorted(_field_defaults("max_entry_size")) == [
         "bk_spark/core/context.py: MAX_ENTRY_SIZE", "bookie_server/config.py: MAX_ENTRY_SIZE"]
+
+
+# ------------------------------------------------------------------ bk bookie / bk autorecovery
+import pytest  # noqa: E402
+import typer  # noqa: E402
+
+from bookie_server import main as bookie_main  # noqa: E402
+from bookie_server.config import AutoRecoveryConfig, MiB  # noqa: E402
+
+
+def _is_option(p: object) -> bool:  # typer carries its own copy of click's classes
+    return getattr(p, "param_type_name", None) == "option"
+
+
+def _command(name: str):  # typer's click command
+    if name == "bookie":
+        return typer.main.get_command(bookie_main.make_bookie_app())
+    from bk_spark.cli.autorecovery import autorecovery_app
+
+    return typer.main.get_command(autorecovery_app)
+
+
+@pytest.mark.parametrize("name", ["bookie", "autorecovery"])
+def test_every_valued_option_defaults_to_none_so_the_dataclass_decides(name):
+    """No option of `bk bookie` or `bk autorecovery` restates a config default: an option
+    not given is None, and the config dataclass fills it in."""
+    restated = [f"{p.name}={p.default!r}" for p in _command(name).params
+                if _is_option(p) and not p.is_flag and p.default is not None]
+    assert restated == []
+
+
+#: option -> (config dataclass, field, unit of the option)
+_FIELDS = {
+    "--port": (BookieConfig, "port", 1), "--host": (BookieConfig, "host", 1),
+    "--max-entry-size": (BookieConfig, "max_entry_size", 1),
+    "--journal-max-group-wait-ms": (BookieConfig, "journal_max_group_wait_ms", 1),
+    "--journal-file-size-mb": (BookieConfig, "journal_file_size", MiB),
+    "--entry-log-size-mb": (BookieConfig, "entry_log_size", MiB),
+    "--gc-interval": (BookieConfig, "gc_interval_s", 1),
+    "--checkpoint-interval": (BookieConfig, "checkpoint_interval_s", 1),
+    "--disk-usage-threshold": (BookieConfig, "disk_usage_threshold", 1),
+    "--disk-check-interval": (BookieConfig, "disk_check_interval_s", 1),
+    "--tls-client-auth": (BookieConfig, "tls_client_auth", 1),
+    "--rack": (BookieConfig, "rack", 1), "--on-lost-data": (BookieConfig, "on_lost_data", 1),
+    "--lost-bookie-recovery-delay": (AutoRecoveryConfig, "lost_bookie_recovery_delay_s", 1),
+    "--audit-interval": (AutoRecoveryConfig, "audit_interval_s", 1),
+    "--open-ledger-grace": (AutoRecoveryConfig, "open_ledger_grace_s", 1),
+}
+
+
+def test_bk_bookie_help_shows_the_config_dataclass_defaults():
+    shown = {opt: p.show_default for p in _command("bookie").params
+             if _is_option(p) for opt in p.opts}
+    for option, (cls, name, unit) in _FIELDS.items():
+        default = cls.__dataclass_fields__[name].default
+        assert shown[option] == str(default // unit if unit != 1 else default), option
+    from typer.testing import CliRunner
+
+    help_text = CliRunner().invoke(bookie_main.make_bookie_app(), ["--help"],
+                                   env={"COLUMNS": "200"}).output
+    assert "[default: (3181)]" in help_text and "[default: (repair)]" in help_text
+
+
+def _bookie_config(monkeypatch, tmp_path, *args: str) -> tuple[BookieConfig, object]:
+    """The config (and AutoRecovery config) `bk bookie` starts a bookie with for ``args``
+    (the bookie itself is not started: run_bookie is where the command hands over)."""
+    seen = {}
+    monkeypatch.setattr(bookie_main, "run_bookie", lambda cfg, **kw: seen.update(cfg=cfg, **kw))
+    app = bookie_main.make_bookie_app(start_autorecovery=lambda server, config: lambda: None)
+    app(args=["--data-dir", str(tmp_path), "--port", "0", *args], standalone_mode=False)
+    return seen["cfg"], seen["autorecovery"]
+
+
+def test_a_bookie_given_no_options_runs_with_the_dataclass_defaults(monkeypatch, tmp_path):
+    cfg, recovery = _bookie_config(monkeypatch, tmp_path, "-m", "zk://127.0.0.1:1/x")
+    assert cfg == BookieConfig(data_dir=tmp_path, port=0, metadata_service_uri="zk://127.0.0.1:1/x")
+    assert recovery == AutoRecoveryConfig()
+
+
+def test_options_given_set_their_fields(monkeypatch, tmp_path):
+    cfg, recovery = _bookie_config(
+        monkeypatch, tmp_path, "--no-register", "--journal-file-size-mb", "128",
+        "--gc-interval", "5", "--rack", "/r/a", "--on-lost-data", "refuse")
+    assert (cfg.journal_file_size, cfg.gc_interval_s, cfg.rack, cfg.on_lost_data) == (
+        128 * MiB, 5.0, "/r/a", "refuse")
+    assert cfg.metadata_service_uri is None and recovery is None  # no ZooKeeper, no recovery
+    cfg, recovery = _bookie_config(
+        monkeypatch, tmp_path, "-m", "zk://127.0.0.1:1/x", "--lost-bookie-recovery-delay",
+        "0", "--recovery-password", "p")
+    assert recovery == AutoRecoveryConfig(lost_bookie_recovery_delay_s=0.0, passwords=(b"p",))
