@@ -7,6 +7,7 @@ from pathlib import Path
 
 from bk_spark.errors import InvalidConfigError
 from bk_spark.protocol.limits import MAX_ENTRY_SIZE, MiB
+from bk_spark.security import ClientSecurity, ZkSecurity
 
 #: Listen addresses that mean "every interface": never an address to register.
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "[::]", ""})
@@ -61,6 +62,17 @@ class BookieConfig:
     # wiped or replaced disk) does: "repair" itself before serving, or "refuse" to start
     # (BookKeeper's default). See bookie_server.cookie.
     on_lost_data: str = "repair"
+    # How the bookie's own clients reach the cluster, as an object: ZooKeeper credentials and
+    # TLS (``.zk``: every ZooKeeper session the bookie opens: registration, cookie check,
+    # self-repair marks) and the TLS files of its in-process AutoRecovery, HTTP API and
+    # self-repair copies. None: from the environment (ClientSecurity.from_env), as any
+    # client. `bk bookie` reads the environment and --zk-auth-file once, into this.
+    security: ClientSecurity | None = None
+
+    @property
+    def zk_security(self) -> ZkSecurity | None:
+        """How the bookie authenticates to ZooKeeper (None: from the environment)."""
+        return None if self.security is None else self.security.zk
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)

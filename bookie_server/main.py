@@ -23,12 +23,14 @@ import os
 import socket
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from bk_spark.errors import BKError, InvalidConfigError
+from bk_spark.security import ClientSecurity, read_secret_file
 from bookie_server.config import (
     ON_LOST_DATA,
     AutoRecoveryConfig,
@@ -144,10 +146,15 @@ def run_bookie(config: BookieConfig, *, autorecovery: AutoRecoveryConfig | None 
 
 def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None,
                     start_http: StartHttp | None = None,
-                    make_repair_peers: MakeRepairPeers | None = None) -> typer.Typer:
+                    make_repair_peers: MakeRepairPeers | None = None,
+                    client_security: Callable[[], ClientSecurity] | None = None
+                    ) -> typer.Typer:
     """The ``bookie`` command (a Typer app: no subcommand runs a bookie; the CLI adds
     ``decommission``). With ``start_autorecovery`` (``bk bookie``) AutoRecovery runs in
-    the bookie's process by default; without (``python -m bookie_server``) it cannot."""
+    the bookie's process by default; without (``python -m bookie_server``) it cannot.
+    ``client_security``: the credentials the caller was given (``bk --zk-auth-file``,
+    ``--tls-ca`` ...) before the bookie's own ``--zk-auth-file`` (default: the
+    environment's)."""
     app = typer.Typer(invoke_without_command=True,
                       help="Run one bookie (no subcommand), or decommission one.")
     autorecovery_default = start_autorecovery is not None
@@ -262,10 +269,15 @@ def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None,
 
         logging.basicConfig(level=logging.INFO,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        if zk_auth_file is not None:  # read by connect_zk (bk_spark.security.ZkSecurity)
-            os.environ["BK_ZK_AUTH_FILE"] = str(zk_auth_file)
+        # The bookie's credentials, read once, here at the edge (the caller's, else the
+        # environment's), then passed down as an object (BookieConfig.security).
+        security = client_security() if client_security else ClientSecurity.from_env()
+        if zk_auth_file is not None:
+            security = replace(security, zk=replace(security.zk, digest=read_secret_file(
+                zk_auth_file, "ZooKeeper credentials user:password")))
         uri = None if no_register else parse_metadata_service_uri(metadata_service_uri).uri
-        cfg = BookieConfig(data_dir=data_dir, metadata_service_uri=uri, **given(
+        cfg = BookieConfig(data_dir=data_dir, metadata_service_uri=uri, security=security,
+                           **given(
             host=host, port=port, advertised_address=advertised_address,
             metrics_port=metrics_port, max_entry_size=max_entry_size,
             journal_max_group_wait_ms=journal_max_group_wait_ms,

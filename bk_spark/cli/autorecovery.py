@@ -20,6 +20,7 @@ from bk_spark.autorecovery.service import AutoRecoveryService
 from bk_spark.cli.common import (
     JsonOpt,
     UriOpt,
+    cli_security,
     connect,
     console,
     err_console,
@@ -89,7 +90,8 @@ def autorecovery(
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     uri = parse_metadata_service_uri(metadata_service_uri).uri
     service = AutoRecoveryService(uri, autorecovery_config(
-        lost_bookie_recovery_delay, audit_interval, open_ledger_grace, recovery_password))
+        lost_bookie_recovery_delay, audit_interval, open_ledger_grace, recovery_password),
+        security=cli_security())
     if metrics_port is not None:
         server, _ = start_http_server(metrics_port, addr="127.0.0.1",
                                       registry=service.metrics.registry)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -18,6 +19,7 @@ from bk_spark.cli.common import (
     JsonOpt,
     UriOpt,
     YesOpt,
+    cli_security,
     confirm,
     connect,
     console,
@@ -78,21 +80,19 @@ def _make_repair_peers(cfg: BookieConfig, passwords: tuple[bytes, ...]) -> Repli
 # The bookie's options, config and start live in bookie_server.main (below the CLI);
 # `bk bookie` is that command with the in-process AutoRecovery, HTTP API and self-repair hooks.
 bookie_app = make_bookie_app(start_autorecovery=_start_autorecovery, start_http=_start_http,
-                             make_repair_peers=_make_repair_peers)
+                             make_repair_peers=_make_repair_peers, client_security=cli_security)
 
 
-def _bookie_client_security(cfg: BookieConfig) -> ClientSecurity | None:
-    """The client side of a bookie's in-process AutoRecovery: with ``--tls-client-auth
-    require`` it presents the bookie's certificate (name it with ``--allow-bookie``) and
-    trusts ``--tls-ca``; otherwise None (from the environment, as any client)."""
-    if cfg.tls_client_auth != "require" or cfg.tls_ca is None:
-        return None
-    from dataclasses import replace
-
-    from bk_spark.security import ClientSecurity
-
-    return replace(ClientSecurity.from_env(), tls_ca=str(cfg.tls_ca),
-                   tls_cert=str(cfg.tls_cert), tls_key=str(cfg.tls_key))
+def _bookie_client_security(cfg: BookieConfig) -> ClientSecurity:
+    """The client side of a bookie's in-process AutoRecovery, HTTP API and self-repair: the
+    bookie's credentials (``cfg.security``, passed as an object) and, with
+    ``--tls-client-auth require``, the bookie's certificate (name it with
+    ``--allow-bookie``) and ``--tls-ca``."""
+    security = cfg.security if cfg.security is not None else ClientSecurity.from_env()
+    if cfg.tls_client_auth == "require" and cfg.tls_ca is not None:
+        security = replace(security, tls_ca=str(cfg.tls_ca), tls_cert=str(cfg.tls_cert),
+                           tls_key=str(cfg.tls_key))
+    return security
 
 
 # --------------------------------------------------------------------------- format
@@ -147,7 +147,8 @@ def format_bookie(
 def bookies(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False) -> None:
     """List registered bookies and whether each is writable or readonly."""
 
-    found = list_bookies(metadata_service_uri or "")
+    with zk_session(metadata_service_uri) as (zk, msu):
+        found = list_bookies(msu, zk=zk)
 
     def mode(b) -> str:  # type: ignore[no-untyped-def]
         return ("readonly" if b.read_only else "rw") + (

@@ -12,7 +12,14 @@ from rich.table import Table
 from rich.text import Text
 
 from bk_spark.admin import doctor as checks
-from bk_spark.cli.common import JsonOpt, UriOpt, console, print_json, setup_logging
+from bk_spark.cli.common import (
+    JsonOpt,
+    UriOpt,
+    cli_security,
+    console,
+    print_json,
+    setup_logging,
+)
 
 STYLES = {checks.OK: "green", checks.INFO: "cyan", checks.WARN: "bold yellow",
           checks.FAIL: "bold red"}
@@ -36,7 +43,8 @@ def doctor(
     print each finding with its remedy. Exit code 0 only when all is well."""
     setup_logging()
     findings = checks.run(metadata_service_uri, open_grace_s=open_grace, sample_s=sample,
-                          cert_files=cert or (), cert_days=cert_days)
+                          cert_files=cert or (), cert_days=cert_days,
+                          security=cli_security())
     well = checks.all_well(findings)
     if as_json:
         print_json({"ok": well, "findings": [f.to_json() for f in findings]})

@@ -37,6 +37,7 @@ def test_client_and_bookie_take_the_max_entry_size_from_one_constant():
 import pytest  # noqa: E402
 import typer  # noqa: E402
 
+from bk_spark.security import ClientSecurity  # noqa: E402
 from bookie_server import main as bookie_main  # noqa: E402
 from bookie_server.config import AutoRecoveryConfig, MiB  # noqa: E402
 
@@ -106,7 +107,8 @@ def _bookie_config(monkeypatch, tmp_path, *args: str) -> tuple[BookieConfig, obj
 
 def test_a_bookie_given_no_options_runs_with_the_dataclass_defaults(monkeypatch, tmp_path):
     cfg, recovery = _bookie_config(monkeypatch, tmp_path, "-m", "zk://127.0.0.1:1/x")
-    assert cfg == BookieConfig(data_dir=tmp_path, port=0, metadata_service_uri="zk://127.0.0.1:1/x")
+    assert cfg == BookieConfig(data_dir=tmp_path, port=0, metadata_service_uri="zk://127.0.0.1:1/x",
+                               security=ClientSecurity.from_env())
     assert recovery == AutoRecoveryConfig()
 
 
@@ -121,3 +123,54 @@ def test_options_given_set_their_fields(monkeypatch, tmp_path):
         monkeypatch, tmp_path, "-m", "zk://127.0.0.1:1/x", "--lost-bookie-recovery-delay",
         "0", "--recovery-password", "p")
     assert recovery == AutoRecoveryConfig(lost_bookie_recovery_delay_s=0.0, passwords=(b"p",))
+
+
+# ------------------------------------------------------------------ credentials as objects
+_ZK_ENV = ("BK_ZK_AUTH_FILE", "BK_ZK_AUTH", "BK_TLS_CA", "BK_TLS_CERT", "BK_TLS_KEY")
+
+
+def test_bk_bookie_zk_auth_file_reaches_the_bookie_as_an_object(monkeypatch, tmp_path):
+    """`bk bookie --zk-auth-file F`: the credentials are read once and carried by the
+    bookie's config (its ZooKeeper sessions and in-process clients take them from there);
+    the process environment is left as it was."""
+    for name in _ZK_ENV:
+        monkeypatch.delenv(name, raising=False)
+    creds = tmp_path / "zk-auth"
+    creds.write_text("bookie:s3cret\n")
+    cfg, _ = _bookie_config(monkeypatch, tmp_path, "--no-register", "--zk-auth-file",
+                            str(creds))
+    assert cfg.security is not None and cfg.zk_security.digest == "bookie:s3cret"
+    assert "s3cret" not in repr(cfg)
+    assert [n for n in _ZK_ENV if n in __import__("os").environ] == []
+
+
+def test_bk_root_security_options_reach_clients_as_an_object(monkeypatch, tmp_path):
+    """`bk --zk-auth-file F --tls-ca CA <command>`: every client of the command gets them
+    (cli_security), and the environment is left as it was, during and after the command."""
+    import os
+
+    from bk_spark.cli import main as bk_main
+    from bk_spark.cli.common import SecurityOptions, cli_security
+    from bk_spark.errors import InvalidConfigError
+    from bk_spark.io import zk as zk_module
+
+    for name in _ZK_ENV:
+        monkeypatch.delenv(name, raising=False)
+    creds, ca = tmp_path / "zk-auth", tmp_path / "ca.pem"
+    creds.write_text("u:p")
+    ca.write_text("not read here")
+    sec = SecurityOptions(tls_ca=ca, zk_auth_file=creds).security()
+    assert (sec.tls_ca, sec.zk.digest) == (str(ca), "u:p")
+    seen = []
+
+    def factory(msu, security=None, **kw):  # the kazoo client factory: what it is handed
+        seen.append((security, dict(os.environ)))
+        raise InvalidConfigError("recorded")
+
+    monkeypatch.setattr(zk_module, "connect_zk", factory)
+    assert bk_main(["--zk-auth-file", str(creds), "--tls-ca", str(ca), "zk-acl", "-m",
+                    "zk://127.0.0.1:1/x"]) == 1
+    (security, env), = seen
+    assert security.digest == "u:p"
+    assert [n for n in _ZK_ENV if n in env or n in os.environ] == []
+    assert cli_security().zk.digest is None  # the options ended with the command
