@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from bk_spark.errors import BKError, InvalidConfigError
-from bk_spark.security import ClientSecurity, read_secret_file
+from bk_spark.metadata_uri import ENV_METADATA_SERVICE_URI
+from bk_spark.security import ENV_ZK_AUTH_FILE, ClientSecurity, read_secret_file
 from bookie_server.config import (
     ON_LOST_DATA,
     AutoRecoveryConfig,
@@ -43,6 +44,10 @@ if TYPE_CHECKING:
     from bookie_server.self_repair import RepairPeers
     from bookie_server.server import BookieServer
 
+
+#: The environment variable of ``--recovery-password`` (``bk bookie``, ``bk autorecovery``):
+#: ledger passwords AutoRecovery may use, separated by spaces (read by the option parser).
+ENV_RECOVERY_PASSWORD = "BK_RECOVERY_PASSWORD"
 
 #: Starts AutoRecovery beside a built (not yet started) bookie server and returns the
 #: function that stops it; called only when the bookie registers in ZooKeeper.
@@ -166,7 +171,7 @@ def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None,
             "--data-dir", help="journal and entry logs (required to run a bookie)")] = None,
         port: Annotated[int | None, field_option("port", "--port", help="gRPC port")] = None,
         metadata_service_uri: Annotated[str | None, typer.Option(
-            "--metadata-service-uri", "-m", envvar="BK_METADATA_SERVICE_URI",
+            "--metadata-service-uri", "-m", envvar=ENV_METADATA_SERVICE_URI,
             help="zk://host:port/root (default: the sandbox's zk://127.0.0.1:2181/ledgers)",
         )] = None,
         host: Annotated[str | None, field_option(
@@ -231,7 +236,7 @@ def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None,
             "allow_admins", "--allow-admin",
             help="identity that may also delete any ledger")] = None,
         zk_auth_file: Annotated[Path | None, typer.Option(
-            "--zk-auth-file", envvar="BK_ZK_AUTH_FILE",
+            "--zk-auth-file", envvar=ENV_ZK_AUTH_FILE,
             help="file holding ZooKeeper credentials user:password")] = None,
         no_register: Annotated[bool, typer.Option(help="do not register in ZooKeeper")] = False,
         rack: Annotated[str | None, field_option(
@@ -245,7 +250,7 @@ def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None,
         audit_interval: AuditIntervalOpt = None,
         open_ledger_grace: OpenLedgerGraceOpt = None,
         recovery_password: Annotated[list[str] | None, typer.Option(
-            "--recovery-password", envvar="BK_RECOVERY_PASSWORD",
+            "--recovery-password", envvar=ENV_RECOVERY_PASSWORD,
             help="a ledger password this bookie's re-replication may use (repeatable; the empty "
                  "one always is). Needed only for 'mac' ledgers: the worker takes other "
                  "ledgers' keys from the copies this bookie holds")] = None,

@@ -30,6 +30,7 @@ from bk_spark.cli import (
 )
 from bk_spark.cli.common import SecurityOptions, err_console, set_security_options
 from bk_spark.errors import BKError
+from bk_spark.security import ENV_TLS_CA, ENV_TLS_CERT, ENV_TLS_KEY, ENV_ZK_AUTH_FILE
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="bk-spark: a replicated, durable log in the design of Apache BookKeeper.")
@@ -59,15 +60,15 @@ bookie.bookie_app.command("repair-status")(bookie.repair_status)
 @app.callback()
 def _client_security(
     tls_ca: Annotated[Path | None, typer.Option(
-        "--tls-ca", envvar="BK_TLS_CA", help="client: PEM CA of the bookies' certificates "
+        "--tls-ca", envvar=ENV_TLS_CA, help="client: PEM CA of the bookies' certificates "
                                              "(turns TLS to bookies on)")] = None,
     tls_cert: Annotated[Path | None, typer.Option(
-        "--tls-cert", envvar="BK_TLS_CERT",
+        "--tls-cert", envvar=ENV_TLS_CERT,
         help="client: PEM certificate for bookies that require one")] = None,
     tls_key: Annotated[Path | None, typer.Option(
-        "--tls-key", envvar="BK_TLS_KEY", help="client: its PEM private key file")] = None,
+        "--tls-key", envvar=ENV_TLS_KEY, help="client: its PEM private key file")] = None,
     zk_auth_file: Annotated[Path | None, typer.Option(
-        "--zk-auth-file", envvar="BK_ZK_AUTH_FILE",
+        "--zk-auth-file", envvar=ENV_ZK_AUTH_FILE,
         help="file holding ZooKeeper credentials user:password (or env BK_ZK_AUTH)")] = None,
 ) -> None:
     # Given before the command (`bk --tls-ca ca.pem ledger list`), they reach every client

@@ -41,6 +41,7 @@ from bk_spark.errors import (
 from bk_spark.io.registration import clear_decommissioning, mark_decommissioning
 from bk_spark.io.underreplication import UnderReplicationManager
 from bookie_server.main import (
+    ENV_RECOVERY_PASSWORD,
     AuditIntervalOpt,
     LostBookieRecoveryDelayOpt,
     OpenLedgerGraceOpt,
@@ -60,7 +61,7 @@ GraceOpt = Annotated[float, typer.Option(
 
 
 PasswordsOpt = Annotated[list[str] | None, typer.Option(
-    "--recovery-password", envvar="BK_RECOVERY_PASSWORD",
+    "--recovery-password", envvar=ENV_RECOVERY_PASSWORD,
     help="a ledger password re-replication may use (repeatable; the empty one always is). "
          "Rarely needed: a worker in a bookie takes a ledger's key from its own copy, one "
          "with a --allow-bookie/--allow-admin certificate from a surviving bookie; a 'mac' "

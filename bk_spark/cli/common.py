@@ -42,6 +42,7 @@ from bk_spark.errors import (
     UnauthorizedError,
 )
 from bk_spark.io.bookie_client import ClientConfig
+from bk_spark.metadata_uri import ENV_METADATA_SERVICE_URI
 from bk_spark.protocol.log_format import Position
 from bk_spark.security import (
     ENV_TLS_CA,
@@ -58,7 +59,7 @@ err_console = Console(stderr=True)
 
 
 UriOpt = Annotated[str | None, typer.Option(
-    "--metadata-service-uri", "-m", envvar="BK_METADATA_SERVICE_URI",
+    "--metadata-service-uri", "-m", envvar=ENV_METADATA_SERVICE_URI,
     help="zk://host:port/root (default: the sandbox's zk://127.0.0.1:2181/ledgers)")]
 
 
