@@ -174,3 +174,37 @@ def test_bk_root_security_options_reach_clients_as_an_object(monkeypatch, tmp_pa
     assert security.digest == "u:p"
     assert [n for n in _ZK_ENV if n in env or n in os.environ] == []
     assert cli_security().zk.digest is None  # the options ended with the command
+
+
+#: The `bk` options that keep a default of their own, not a config dataclass's: each is the
+#: command's own choice (a check's size, a UI port, the empty ledger password, ...). Any
+#: other valued option defaults to None and leaves its setting to the dataclass (or
+#: function) below the CLI, whose default --help shows.
+_OWN_DEFAULTS = {
+    "bk simpletest --ensemble", "bk simpletest --write-quorum", "bk simpletest --ack-quorum",
+    "bk simpletest --entries", "bk simpletest --size", "bk bookie-sanity --entries",
+    "bk bookie-sanity --timeout", "bk recover --open-ledger-grace", "bk ui --port",
+    "bk ui --host", "bk sandbox --data-dir", "bk sandbox start --data-dir",
+    "bk sandbox status --data-dir", "bk sandbox stop --data-dir",
+    "bk bookie decommission --timeout", "bk ledger read --from", "bk ledger read --password",
+    "bk ledger recover --password", "bk ledger delete --password", "bk log show --password",
+    "bk log append --size", "bk log append --password", "bk log read --password",
+    "bk log tail --from", "bk log tail --password", "bk log truncate --password",
+    "bk log delete --password",
+}
+
+
+def test_bk_options_with_a_default_of_their_own_are_only_the_listed_ones():
+    from bk_spark.cli import app
+
+    found = set()
+
+    def walk(command, path: str) -> None:
+        for p in command.params:
+            if _is_option(p) and not p.is_flag and p.default is not None and not p.hidden:
+                found.add(f"{path} {p.opts[0]}")
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, f"{path} {name}")
+
+    walk(typer.main.get_command(app), "bk")
+    assert sorted(found - _OWN_DEFAULTS) == []
