@@ -281,8 +281,7 @@ def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None,
             security = replace(security, zk=replace(security.zk, digest=read_secret_file(
                 zk_auth_file, "ZooKeeper credentials user:password")))
         uri = None if no_register else parse_metadata_service_uri(metadata_service_uri).uri
-        cfg = BookieConfig(data_dir=data_dir, metadata_service_uri=uri, security=security,
-                           **given(
+        options = given(  # the options given; BookieConfig decides the rest
             host=host, port=port, advertised_address=advertised_address,
             metrics_port=metrics_port, max_entry_size=max_entry_size,
             journal_max_group_wait_ms=journal_max_group_wait_ms,
@@ -293,7 +292,9 @@ def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None,
             disk_check_interval_s=disk_check_interval,
             tls_cert=tls_cert, tls_key=tls_key, tls_ca=tls_ca, tls_client_auth=tls_client_auth,
             allow_clients=allow_client, allow_bookies=allow_bookie, allow_admins=allow_admin,
-            rack=rack, on_lost_data=on_lost_data))
+            rack=rack, on_lost_data=on_lost_data)
+        cfg = BookieConfig(data_dir=data_dir, metadata_service_uri=uri, security=security,
+                           **options)
         if autorecovery and start_autorecovery is None:
             raise InvalidConfigError(
                 "--autorecovery: python -m bookie_server runs the bare bookie; run the bookie "
