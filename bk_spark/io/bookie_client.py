@@ -100,16 +100,27 @@ class TlsOptions:
 
 @dataclass(frozen=True)
 class ClientConfig:
-    """Timeouts and batching of bookie RPCs."""
+    """Timeouts and batching of bookie RPCs (``BookKeeperConfig.client``). Each field's
+    docstring is its row of the README's client settings table (:mod:`bk_spark.readme`)."""
 
     add_timeout_s: float = 10.0
+    """seconds an add request to one bookie may take before that bookie counts as failed"""
     read_timeout_s: float = 10.0
+    """seconds a read or LAC request to one bookie may take"""
     max_batch_entries: int = 2048
+    """most entries in one add request to a bookie"""
     max_batch_bytes: int = 8 * MiB
+    """most payload bytes in one add request to a bookie"""
     max_in_flight: int = 2
+    """add requests outstanding per bookie (small requests wait for one of them)"""
     max_in_flight_bytes: int = 32 * MiB
+    """beyond ``max_in_flight``, big requests pipeline while the bookie's requests in flight
+    hold less than this"""
     pipeline_min_bytes: int = 256 * 1024
+    """the smallest request that may pipeline beyond ``max_in_flight``"""
     tls: TlsOptions | None = None
+    """TLS to bookies (CA, client certificate and key); None: from ``security`` (the
+    environment's ``BK_TLS_*`` by default), else plaintext"""
 
     def __post_init__(self) -> None:
         if self.max_in_flight < 1:
