@@ -6,7 +6,9 @@ Each run starts a fresh bookie process (no ZooKeeper) and measures, beside same-
 references:
 
 * ``bookie add 1 KiB, 2000 in flight``: :func:`bench.__main__.bookie_add` (the `make bench`
-  figure), the bookie's CPU per entry from ``/proc/<pid>/stat``;
+  figure) against the disk's batched append rate (256 records per fdatasync, the better of
+  appending and overwriting a preallocated file, as `make bench` compares), the bookie's
+  and the client's CPU per entry from ``/proc/<pid>/stat``;
 * a lone add: serial ``AddEntries`` of one 1 KiB entry through a bare gRPC stub (no
   BookieClient: the bookie's share of a lone add), p50 / p99, against one raw gRPC unary
   round trip (``bench/echo_server.py``) plus one fdatasync of a 1 KiB overwrite of a
@@ -28,7 +30,7 @@ from pathlib import Path
 
 import grpc
 
-from bench.__main__ import ROOT, KiB, bookie_add, pct
+from bench.__main__ import ROOT, KiB, bookie_add, disk_append_rate, pct
 
 SERVICE = "/bkspark.v1.Bookie/"
 
@@ -156,11 +158,14 @@ def main() -> None:
         tmp = Path(tmpd)
         sync = fdatasync_p50(tmp)
         rt = echo_p50()
+        disk = max(disk_append_rate(tmp, 256), disk_append_rate(tmp, 256, preallocated=True))
         print(f"reference: raw gRPC round trip p50 {rt * 1e3:.3f} ms, 1 KiB fdatasync p50 "
-              f"{sync * 1e3:.3f} ms, sum {(rt + sync) * 1e3:.3f} ms", flush=True)
+              f"{sync * 1e3:.3f} ms, sum {(rt + sync) * 1e3:.3f} ms; disk 1 KiB records "
+              f"256/fdatasync {disk:,.0f} rec/s (make bench's reference)", flush=True)
         for rep in range(args.runs):
             r = one_run(tmp, args.n, args.spy, rep)
             print(f"run {rep + 1}: bookie add 1 KiB 2000 in flight {r['eps']:,.0f} e/s "
+                  f"= {r['eps'] / disk:.2f}x disk "
                   f"(p50 {r['p50']:.1f} / p99 {r['p99']:.1f} ms), bookie CPU "
                   f"{r['cpu_us']:.2f} us/entry (client {r['client_us']:.2f}); lone add p50 "
                   f"{r['lone_p50'] * 1e3:.3f} / "
