@@ -209,7 +209,7 @@ class _Waiter:
 
 
 class _Op:
-    """What the apply thread does with one journal record once it is synced."""
+    """What the journal writer applies for one journal record once it is synced."""
 
     __slots__ = ("kind", "state", "batch", "lac", "waiter", "ledger_id")
 
