@@ -30,9 +30,7 @@ from pathlib import Path
 
 import grpc
 
-from bench.__main__ import ROOT, KiB, bookie_add, disk_append_rate, pct
-
-SERVICE = "/bkspark.v1.Bookie/"
+from bench.__main__ import ROOT, KiB, bookie_add, disk_append_rate, lone_adds, pct
 
 
 def proc_cpu_s(pid: int) -> float:
@@ -84,32 +82,6 @@ def echo_p50(n: int = 1000) -> float:
     finally:
         stop_pid(proc.pid)
         proc.wait()
-
-
-def lone_adds(bookie_id: str, n: int = 1000) -> list[float]:
-    """Seconds of each of ``n`` serial one-entry AddEntries through a bare stub."""
-    from bk_spark.proto import bookie_pb2 as pb
-
-    ch = grpc.insecure_channel(bookie_id)
-    add = ch.unary_unary(SERVICE + "AddEntries", request_serializer=None,
-                         response_deserializer=pb.AddResponse.FromString)
-    payload = b"p" * KiB
-    lat = []
-    try:
-        for i in range(n + 100):
-            req = pb.AddRequest(ledger_id=7, master_key=b"k", entries=[pb.Entry(
-                ledger_id=7, entry_id=i, lac=i - 1, payload=payload, digest=b"\0" * 12)]
-            ).SerializeToString()
-            t = time.perf_counter()
-            resp = add(req)
-            dt = time.perf_counter() - t
-            if resp.status != pb.OK:
-                raise RuntimeError(resp.message)
-            if i >= 100:
-                lat.append(dt)
-    finally:
-        ch.close()
-    return lat
 
 
 def one_run(tmp: Path, n: int, spy: Path | None, rep: int) -> dict:
