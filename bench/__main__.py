@@ -190,6 +190,32 @@ def bookie_add(bookie_id: str, n: int, size: int = KiB, in_flight: int = 2000
     return n / dt, n * size / dt / 1e6, pct(tally.lat, 0.5) * 1e3, pct(tally.lat, 0.99) * 1e3
 
 
+def lone_adds(bookie_id: str, n: int = 1000) -> list[float]:
+    """Seconds of each of ``n`` serial one-entry AddEntries through a bare stub."""
+    from bk_spark.proto import bookie_pb2 as pb
+
+    ch = grpc.insecure_channel(bookie_id)
+    add = ch.unary_unary("/bkspark.v1.Bookie/AddEntries", request_serializer=None,
+                         response_deserializer=pb.AddResponse.FromString)
+    payload = b"p" * KiB
+    lat = []
+    try:
+        for i in range(n + 100):
+            req = pb.AddRequest(ledger_id=7, master_key=b"k", entries=[pb.Entry(
+                ledger_id=7, entry_id=i, lac=i - 1, payload=payload, digest=b"\0" * 12)]
+            ).SerializeToString()
+            t = time.perf_counter()
+            resp = add(req)
+            dt = time.perf_counter() - t
+            if resp.status != pb.OK:
+                raise RuntimeError(resp.message)
+            if i >= 100:
+                lat.append(dt)
+    finally:
+        ch.close()
+    return lat
+
+
 def bookie_add_per_entry(bookie_id: str, n: int, size: int = KiB, in_flight: int = 2000
                          ) -> float:
     """entries/s of adds to one bookie by a client that builds and queues each entry on
@@ -479,6 +505,12 @@ def main() -> None:
                               extra_args=["--no-register"])
             b.start()
             try:
+                lone = lone_adds(b.bookie_id, 500)
+                ref_ms = 1e3 / calls + 1e3 / disk[1]
+                res.add("bookie lone add (1 KiB, one at a time, bare stub) p50 / p99",
+                        f"{pct(lone, 0.5) * 1e3:.2f} / {pct(lone, 0.99) * 1e3:.2f} ms",
+                        f"{ref_ms:.2f} ms raw gRPC round trip + one fdatasync",
+                        f"p50 {pct(lone, 0.5) * 1e3 / ref_ms:.2f}x")
                 bookie_add(b.bookie_id, n_adds)  # entries for the read figures
                 eps_single = bookie_add_per_entry(b.bookie_id, n_adds)
                 res.add("bookie add 1 KiB, per-entry client (one pb.Entry + callback each)",

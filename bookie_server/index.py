@@ -84,6 +84,9 @@ INDEX_SUFFIX = ".idx"
 #: A write beyond the dense part of an :class:`EntryIndex` by more than this many ids goes
 #: to its sparse dict instead of growing the arrays over the gap.
 DENSE_MAX_GAP = 1 << 16
+#: Batches of at most this many entries are indexed one by one (a lone add's), larger ones
+#: in numpy (:meth:`EntryIndex.put_batch`).
+SMALL_BATCH = 8
 
 
 class EntryIndex:
@@ -207,9 +210,14 @@ class EntryIndex:
         ``join_location(base_high + high_of(spans[i]), length_of(spans[i]))`` (the batch's
         location plus the entry's span, :class:`bookie_server.journal.AddBatch`). Strictly
         ascending ids within the dense part's reach (every batch a writer sends) are set in
-        numpy, ~20x faster than one by one; anything else goes one by one."""
+        numpy, ~20x faster than one by one; anything else, and a batch of at most
+        :data:`SMALL_BATCH` entries, goes one by one."""
         n = len(entry_ids)
         if n == 0:
+            return
+        if n <= SMALL_BATCH:  # numpy's fixed cost (~8 us) is more than a few entries' own
+            for entry_id, span in zip(entry_ids, spans, strict=True):
+                self[entry_id] = join_location(base_high + high_of(span), length_of(span))
             return
         ids = np.asarray(entry_ids, dtype=np.int64)
         if self._first < 0 and not self._sparse:

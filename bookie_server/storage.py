@@ -12,12 +12,20 @@ A write request goes through three steps, each in one place:
    requests were accepted: an add accepted before a fence is synced no later than the fence
    and applied before it.
 2. **Journal** (:mod:`bookie_server.journal`): the writer thread writes every queued record
-   with one write and one fdatasync (group commit) and hands the group to the apply thread.
-3. **Apply** (apply thread, :meth:`BookieStorage._apply_group`): under the state lock, the
-   entries of the whole group go to the current entry log with one write, then the index,
-   LAC and ledger states are updated in journal order, and only then are the waiting
-   callers released. So an acknowledged add is durable (journal) and readable (index), and
-   a fence returns a LAC and last entry that include every add accepted before it.
+   with one write and one fdatasync (group commit).
+3. **Apply** (the same journal writer thread, right after the group's fdatasync,
+   :meth:`BookieStorage._on_synced`): under the state lock, the entries of the whole group
+   go to the current entry log with one write, then the index, LAC and ledger states are
+   updated in journal order, and only then are the waiting callers released. So an
+   acknowledged add is durable (journal) and readable (index), and a fence returns a LAC
+   and last entry that include every add accepted before it.
+
+Thread hand-offs of one request (issue 28): gRPC's poll thread -> an RPC pool thread
+(accept) -> the journal writer (write, fdatasync, apply, release) -> the pool thread
+(answer) -> the poll thread: two from arrival to the journal write, two from the fdatasync
+to the answer. Applying on the writer thread costs the next group the time of one
+entry-log copy (page cache) and a numpy index update; the records queued meanwhile join
+that next group.
 
 A **checkpoint** (every ``checkpoint_interval_s``, on :meth:`~BookieStorage.close`, before
 GC deletes logs) takes the applied journal position and the changed ledger states under
@@ -64,7 +72,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import queue
 import random
 import struct
 import threading
@@ -202,7 +209,7 @@ class _Waiter:
 
 
 class _Op:
-    """What the apply thread does with one journal record once it is synced."""
+    """What the journal writer applies for one journal record once it is synced."""
 
     __slots__ = ("kind", "state", "batch", "lac", "waiter", "ledger_id")
 
@@ -282,10 +289,8 @@ class BookieStorage:
             preallocate=config.journal_preallocate,
             on_sync=self._metrics.journal_sync,
         )
-        self._apply_queue: queue.SimpleQueue = queue.SimpleQueue()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._apply_thread: threading.Thread | None = None
         self._started = False
         self._closed = False
         self._failure: BaseException | None = None
@@ -330,10 +335,6 @@ class BookieStorage:
             )
         self._applied_pos = self._journal.start(min_seq=end.seq)
         self._started = True
-        self._apply_thread = threading.Thread(
-            target=self._run_apply, name="storage-apply", daemon=True
-        )
-        self._apply_thread.start()
         self.checkpoint()
         self.check_disk()
         cfg = self.config
@@ -360,10 +361,7 @@ class BookieStorage:
         self._stop.set()
         for thread in self._threads:
             thread.join()
-        self._journal.close()  # writes and syncs everything already accepted
-        self._apply_queue.put(None)
-        if self._apply_thread is not None:
-            self._apply_thread.join()
+        self._journal.close()  # writes, syncs and applies everything already accepted
         with self._lac_cond:
             self._lac_cond.notify_all()
         try:
@@ -573,32 +571,28 @@ class BookieStorage:
     # -- apply -------------------------------------------------------------------------------
 
     def _on_synced(self, records: list[JournalRecord], end: JournalPosition) -> None:
-        self._apply_queue.put((records, end))
+        """Apply a synced group and release its waiters (journal writer thread, after the
+        group's fdatasync: no hand-off to another thread between the sync and the ack)."""
+        error = self._failure
+        if error is None:
+            try:
+                self._apply_group(records, end)
+            except BaseException as exc:  # noqa: BLE001 - fail the storage, not the writer
+                log.exception("applying journaled changes failed")
+                self._fail(exc)
+                error = exc
+        self._release(records, error)
 
     def _on_journal_failed(self, records: list[JournalRecord], error: BaseException) -> None:
         self._fail(error)
-        self._apply_queue.put((records, error))
+        self._release(records, error)
 
-    def _run_apply(self) -> None:
-        while True:
-            item = self._apply_queue.get()
-            if item is None:
-                return
-            records, end = item
-            error: BaseException | None = end if isinstance(end, BaseException) else None
-            if error is None and self._failure is not None:
-                error = self._failure
-            if error is None:
-                try:
-                    self._apply_group(records, end)
-                except BaseException as exc:  # noqa: BLE001 - fail the storage, not the thread
-                    log.exception("applying journaled changes failed")
-                    self._fail(exc)
-                    error = exc
-            for record in records:
-                op = record.token
-                if op is not None and op.waiter is not None:
-                    op.waiter.done(error)
+    @staticmethod
+    def _release(records: list[JournalRecord], error: BaseException | None) -> None:
+        for record in records:
+            op = record.token
+            if op is not None and op.waiter is not None:
+                op.waiter.done(error)
 
     def _apply_group(self, records: list[JournalRecord], end: JournalPosition) -> None:
         """Apply one synced group in journal order: one entry-log write for all its adds."""

@@ -15,7 +15,7 @@ So every background writer goes through here: :func:`write_paced` writes a file 
 (``sync_file_range(WAIT_BEFORE | WRITE | WAIT_AFTER)``) before queueing the next, so at any
 moment at most one chunk of background data is queued in front of a journal sync; the
 entry logs' flusher (:class:`bookie_server.entrylog.EntryLogs`) writes back what the
-apply thread appended with :func:`write_back` as it goes, so a checkpoint's ``fdatasync``
+journal writer appended with :func:`write_back` as it goes, so a checkpoint's ``fdatasync``
 finds almost nothing left to write.
 
 None of this replaces a sync: ``sync_file_range`` makes no durability promise (no file

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from bookie_server.index import DENSE_MAX_GAP, EntryIndex
+from bookie_server.index import DENSE_MAX_GAP, SMALL_BATCH, EntryIndex
 from bookie_server.location import pack_location
 
 
@@ -85,7 +85,8 @@ def test_put_batch_sets_the_same_locations_as_single_sets():
     base_high = (5 << 40) | 4096
     batches = [
         [e for e in range(0, 300) if e % 3],  # a bookie's share: holes
-        [301, 302, 304],
+        [301, 302, 304],  # a lone add's few: one by one (SMALL_BATCH)
+        list(range(310, 310 + 2 * SMALL_BATCH, 2)),  # just past SMALL_BATCH: numpy
         [400, 399],  # descending: one by one
         [500, 500],  # twice in one batch: the later wins, as in a dict
         [DENSE_MAX_GAP * 4],  # far past the end: sparse
