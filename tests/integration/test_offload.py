@@ -1,0 +1,211 @@
+"""Tiered storage against real bookies and ZooKeeper: closed ledgers of a log offloaded to
+Parquet (Pulsar's LedgerOffloader, in one CAS loop) and read back transparently.
+
+Ledgers carry a password and the writer is left open, as a user's would be.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from bk_spark.core import BookKeeper
+from bk_spark.errors import LogTruncatedError, NoSuchLedgerError
+from bk_spark.log import (
+    Position,
+    delete_log,
+    log_metadata,
+    open_log_reader,
+    open_log_view,
+    open_log_writer,
+    truncate_log,
+    update_log_properties,
+)
+from bk_spark.log.store import update_log
+from bk_spark.offload.metrics import OffloadMetrics
+from bk_spark.offload.offloader import Offloader, OffloaderConfig, offload_ledger
+from bk_spark.protocol import offload_rules as rules
+
+PW = b"p"
+
+
+@pytest.fixture
+def bk(module_cluster) -> Iterator[BookKeeper]:
+    client = BookKeeper(module_cluster.uri)
+    yield client
+    client.close()
+
+
+def _offloader(bk: BookKeeper) -> Offloader:
+    return Offloader(bk, "test", OffloaderConfig(passwords=(b"", PW)), OffloadMetrics())
+
+
+def _policy(bk: BookKeeper, name: str, target: str, after: str = "0", lag_ms: int = -1
+            ) -> None:
+    update_log_properties(bk, name, {rules.POLICY_PROPERTY: rules.OffloadPolicy(
+        after=after, target=target, deletion_lag_ms=lag_ms).to_json()})
+
+
+def _write(bk: BookKeeper, name: str, n: int, per_ledger: int = 4):
+    """A log of ``n`` records (every 7th null) in ledgers of ``per_ledger``, all closed (a
+    last roll: every record is readable); the writer is returned open on an empty ledger."""
+    w = open_log_writer(bk, name, password=PW, roll_max_entries=per_ledger,
+                        ensemble_size=3, write_quorum_size=2, ack_quorum_size=2)
+    for i in range(n):
+        w.append(None if i % 7 == 3 else f"r{i}".encode())
+    w.roll()
+    return w
+
+
+def _records(bk: BookKeeper, name: str, **kw) -> list[tuple]:
+    with open_log_reader(bk, name, password=PW, **kw) as r:
+        return [(x.position.ledger_id, x.position.entry_id, x.position.ledger_index,
+                 x.payload, x.timestamp_ms) for x in r.read_available()]
+
+
+def _tiers(bk: BookKeeper, name: str) -> list[str]:
+    view = open_log_view(bk, name)
+    states = rules.states_of(view.md.properties)
+    return [rules.tier(states.get(r.ledger_id)).value for r in view.ledgers()]
+
+
+def test_offloaded_ledgers_read_back_the_same_records_positions_and_timestamps(
+        bk, tmp_path: Path):
+    name = "off-same"
+    w = _write(bk, name, 19)
+    before = _records(bk, name)
+    _policy(bk, name, tmp_path.as_uri())
+    _offloader(bk).tick()
+    tiers = _tiers(bk, name)
+    assert tiers[:-1] == ["both"] * (len(tiers) - 1) and tiers[-1] == "bookies"  # open one
+    assert _records(bk, name) == before
+    # from a position inside an offloaded ledger, and from a timestamp
+    second = before[5]
+    assert _records(bk, name, start=Position(second[0], second[1], second[2])) == before[5:]
+    assert _records(bk, name, timestamp_ms=before[9][4])[0][4] >= before[9][4]
+    # the offload path is a Parquet table on its own: every offloaded row once
+    table = pq.read_table(tmp_path / name).sort_by([("ledger_id", "ascending"),
+                                                    ("entry_id", "ascending")])
+    assert table.num_rows == len(before)
+    assert list(zip(table.column("ledger_id").to_pylist(), table.column("entry_id").to_pylist(),
+                    table.column("value").to_pylist(), strict=True)) == \
+        [(a, b, d) for a, b, _c, d, _e in before]
+    assert None in table.column("value").to_pylist()
+    # a second pass changes nothing (offloading twice is harmless)
+    md = log_metadata(bk, name)
+    _offloader(bk).tick()
+    assert log_metadata(bk, name).properties == md.properties
+    w.close()
+
+
+def test_a_crashed_attempt_never_counts_and_the_next_one_removes_its_file(bk, tmp_path):
+    name = "off-crash"
+    _write(bk, name, 5)
+    view = open_log_view(bk, name)
+    first = view.ledgers()[0]
+    # what an offloader killed mid-file leaves: an id recorded, half a file at its path
+    stale = rules.OffloadState("crashed0000", tmp_path.as_uri())
+    update_log(bk, name, needs_change=lambda m: True, make_change=lambda m: m.with_properties(
+        lambda p: rules.with_state(p, first.ledger_id, stale)))
+    stale_path = rules.offload_file(name, view.md.log_id, first.ledger_id, stale)
+    Path(stale_path.removeprefix("file://")).parent.mkdir(parents=True)
+    Path(stale_path.removeprefix("file://")).write_bytes(b"PAR1 half a file")
+    before = _records(bk, name)  # read from the bookies: not complete
+    assert _tiers(bk, name)[0] == "offloading"
+    _policy(bk, name, tmp_path.as_uri())
+    state = offload_ledger(bk, name, first.ledger_id, (PW,), None)
+    assert state is not None and state.complete and state.offload_id != "crashed0000"
+    assert not Path(stale_path.removeprefix("file://")).exists()
+    assert _records(bk, name) == before
+
+
+def test_deletion_lag_drops_the_bookie_copy_and_reads_go_on_from_parquet(bk, tmp_path):
+    name = "off-lag"
+    w = _write(bk, name, 10)
+    before = _records(bk, name)
+    # a reader that started on the bookies, before the offload
+    reader = open_log_reader(bk, name, password=PW)
+    it = reader.read_available()
+    got = [next(it) for _ in range(2)]
+    _policy(bk, name, tmp_path.as_uri(), lag_ms=0)
+    off = _offloader(bk)
+    off.tick()
+    off.tick()  # the deletion lag (0) passed: the bookie copies go
+    ids = [r.ledger_id for r in open_log_view(bk, name).ledgers()]
+    assert _tiers(bk, name)[:2] == ["offloaded", "offloaded"]
+    with pytest.raises(NoSuchLedgerError):
+        bk.ledger_metadata(ids[0])
+    got += list(it)
+    reader.close()
+    assert [(x.position.ledger_id, x.position.entry_id, x.payload, x.timestamp_ms)
+            for x in got] == [(a, b, d, e) for a, b, _c, d, e in before]
+    assert _records(bk, name) == before
+    # truncation: metadata first, then the bookie ledgers and the Parquet files
+    files_before = sorted(p.name for p in (tmp_path / name).rglob("*.parquet"))
+    assert len(files_before) == 3  # 4 + 4 + 2 records
+    truncate_log(bk, name, Position(ids[1], 0, 1), PW)
+    assert sorted(p.name for p in (tmp_path / name).rglob("*.parquet")) == files_before[1:]
+    assert _records(bk, name) == [r for r in before if r[0] != ids[0]]
+    with pytest.raises(LogTruncatedError):
+        _records(bk, name, start=Position(ids[0], 0, 0))
+    w.close()
+    delete_log(bk, name, PW)
+    assert list((tmp_path / name).rglob("*.parquet")) == []
+
+
+def test_an_unreachable_target_is_retried_reads_stay_on_bookies_and_nothing_is_deleted(
+        bk, tmp_path):
+    name = "off-unreachable"
+    _write(bk, name, 6)
+    before = _records(bk, name)
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_bytes(b"")  # a file where the target directory should be
+    _policy(bk, name, blocker.as_uri() + "/sub", lag_ms=0)
+    off = _offloader(bk)
+    off.tick()
+    assert off.metrics.failures._value.get() >= 1
+    assert _tiers(bk, name)[0] == "offloading"
+    assert _records(bk, name) == before
+    for r in open_log_view(bk, name).ledgers():
+        bk.ledger_metadata(r.ledger_id)  # still on the bookies
+    _policy(bk, name, (tmp_path / "ok").as_uri(), lag_ms=-1)  # reachable again
+    off.tick()
+    assert _tiers(bk, name)[0] == "both"
+    assert _records(bk, name) == before
+
+
+def test_the_elected_offloader_offloads_a_ledger_within_seconds_of_its_close(
+        module_cluster, bk, tmp_path):
+    """Two contenders, one elected; policy 0: a closed ledger is complete within 10 s."""
+    from bk_spark.offload.service import OffloaderService
+
+    services = [OffloaderService(module_cluster.uri, OffloaderConfig(
+        passwords=(PW,), default_target=tmp_path.as_uri(), tick_s=0.2), identity=f"o{i}")
+        for i in range(2)]
+    for s in services:
+        s.start()
+    try:
+        name = "off-elected"
+        w = open_log_writer(bk, name, password=PW)
+        for i in range(4):
+            w.append(f"e{i}".encode())
+        update_log_properties(bk, name, {rules.POLICY_PROPERTY: rules.OffloadPolicy(
+            after="0").to_json()})
+        closed_at = time.monotonic()
+        w.roll()
+        while _tiers(bk, name)[0] != "both":
+            assert time.monotonic() - closed_at < 10
+            time.sleep(0.1)
+        assert sum(s.metrics.elected._value.get() for s in services) == 1
+        w.close()
+    finally:
+        stops = [threading.Thread(target=s.stop) for s in services]
+        for t in stops:
+            t.start()
+        for t in stops:
+            t.join()
