@@ -45,6 +45,9 @@ class AutoRecoveryOptions:
     audit_interval_s: float
     open_ledger_grace_s: float
     passwords: tuple[bytes, ...] = ()  # ledger passwords its re-replication may use
+    run_autorecovery: bool = True  # False: only the offloader (--no-autorecovery --offload)
+    offload: bool = False  # --offload: an offloader contender too (bk_spark.offload)
+    offload_target: str | None = None  # --offload-target
 
 
 #: Starts AutoRecovery beside a built (not yet started) bookie server and returns the
@@ -188,6 +191,14 @@ def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None,
                  f"wiped or replaced disk): {' | '.join(ON_LOST_DATA)} (default: "
                  f"{config_default('on_lost_data')}): repair itself from the other replicas "
                  f"before serving, or refuse to start (BookKeeper's default)")] = None,
+        offload: Annotated[bool, typer.Option(
+            "--offload/--no-offload", help="run an offloader contender in this process (tiered "
+            "storage of closed ledgers to Parquet; ledger passwords: --recovery-password)")
+        ] = False,
+        offload_target: Annotated[str | None, typer.Option(
+            "--offload-target", envvar="BK_OFFLOAD_TARGET", show_default=False,
+            help="offload target of logs whose policy names none (file:///dir, s3://b/p)")
+        ] = None,
         debug_expose_session: Annotated[bool, typer.Option(
             "--debug-expose-session", hidden=True,
             help="fault injection: write the ZooKeeper session to <data-dir>/zk-session")
@@ -218,7 +229,7 @@ def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None,
             allow_clients=tuple(allow_client or ()), allow_bookies=tuple(allow_bookie or ()),
             allow_admins=tuple(allow_admin or ()), rack=rack,
             **({} if on_lost_data is None else {"on_lost_data": on_lost_data}))
-        if autorecovery and start_autorecovery is None:
+        if (autorecovery or offload) and start_autorecovery is None:
             raise InvalidConfigError(
                 "--autorecovery: python -m bookie_server runs the bare bookie; run the bookie "
                 "with `bk bookie` for an in-process AutoRecovery (or `bk autorecovery` beside it)")
@@ -238,11 +249,12 @@ def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None,
 
             os.environ[SESSION_FILE_ENV] = str(data_dir / "zk-session")
         recovery = None
-        if autorecovery and uri:
+        if (autorecovery or offload) and uri:
             recovery = AutoRecoveryOptions(
                 lost_bookie_recovery_delay_s=lost_bookie_recovery_delay,
                 audit_interval_s=audit_interval, open_ledger_grace_s=open_ledger_grace,
-                passwords=tuple(p.encode() for p in recovery_password or ()))
+                passwords=tuple(p.encode() for p in recovery_password or ()),
+                run_autorecovery=autorecovery, offload=offload, offload_target=offload_target)
         run_bookie(cfg, autorecovery=recovery, start_autorecovery=start_autorecovery,
                    start_http=start_http, make_repair_peers=make_repair_peers,
                    passwords=tuple(p.encode() for p in recovery_password or ()))

@@ -42,6 +42,19 @@ def _start_autorecovery(server: BookieServer, options: AutoRecoveryOptions) -> C
     Replication Worker in the bookie's process, on its metrics registry; returns their stop."""
 
     cfg = server.config
+    stops: list[Callable[[], None]] = []
+    if options.offload:
+        from bk_spark.offload.offloader import OffloaderConfig
+        from bk_spark.offload.service import OffloaderService
+
+        offloader = OffloaderService(cfg.metadata_service_uri or "", OffloaderConfig(
+            passwords=tuple(dict.fromkeys((b"", *options.passwords))),
+            default_target=options.offload_target), identity=cfg.bookie_id,
+            registry=server.metrics.registry, security=_bookie_client_security(cfg))
+        offloader.start_in_background()
+        stops.append(offloader.stop)
+    if not options.run_autorecovery:
+        return lambda: [stop() for stop in stops] and None
     recovery = AutoRecoveryService(cfg.metadata_service_uri, AutoRecoveryConfig(
         lost_bookie_recovery_delay_s=options.lost_bookie_recovery_delay_s,
         audit_interval_s=options.audit_interval_s,
@@ -55,7 +68,8 @@ def _start_autorecovery(server: BookieServer, options: AutoRecoveryOptions) -> C
         # holds a copy of with no password configured (nothing crosses the network)
         local_key=server.storage.master_key)
     recovery.start_in_background()
-    return recovery.stop
+    stops.append(recovery.stop)
+    return lambda: [stop() for stop in stops] and None
 
 
 def _start_http(server: BookieServer, options: AutoRecoveryOptions | None
@@ -67,7 +81,7 @@ def _start_http(server: BookieServer, options: AutoRecoveryOptions | None
     assert server.config.http_port is not None
     return start_for_bookie(
         server, server.config.http_port, security=_bookie_client_security(server.config),
-        lost_bookie_recovery_delay_s=None if options is None
+        lost_bookie_recovery_delay_s=None if options is None or not options.run_autorecovery
         else options.lost_bookie_recovery_delay_s)
 
 
