@@ -96,3 +96,21 @@ def test_an_arrow_log_offloads_its_typed_columns_and_reads_back_the_same(
     assert table.schema.names[:2] == ["n", "s"] and table.num_rows == 50
     path = rules.offload_dir((tmp_path / "t").as_uri(), name, view.md.log_id)
     assert sorted(spark.read.parquet(path).select("n", "s").collect()) == sorted(df.collect())
+
+
+def test_read_log_unions_spark_parquet_scan_with_the_source_exactly_at_the_boundary(
+        spark, bk, uri, log_name, tmp_path):
+    from bk_spark.spark import read_log as read_both
+
+    name = log_name()
+    w = _fill(bk, name, 20, every=6)  # 6, 6, 6 closed, the open one on bookies
+    _offload(bk, name, tmp_path / "t", lag_ms=-1)
+    for i in range(20, 23):
+        w.append(f"{name}:{i}".encode())
+    expected = sorted(tuple(r) for r in read_log(spark, uri, name, password=PW).collect())
+    df = read_both(spark, name, uri=uri, password=PW)
+    got = sorted(tuple(r) for r in df.collect())
+    assert got == expected and len({(r[1], r[2]) for r in got}) == len(got)
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    assert "FileScan parquet" in plan or "Parquet" in plan
+    w.close()
