@@ -355,11 +355,13 @@ def start_offload(state: OffloadState | None, new_id: str, target: str
 
 def offload_dir(target: str, log_name: str, log_id: str) -> str:
     """The directory holding a log's Parquet files under ``target`` (a log recreated under
-    the same name gets another directory: its log id differs)."""
-    return f"{target.rstrip('/')}/{log_name}/{log_id or 'log'}"
+    the same name gets another directory: its log id differs). A query in ``target``
+    (``?endpoint_override=...``: filesystem options) stays at the end."""
+    base, sep, query = target.partition("?")
+    return f"{base.rstrip('/')}/{log_name}/{log_id or 'log'}{sep}{query}"
 
 
 def offload_file(log_name: str, log_id: str, ledger_id: int, state: OffloadState) -> str:
     """The file an attempt writes (step 2): named by the ledger and the attempt's id."""
-    return (f"{offload_dir(state.target, log_name, log_id)}/"
-            f"ledger-{ledger_id:019d}-{state.offload_id}.parquet")
+    base, sep, query = offload_dir(state.target, log_name, log_id).partition("?")
+    return f"{base}/ledger-{ledger_id:019d}-{state.offload_id}.parquet{sep}{query}"

@@ -206,3 +206,44 @@ def test_bookies_run_with_offload_elect_one_offloader_that_offloads_within_secon
         assert [r.payload for r in open_log_reader(bk, name, password=PW).read_available()] \
             == [f"e{i}".encode() for i in range(4)]
         w.close()
+
+
+def test_an_s3_target_offloads_reads_and_truncates_through_an_s3_emulator(
+        bk, monkeypatch):
+    """S3 through pyarrow's S3 filesystem against moto's server (an emulator of the S3
+    API, started and stopped here: not a real object store). Credentials come from the
+    environment and are never part of the recorded target."""
+    import pyarrow.fs as pafs
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test-key")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test-secret")
+        monkeypatch.setenv("AWS_REGION", "us-east-1")
+        s3 = pafs.S3FileSystem(endpoint_override=f"http://{host}:{port}", scheme="http",
+                               allow_bucket_creation=True)
+        s3.create_dir("offload")
+        target = f"s3://offload/tier?endpoint_override=http://{host}:{port}&scheme=http"
+        name = "off-s3"
+        w = _write(bk, name, 9)
+        before = _records(bk, name)
+        _policy(bk, name, target, lag_ms=0)
+        off = _offloader(bk)
+        off.tick()
+        off.tick()
+        assert _tiers(bk, name)[:3] == ["offloaded"] * 3
+        assert "test-secret" not in str(log_metadata(bk, name).properties)
+        listed = s3.get_file_info(pafs.FileSelector("offload/tier", recursive=True))
+        objects = sorted(i.path for i in listed if i.type == pafs.FileType.File)
+        assert len(objects) == 3
+        assert _records(bk, name) == before
+        ids = [r.ledger_id for r in open_log_view(bk, name).ledgers()]
+        truncate_log(bk, name, Position(ids[1], 0, 1), PW)
+        listed = s3.get_file_info(pafs.FileSelector("offload/tier", recursive=True))
+        assert sorted(i.path for i in listed if i.type == pafs.FileType.File) == objects[1:]
+        w.close()
+    finally:
+        server.stop()

@@ -149,3 +149,8 @@ def test_each_attempt_writes_its_own_file():
     a = offload_file("ev", "lid", 7, OffloadState("a", "file:///t/"))
     b = offload_file("ev", "lid", 7, OffloadState("b", "file:///t/"))
     assert a == "file:///t/ev/lid/ledger-0000000000000000007-a.parquet" and a != b
+
+
+def test_a_target_query_stays_at_the_end_of_the_file_uri():
+    f = offload_file("ev", "lid", 7, OffloadState("a", "s3://b/p?endpoint_override=h&x=1"))
+    assert f == "s3://b/p/ev/lid/ledger-0000000000000000007-a.parquet?endpoint_override=h&x=1"
