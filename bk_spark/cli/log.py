@@ -534,6 +534,10 @@ def log_set(
     offload_deletion_lag: Annotated[str | None, typer.Option(
         "--offload-deletion-lag", help="how long a bookie copy is kept once its offload is "
         "complete (30s, 4h; -1 keeps both copies; default 4h)", show_default=False)] = None,
+    offload_iceberg_catalog: Annotated[str | None, typer.Option(
+        "--offload-iceberg-catalog", help="also commit the offloaded files to an Apache "
+        "Iceberg table in this catalog (sqlite:///path/catalog.db: pyiceberg's SQL catalog "
+        "on SQLite; 'off': none)", show_default=False)] = None,
     metadata_service_uri: UriOpt = None, as_json: JsonOpt = False,
 ) -> None:
     """Change a log's settings: its offload policy (tiered storage to Parquet)."""
@@ -552,11 +556,14 @@ def log_set(
             after=offload_after if offload_after is not None else base.after,
             target=offload_target if offload_target is not None else base.target,
             deletion_lag_ms=offload_rules.parse_lag_ms(offload_deletion_lag)
-            if offload_deletion_lag is not None else base.deletion_lag_ms)
+            if offload_deletion_lag is not None else base.deletion_lag_ms,
+            iceberg_catalog=base.iceberg_catalog if offload_iceberg_catalog is None
+            else None if offload_iceberg_catalog == "off" else offload_iceberg_catalog)
         props[offload_rules.POLICY_PROPERTY] = new.to_json()
         return props
 
-    if offload_after is None and offload_target is None and offload_deletion_lag is None:
+    if offload_after is None and offload_target is None and offload_deletion_lag is None \
+            and offload_iceberg_catalog is None:
         raise InvalidConfigError("nothing to set: give --offload-after, --offload-target or "
                                  "--offload-deletion-lag")
     with connect(metadata_service_uri) as bk, explained(name):

@@ -314,6 +314,8 @@ class Offloader:
             if offload_ledger(self.bk, name, todo[0].ledger_id, cfg.passwords,
                               cfg.default_target, self.metrics) is None:
                 break
+        if policy.iceberg_catalog:
+            self.sync_iceberg(name, policy)
         now = now_ms()
         lag_s = 0.0
         if todo:
@@ -324,3 +326,19 @@ class Offloader:
                 drop_bookie_copy(self.bk, name, lid, cfg.passwords, policy.deletion_lag_ms,
                                  now)
         return lag_s
+
+    def sync_iceberg(self, name: str, policy: rules.OffloadPolicy) -> None:
+        """Commit the log's offloaded prefix to its Iceberg table, in log order; expire the
+        files of truncated ledgers (:func:`bk_spark.offload.iceberg.sync_table`)."""
+        from bk_spark.offload.iceberg import sync_table
+
+        store = log_store(self.bk)
+        md = store.read(name).value
+        ledgers = LogView(store, name, md).ledgers()
+        states = rules.states_of(md.properties)
+        prefix = rules.offloaded_prefix(ledgers, states)
+        files = [(r.ledger_id, rules.offload_file(name, md.log_id, r.ledger_id,
+                                                   states[r.ledger_id])) for r in prefix]
+        target = (policy.target or self.config.default_target or "").split("?", 1)[0]
+        sync_table(policy.iceberg_catalog or "", f"{target.rstrip('/')}/_iceberg", name,
+                   files)

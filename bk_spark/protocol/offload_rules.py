@@ -31,7 +31,8 @@ Properties layout::
 
     "bk-spark.offload": {"after": "0" | "<n>" | "<size>" | "<duration>",
                          "target": "<pyarrow filesystem URI>" | null,
-                         "deletion_lag_ms": <ms> | -1}
+                         "deletion_lag_ms": <ms> | -1,
+                         "iceberg_catalog": "<catalog URI>"}     (optional)
     "bk-spark.offloaded": {"<ledger id>": {"id": "<offload id>", "target": "<URI>",
                            "done_ms": <ms>, "rows": n, "entries": n, "bytes": n,
                            "crc": <crc32 of values>, "dropped": true}}
@@ -116,6 +117,9 @@ class OffloadPolicy:
     after: str = "0"
     target: str | None = None
     deletion_lag_ms: int = DEFAULT_DELETION_LAG_MS
+    #: An Iceberg catalog URI (``sqlite:///path/catalog.db``: pyiceberg's SQL catalog on
+    #: SQLite) the offloaded files are committed to; None: no Iceberg table.
+    iceberg_catalog: str | None = None
 
     def __post_init__(self) -> None:
         parse_after(self.after)
@@ -132,13 +136,17 @@ class OffloadPolicy:
         return parse_after(self.after)[1]
 
     def to_json(self) -> dict[str, Any]:
-        return {"after": self.after, "target": self.target,
-                "deletion_lag_ms": self.deletion_lag_ms}
+        d: dict[str, Any] = {"after": self.after, "target": self.target,
+                             "deletion_lag_ms": self.deletion_lag_ms}
+        if self.iceberg_catalog is not None:
+            d["iceberg_catalog"] = self.iceberg_catalog
+        return d
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> OffloadPolicy:
         return cls(after=str(d.get("after", "0")), target=d.get("target"),
-                   deletion_lag_ms=int(d.get("deletion_lag_ms", DEFAULT_DELETION_LAG_MS)))
+                   deletion_lag_ms=int(d.get("deletion_lag_ms", DEFAULT_DELETION_LAG_MS)),
+                   iceberg_catalog=d.get("iceberg_catalog"))
 
 
 def policy_of(properties: Mapping[str, Any]) -> OffloadPolicy | None:

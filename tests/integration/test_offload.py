@@ -247,3 +247,34 @@ def test_an_s3_target_offloads_reads_and_truncates_through_an_s3_emulator(
         w.close()
     finally:
         server.stop()
+
+
+def test_offloaded_files_are_committed_to_an_iceberg_table_in_order_and_expired_on_truncate(
+        bk, tmp_path):
+    """pyiceberg's SQL catalog on SQLite: the table holds the offloaded rows, read back
+    with pyiceberg; truncation expires the dropped ledger's file."""
+    from bk_spark.offload.iceberg import catalog, table_name
+
+    name = "off-iceberg"
+    w = _write(bk, name, 10)  # 4 + 4 + 2
+    before = _records(bk, name)
+    cat_uri = f"sqlite:///{tmp_path}/catalog.db"
+    update_log_properties(bk, name, {rules.POLICY_PROPERTY: rules.OffloadPolicy(
+        after="0", target=(tmp_path / "t").as_uri(), deletion_lag_ms=-1,
+        iceberg_catalog=cat_uri).to_json()})
+    _offloader(bk).tick()
+    table = catalog(cat_uri, (tmp_path / "wh").as_uri()).load_table(table_name(name))
+    rows = table.scan().to_arrow().sort_by([("ledger_id", "ascending"),
+                                            ("entry_id", "ascending")])
+    assert list(zip(rows.column("ledger_id").to_pylist(), rows.column("entry_id").to_pylist(),
+                    rows.column("value").to_pylist(), strict=True)) == \
+        [(a, b, d) for a, b, _c, d, _e in before]
+    # one commit per ledger, in log order
+    history = [s.snapshot_id for s in table.snapshots()]
+    assert len(history) == 3
+    ids = [r.ledger_id for r in open_log_view(bk, name).ledgers()]
+    truncate_log(bk, name, Position(ids[1], 0, 1), PW)
+    _offloader(bk).tick()
+    table = catalog(cat_uri, (tmp_path / "wh").as_uri()).load_table(table_name(name))
+    assert set(table.scan().to_arrow().column("ledger_id").to_pylist()) == set(ids[1:3])
+    w.close()
