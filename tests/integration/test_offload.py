@@ -6,6 +6,7 @@ Ledgers carry a password and the writer is left open, as a user's would be.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -278,3 +279,93 @@ def test_offloaded_files_are_committed_to_an_iceberg_table_in_order_and_expired_
     table = catalog(cat_uri, (tmp_path / "wh").as_uri()).load_table(table_name(name))
     assert set(table.scan().to_arrow().column("ledger_id").to_pylist()) == set(ids[1:3])
     w.close()
+
+
+def _race(bk: BookKeeper, tmp_path: Path, name: str, reads: int) -> None:
+    """A writer rolling every 3 entries, the offloader (policy 0, deletion lag 0) and a
+    truncator running while readers read from earliest ``reads`` times, then delete_log:
+    every record read is the one acknowledged at its position, in order, once; a reader
+    may only see data loss (LogTruncatedError), never another error."""
+    w = open_log_writer(bk, name, password=PW, roll_max_entries=3)
+    acked: dict[tuple[int, int], bytes] = {}
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    _policy(bk, name, tmp_path.as_uri(), lag_ms=0)
+
+    def write() -> None:
+        i = 0
+        while not stop.is_set():
+            payload = f"v{i}".encode()
+            p = w.append(payload)
+            acked[(p.ledger_id, p.entry_id)] = payload
+            i += 1
+            time.sleep(0.002)
+
+    off = _offloader(bk)
+    truncated: list[int] = []
+
+    def offload() -> None:
+        while not stop.is_set():
+            off.tick()
+            stop.wait(0.01)
+
+    def truncate() -> None:
+        while not stop.is_set():
+            ledgers = open_log_view(bk, name).ledgers()
+            if len(ledgers) > 6:
+                victim = ledgers[len(ledgers) // 3]
+                truncated.extend(truncate_log(bk, name,
+                                              Position(victim.ledger_id, 0, victim.index), PW))
+            stop.wait(0.05)
+
+    threads = [threading.Thread(target=f) for f in (write, offload, truncate)]
+
+    def guarded(t: threading.Thread) -> threading.Thread:
+        run = t.run
+
+        def wrapped() -> None:
+            try:
+                run()
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                errors.append(exc)
+                stop.set()
+        t.run = wrapped  # type: ignore[method-assign]
+        return t
+
+    for t in threads:
+        guarded(t).start()
+    read_records = lost = 0
+    try:
+        for _ in range(reads):
+            seen: list[tuple[int, int]] = []
+            try:
+                with open_log_reader(bk, name, password=PW) as r:
+                    for x in r.read_available():
+                        key = (x.position.ledger_id, x.position.entry_id)
+                        assert x.payload == acked.get(key, x.payload), key
+                        assert key in acked or x.position.ledger_index >= 0
+                        seen.append((x.position.ledger_index, x.position.entry_id))
+            except LogTruncatedError:
+                lost += 1
+            assert seen == sorted(set(seen)), "out of order or duplicated"
+            read_records += len(seen)
+            assert not errors, errors
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert not errors, errors
+    assert read_records > 0 and truncated and off.metrics.ledgers._value.get() > 0
+    w.close()
+    delete_log(bk, name, PW)
+    assert list(tmp_path.rglob("*.parquet")) == []
+
+
+def test_readers_racing_offload_deletion_lag_truncate_and_delete_log_see_no_wrong_row(
+        bk, tmp_path):
+    _race(bk, tmp_path, "off-race", reads=40)
+
+
+@pytest.mark.long
+def test_readers_racing_offload_deletion_lag_truncate_and_delete_log_long(bk, tmp_path):
+    _race(bk, tmp_path, "off-race-long", reads=3000)
