@@ -17,6 +17,7 @@ from bk_spark.errors import (
     BKError,
     InvalidConfigError,
     LogTruncatedError,
+    NoSuchEntryError,
     NoSuchLedgerError,
 )
 from bk_spark.io.metadata_store import Versioned
@@ -257,6 +258,13 @@ class LogReader:
                 ts, payload = decode_entry(e.payload)
                 self._entry = e.entry_id + 1
                 yield LogRecord(Position(info.ledger_id, e.entry_id, info.index), payload, ts)
+        except NoSuchEntryError:
+            # A ledger being deleted from its bookies after its offload (data first, its
+            # metadata after) answers no entry: the rest from Parquet; otherwise an error.
+            self._refresh()
+            if self._offloaded(info) is None:
+                raise
+            yield from self._read_offloaded(info)
         except NoSuchLedgerError:
             error = self._truncated(info)
             if self._offloaded(info) is None:
