@@ -557,6 +557,11 @@ def main() -> None:
                     stream_lat = spark_bench(sb.metadata_service_uri, tmpd / "spark", res,
                                              rows=500_000 if quick else 2_000_000,
                                              raw_rows=50_000 if quick else 200_000)
+                    print("== tiered storage (offload to Parquet, same sandbox)")
+                    from bench.offload_bench import offload_bench
+
+                    offload_bench(sb.metadata_service_uri, tmpd / "offload", res,
+                                  rows=500_000 if quick else 2_000_000)
                 finally:  # stop Spark's workers (and their clients) before the sandbox
                     from pyspark.sql import SparkSession
 

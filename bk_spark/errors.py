@@ -237,3 +237,8 @@ def error_for_code(code: int, message: str) -> BKError:
     """The exception a wire status code stands for (``code`` must not be OK)."""
     return _BY_CODE.get(code, BKError)(message)
 
+
+
+class OffloadTargetError(BKError):
+    """The offload target (tiered storage, :mod:`bk_spark.offload`) cannot be reached or
+    written: the offloader retries; readers keep reading the bookies' copy."""

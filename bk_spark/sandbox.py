@@ -489,6 +489,9 @@ class Sandbox:
                      "--allow-bookie", "bookie", "--zk-auth-file", str(f["zk_auth"])]
         if "--journal-file-size-mb" not in args:  # a laptop sandbox, not a production disk
             args += ["--journal-file-size-mb", str(SANDBOX_JOURNAL_FILE_MB)]
+        if "--offload" not in args and "--no-offload" not in args:
+            # tiered storage: an offloader contender per bookie, files under the sandbox
+            args += ["--offload", "--offload-target", (self.data_dir / "offload").as_uri()]
         # --bookie-port 0: a bookie started before keeps its port (its stamp, else the last
         # state file): at another address its directories would be refused
         state = read_state(self.data_dir)

@@ -62,6 +62,11 @@ class BookieConfig:
     # wiped or replaced disk) does: "repair" itself before serving, or "refuse" to start
     # (BookKeeper's default). See bookie_server.cookie.
     on_lost_data: str = "repair"
+    # Tiered storage (bk_spark.offload): run an offloader contender in the bookie's process
+    # (`bk bookie --offload`; its ledger passwords: --recovery-password), and the target of
+    # the logs whose offload policy names none (file:///dir, s3://bucket/prefix).
+    offload: bool = False
+    offload_target: str | None = None
     # How the bookie's own clients reach the cluster, as an object: ZooKeeper credentials and
     # TLS (``.zk``: every ZooKeeper session the bookie opens: registration, cookie check,
     # self-repair marks) and the TLS files of its in-process AutoRecovery, HTTP API and

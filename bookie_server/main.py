@@ -48,6 +48,8 @@ if TYPE_CHECKING:
 #: The environment variable of ``--recovery-password`` (``bk bookie``, ``bk autorecovery``):
 #: ledger passwords AutoRecovery may use, separated by spaces (read by the option parser).
 ENV_RECOVERY_PASSWORD = "BK_RECOVERY_PASSWORD"
+#: The environment variable of ``--offload-target`` (``bk bookie``, ``bk offloader``).
+ENV_OFFLOAD_TARGET = "BK_OFFLOAD_TARGET"
 
 #: Starts AutoRecovery beside a built (not yet started) bookie server and returns the
 #: function that stops it; called only when the bookie registers in ZooKeeper.
@@ -260,6 +262,14 @@ def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None,
                  f"wiped or replaced disk): {' | '.join(ON_LOST_DATA)}: repair itself from the "
                  f"other replicas before serving, or refuse to start (BookKeeper's "
                  f"default)")] = None,
+        offload: Annotated[bool | None, field_option(
+            "offload", "--offload/--no-offload", help="run an offloader contender in this "
+            "process (tiered storage of closed ledgers to Parquet; ledger passwords: "
+            "--recovery-password)")] = None,
+        offload_target: Annotated[str | None, field_option(
+            "offload_target", "--offload-target", envvar=ENV_OFFLOAD_TARGET,
+            help="offload target of logs whose policy names none (file:///dir, s3://b/p)")
+        ] = None,
         debug_expose_session: Annotated[bool, typer.Option(
             "--debug-expose-session", hidden=True,
             help="fault injection: write the ZooKeeper session to <data-dir>/zk-session")
@@ -292,10 +302,10 @@ def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None,
             disk_check_interval_s=disk_check_interval,
             tls_cert=tls_cert, tls_key=tls_key, tls_ca=tls_ca, tls_client_auth=tls_client_auth,
             allow_clients=allow_client, allow_bookies=allow_bookie, allow_admins=allow_admin,
-            rack=rack, on_lost_data=on_lost_data)
+            rack=rack, on_lost_data=on_lost_data, offload=offload, offload_target=offload_target)
         cfg = BookieConfig(data_dir=data_dir, metadata_service_uri=uri, security=security,
                            **options)
-        if autorecovery and start_autorecovery is None:
+        if (autorecovery or offload) and start_autorecovery is None:
             raise InvalidConfigError(
                 "--autorecovery: python -m bookie_server runs the bare bookie; run the bookie "
                 "with `bk bookie` for an in-process AutoRecovery (or `bk autorecovery` beside it)")
@@ -319,6 +329,9 @@ def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None,
         if autorecovery and uri:
             recovery = autorecovery_config(lost_bookie_recovery_delay, audit_interval,
                                            open_ledger_grace, recovery_password)
+        elif offload and uri:  # the offloader alone: AutoRecovery's hook starts only it
+            recovery = replace(autorecovery_config(None, None, None, recovery_password),
+                               run_auditor=False, run_worker=False)
         run_bookie(cfg, autorecovery=recovery, start_autorecovery=start_autorecovery,
                    start_http=start_http, make_repair_peers=make_repair_peers,
                    passwords=tuple(p.encode() for p in recovery_password or ()))

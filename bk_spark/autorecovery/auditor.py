@@ -43,6 +43,7 @@ from collections.abc import Collection, Iterable
 from bk_spark.autorecovery.metrics import AutoRecoveryMetrics
 from bk_spark.core.client import BookKeeper
 from bk_spark.errors import BKError, NoSuchLedgerError
+from bk_spark.io.election import run_elected
 from bk_spark.io.registration import list_bookies, registrations_version
 from bk_spark.io.underreplication import UnderReplicationManager
 from bk_spark.io.zk import ZooKeeperError, session_interrupted
@@ -81,22 +82,8 @@ class Auditor:
     def run(self, stop: threading.Event) -> None:
         """Contend, audit while elected, contend again after a session loss; until stop."""
         self.bk.zk.add_listener(self._on_state)
-        while not stop.is_set():
-            election = self.bk.zk.Election(self.urm.election_path, self.auditor_id)
-            canceller = threading.Thread(target=lambda e=election: (stop.wait(), e.cancel()),
-                                         daemon=True, name="auditor-cancel")
-            canceller.start()
-            try:
-                self._lost_session.clear()
-                election.run(self._lead, stop)
-            except (ZooKeeperError, BKError) as exc:
-                log.warning("auditor election: %s", exc)
-                stop.wait(1.0)
-            except Exception:  # kazoo raises its own errors on a closed client
-                if stop.is_set():
-                    return
-                log.exception("auditor election failed")
-                stop.wait(1.0)
+        run_elected(self.bk.zk, self.urm.election_path, self.auditor_id, self._lead, stop,
+                    "auditor", before_each=self._lost_session.clear)
 
     def _on_state(self, state: str) -> None:
         if session_interrupted(state):

@@ -25,6 +25,7 @@ from bk_spark.cli import (
     doctor,
     ledger,
     log,
+    offload,
     sandbox,
     ui,
 )
@@ -43,6 +44,8 @@ app.add_typer(ledger.ledger_app, name="ledger")
 app.add_typer(log.log_app, name="log")
 app.add_typer(autorecovery.autorecovery_app, name="autorecovery")
 app.add_typer(cookie.cookie_app, name="cookie")
+app.add_typer(offload.offload_app, name="offload")
+app.command("offloader")(offload.offloader)
 app.command("bookies")(bookie.bookies)
 app.command("spark-check")(admin.spark_check)
 app.command("zk-acl")(admin.zk_acl)

@@ -41,9 +41,24 @@ from bookie_server.server import BookieServer
 # --------------------------------------------------------------------------- bookie
 def _start_autorecovery(server: BookieServer, config: AutoRecoveryConfig) -> Callable[[], None]:
     """``bk bookie``'s hook (:mod:`bookie_server.main`): an Auditor contender and a
-    Replication Worker in the bookie's process, on its metrics registry; returns their stop."""
+    Replication Worker in the bookie's process (unless ``config`` runs neither), and an
+    offloader contender with ``--offload`` (:mod:`bk_spark.offload`), on its metrics registry;
+    returns their stop."""
 
     cfg = server.config
+    stops: list[Callable[[], None]] = []
+    if cfg.offload:
+        from bk_spark.offload.offloader import OffloaderConfig
+        from bk_spark.offload.service import OffloaderService
+
+        offloader = OffloaderService(cfg.metadata_service_uri or "", OffloaderConfig(
+            passwords=tuple(dict.fromkeys((b"", *config.passwords))),
+            default_target=cfg.offload_target), identity=cfg.bookie_id,
+            registry=server.metrics.registry, security=_bookie_client_security(cfg))
+        offloader.start_in_background()
+        stops.append(offloader.stop)
+    if not (config.run_auditor or config.run_worker):
+        return lambda: [stop() for stop in stops] and None
     recovery = AutoRecoveryService(
         cfg.metadata_service_uri, config,
         identity=cfg.bookie_id,
@@ -54,7 +69,8 @@ def _start_autorecovery(server: BookieServer, config: AutoRecoveryConfig) -> Cal
         # holds a copy of with no password configured (nothing crosses the network)
         local_key=server.storage.master_key)
     recovery.start_in_background()
-    return recovery.stop
+    stops.append(recovery.stop)
+    return lambda: [stop() for stop in stops] and None
 
 
 def _start_http(server: BookieServer, autorecovery: AutoRecoveryConfig | None
@@ -66,7 +82,7 @@ def _start_http(server: BookieServer, autorecovery: AutoRecoveryConfig | None
     assert server.config.http_port is not None
     return start_for_bookie(
         server, server.config.http_port, security=_bookie_client_security(server.config),
-        lost_bookie_recovery_delay_s=None if autorecovery is None
+        lost_bookie_recovery_delay_s=None if autorecovery is None or not autorecovery.run_auditor
         else autorecovery.lost_bookie_recovery_delay_s)
 
 

@@ -70,8 +70,9 @@ from bk_spark.log import (
     open_log_reader,
     open_log_writer,
     truncate_log,
+    update_log_properties,
 )
-from bk_spark.protocol import log_rules
+from bk_spark.protocol import log_rules, offload_rules
 from bk_spark.protocol.log_format import LedgerInfo, LogRecord, Position, entry_timestamp
 
 log_app = typer.Typer(no_args_is_help=True,
@@ -86,13 +87,20 @@ def _record_json(r: LogRecord) -> dict[str, Any]:
         payload_json(r.payload)
 
 
-def _ledger_row(bk: BookKeeper, info: LedgerInfo, password: str) -> dict[str, Any]:
+def _ledger_row(bk: BookKeeper, info: LedgerInfo, password: str,
+                offload: offload_rules.OffloadState | None = None) -> dict[str, Any]:
     """One ledger of a log: the log's row completed from the ledger's metadata and, while
-    it is open, from its last-add-confirmed (non-fencing: the writer is not disturbed)."""
+    it is open, from its last-add-confirmed (non-fencing: the writer is not disturbed);
+    ``tier``: where its data is (bookies, offloading, both, offloaded)."""
+    tier = offload_rules.tier(offload)
     row: dict[str, Any] = {"index": info.index, "ledger_id": info.ledger_id,
                            "state": "MISSING", "entries": None, "length": None,
                            "first_ts_ms": info.first_ts_ms, "last_ts_ms": info.last_ts_ms,
-                           "ensemble": []}
+                           "ensemble": [], "tier": tier.value}
+    if offload is not None and offload.complete:
+        row |= {"entries": offload.entries, "parquet_bytes": offload.bytes}
+    if tier is offload_rules.Tier.OFFLOADED:
+        return row | {"state": "CLOSED"}
     try:
         md = bk.ledger_metadata(info.ledger_id)
     except NoSuchLedgerError:
@@ -182,7 +190,9 @@ def log_show(
         md = log_metadata(bk, name)
         ledgers = log_ledgers(bk, name)
         shown = ledgers[-last:] if last else ledgers
-        rows = [_ledger_row(bk, info, password) for info in shown]
+        states = offload_rules.states_of(md.properties)
+        rows = [_ledger_row(bk, info, password, states.get(info.ledger_id))
+                for info in shown]
         query = query_lag(bk, name, checkpoint, password) if checkpoint else None
     out = {"log": name, "log_id": log_incarnation(md), "ctime_ms": md.ctime_ms,
            "ledger_count": md.ledger_count,
@@ -207,9 +217,9 @@ def log_show(
                 f"lag {query['lag_entries']} entries, ~{format_size(query['lag_bytes'])}"
                 if query["lag_entries"] is not None else query["note"]))))
     console.print(kv_table(pairs))
-    t = Table("#", "ledger", "state", "entries", "length", "from", "to")
+    t = Table("#", "ledger", "state", "tier", "entries", "length", "from", "to")
     for r in rows:
-        t.add_row(str(r["index"]), str(r["ledger_id"]), r["state"],
+        t.add_row(str(r["index"]), str(r["ledger_id"]), r["state"], r["tier"],
                   "?" if r["entries"] is None else str(r["entries"]), format_size(r["length"]),
                   format_time(r["first_ts_ms"]), format_time(r["last_ts_ms"]))
     console.print(t)
@@ -508,3 +518,65 @@ def log_delete(name: LogArg, yes: YesOpt = False, password: PasswordOpt = "",
         print_json({"log": name, "deleted_ledgers": deleted})
     else:
         console.print(f"deleted log {name!r} ({len(deleted)} ledgers)")
+
+
+@log_app.command("set")
+def log_set(
+    name: LogArg,
+    offload_after: Annotated[str | None, typer.Option(
+        "--offload-after", help="offload closed ledgers to Parquet: after N closed ledgers "
+        "(0: as soon as a ledger closes), a size (64MiB: keep that much on bookies only) or "
+        "an age (2h); 'off' removes the policy", show_default=False)] = None,
+    offload_target: Annotated[str | None, typer.Option(
+        "--offload-target", help="where the Parquet files go: a pyarrow filesystem URI "
+        "(file:///dir, s3://bucket/prefix); default: the offloader's --offload-target",
+        show_default=False)] = None,
+    offload_deletion_lag: Annotated[str | None, typer.Option(
+        "--offload-deletion-lag", help="how long a bookie copy is kept once its offload is "
+        "complete (30s, 4h; -1 keeps both copies; default 4h)", show_default=False)] = None,
+    offload_iceberg_catalog: Annotated[str | None, typer.Option(
+        "--offload-iceberg-catalog", help="also commit the offloaded files to an Apache "
+        "Iceberg table in this catalog (sqlite:///path/catalog.db: pyiceberg's SQL catalog "
+        "on SQLite; 'off': none)", show_default=False)] = None,
+    metadata_service_uri: UriOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Change a log's settings: its offload policy (tiered storage to Parquet)."""
+    from bk_spark.io.offload_files import shown_uri
+
+    def change(props: dict[str, Any]) -> dict[str, Any]:
+        if offload_after is not None and offload_after.strip().lower() == "off":
+            props.pop(offload_rules.POLICY_PROPERTY, None)
+            return props
+        old = offload_rules.policy_of(props)
+        if old is None and offload_after is None:
+            raise InvalidConfigError(
+                f"log {name!r} has no offload policy: give --offload-after first")
+        base = old or offload_rules.OffloadPolicy()
+        new = offload_rules.OffloadPolicy(
+            after=offload_after if offload_after is not None else base.after,
+            target=offload_target if offload_target is not None else base.target,
+            deletion_lag_ms=offload_rules.parse_lag_ms(offload_deletion_lag)
+            if offload_deletion_lag is not None else base.deletion_lag_ms,
+            iceberg_catalog=base.iceberg_catalog if offload_iceberg_catalog is None
+            else None if offload_iceberg_catalog == "off" else offload_iceberg_catalog)
+        props[offload_rules.POLICY_PROPERTY] = new.to_json()
+        return props
+
+    if offload_after is None and offload_target is None and offload_deletion_lag is None \
+            and offload_iceberg_catalog is None:
+        raise InvalidConfigError("nothing to set: give --offload-after, --offload-target or "
+                                 "--offload-deletion-lag")
+    with connect(metadata_service_uri) as bk, explained(name):
+        props = update_log_properties(bk, name, change)
+    policy = offload_rules.policy_of(props)
+    if as_json:
+        print_json({"log": name, "offload": None if policy is None else policy.to_json()
+                    | {"target": policy.target and shown_uri(policy.target)}})
+    elif policy is None:
+        console.print(f"log {name!r}: no offload policy")
+    else:
+        lag = "keep both copies" if policy.deletion_lag_ms < 0 else \
+            f"{policy.deletion_lag_ms / 1000:g}s"
+        console.print(f"log {name!r}: offload after {policy.after} to "
+                      f"{shown_uri(policy.target) if policy.target else 'the default target'}"
+                      f", bookie copy deleted after {lag}")

@@ -39,7 +39,7 @@ from bk_spark.log import (
     open_log_reader,
     open_log_view,
 )
-from bk_spark.protocol import log_rules
+from bk_spark.protocol import log_rules, offload_rules
 from bk_spark.protocol.log_format import LedgerInfo, LogMetadata
 from bk_spark.protocol.log_rules import LedgerNow, Outside
 
@@ -61,6 +61,9 @@ class Slice:
     first_entry: int
     last_entry: int
     framed: bool = True
+    #: The ledger's offloaded Parquet file when readers read it from there (its offload
+    #: complete: :data:`~bk_spark.protocol.offload_rules.READ_FROM`); None: the bookies.
+    parquet: str | None = None
 
     @property
     def entries(self) -> int:
@@ -92,6 +95,14 @@ class LogView:
     def index_of(self, ledger_id: int) -> int | None:
         """The index of live ledger ``ledger_id`` (None: not in the log)."""
         return self._view.index_of_ledger(ledger_id)
+
+    def offloaded_file(self, ledger_id: int) -> str | None:
+        """The Parquet file a reader reads ledger ``ledger_id`` from (None: the bookies)."""
+        state = offload_rules.states_of(self.md.properties).get(ledger_id)
+        if offload_rules.read_from(state) is not offload_rules.Source.PARQUET:
+            return None
+        assert state is not None
+        return offload_rules.offload_file(self.name, self.md.log_id, ledger_id, state)
 
     def earliest(self) -> LogOffset:
         first = self.at(self.md.first_index)
@@ -299,7 +310,8 @@ def walk(view: LogView, start: LogOffset, end: LogOffset, password: bytes,
             last = ledger_end(view.bk, info, password)[0]
         first, last = max(first, e_lo), min(last, e_hi)
         if first <= last:
-            yield info, Slice(view.name, info.ledger_id, first, last)
+            yield info, Slice(view.name, info.ledger_id, first, last,
+                              parquet=view.offloaded_file(info.ledger_id))
 
 
 #: Entry size assumed until a closed ledger of the log tells (bytes).
@@ -319,8 +331,12 @@ class EntrySizes:
         if info.ledger_id in self._ledger:
             return self._ledger[info.ledger_id]
         if info.is_described and info.last_entry_id is not None and info.last_entry_id >= 0:
-            md = view.bk.ledger_metadata(info.ledger_id)
-            size = max(1.0, md.length / (info.last_entry_id + 1))
+            state = offload_rules.states_of(view.md.properties).get(info.ledger_id)
+            if state is not None and state.dropped:  # only its Parquet copy is left
+                size = max(1.0, state.bytes / (info.last_entry_id + 1))
+            else:
+                md = view.bk.ledger_metadata(info.ledger_id)
+                size = max(1.0, md.length / (info.last_entry_id + 1))
             self._ledger[info.ledger_id] = self._log[view.name] = size
             return size
         return self._log.get(view.name, float(DEFAULT_ENTRY_BYTES))
@@ -366,8 +382,8 @@ def pack(slices: list[Slice], target: int, min_partitions: int | None
     pieces: list[Slice] = []
     for s in slices:
         for lo in range(s.first_entry, s.last_entry + 1, target):
-            pieces.append(Slice(s.log, s.ledger_id, lo, min(lo + target - 1, s.last_entry),
-                                s.framed))
+            pieces.append(replace(s, first_entry=lo,
+                                  last_entry=min(lo + target - 1, s.last_entry)))
     out: list[ScanPartition] = []
     current: list[Slice] = []
     size = 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +31,7 @@ from bk_spark.errors import (
     NoSuchLedgerError,
 )
 from bk_spark.log import open_log_view
+from bk_spark.protocol import offload_rules
 from bk_spark.protocol.log_format import bisect_timestamp, decode_frames, entry_timestamp
 from bk_spark.security import ClientSecurity
 
@@ -60,12 +61,26 @@ def read_partition(spec: ScanSpec, partition: InputPartition) -> Iterator[pa.Rec
         return
     bk = connections.client(spec.uri, spec.security)
     for s in partition.slices:
+        done = s.first_entry - 1  # the last entry yielded
         try:
-            rh = bk.open_ledger(s.ledger_id, spec.password, recovery=False)
-            if spec.entry_format == "arrow":
-                yield from _arrow_rows(spec, s, rh)
-            else:
-                yield from _raw_rows(spec, s, rh)
+            if s.parquet is not None:
+                yield from _parquet_rows(spec, s)
+                continue
+            try:
+                rh = bk.open_ledger(s.ledger_id, spec.password, recovery=False)
+                for batch in (_arrow_rows(spec, s, rh) if spec.entry_format == "arrow"
+                              else _raw_rows(spec, s, rh)):
+                    yield batch
+                    done = _last_entry(batch, done)
+            except (NoSuchLedgerError, NoSuchEntryError):
+                # Offloaded and dropped from the bookies after the plan: the rest from
+                # Parquet (the log still lists it); else a truncation, below.
+                uri = _offloaded_now(bk, s)
+                if uri is None or done == -2:
+                    raise
+                yield from _parquet_rows(spec, replace(s, first_entry=done + 1, parquet=uri))
+        except FileNotFoundError:  # the Parquet file went with a truncation
+            _lost(spec, s)
         except (NoSuchLedgerError, NoSuchEntryError) as exc:
             if isinstance(exc, NoSuchEntryError) and not _vanished(bk, s):
                 raise  # entries missing from a ledger still in its log: not a truncation
@@ -77,6 +92,88 @@ def read_partition(spec: ScanSpec, partition: InputPartition) -> Iterator[pa.Rec
                     f"Set option failOnDataLoss=false to skip lost data.") from None
             log.warning("%s was deleted before it could be read; skipping it "
                         "(failOnDataLoss=false)", what)
+
+
+def _lost(spec: ScanSpec, s: Slice) -> None:
+    what = (f"ledger {s.ledger_id}" + (f" of log {s.log!r}" if s.log else "") +
+            f" (entries {s.first_entry}..{s.last_entry})")
+    if spec.fail_on_data_loss:
+        raise LogTruncatedError(
+            f"{what} was deleted (truncated) before it could be read: data loss. "
+            f"Set option failOnDataLoss=false to skip lost data.") from None
+    log.warning("%s was deleted before it could be read; skipping it "
+                "(failOnDataLoss=false)", what)
+
+
+def _last_entry(batch: pa.RecordBatch, done: int) -> int:
+    """The last entry id of a batch with position columns (-2 when it has none: an arrow
+    read without positions, whose ledger then cannot move to Parquet midway)."""
+    i = batch.schema.get_field_index("entry_id")
+    if i < 0:
+        return -2  # rows were given and where they end is unknown
+    if batch.num_rows == 0:
+        return done
+    return int(batch.column(i)[-1].as_py())
+
+
+def _offloaded_now(bk: BookKeeper, s: Slice) -> str | None:
+    """The Parquet file of ``s``'s ledger if its log lists it and reads it from Parquet
+    now (the bookie copy dropped after the plan was made)."""
+    if s.log is None:
+        return None
+    try:
+        view = open_log_view(bk, s.log)
+    except LogNotFoundError:
+        return None
+    if view.index_of_ledger(s.ledger_id) is None:
+        return None
+    state = offload_rules.states_of(view.md.properties).get(s.ledger_id)
+    if offload_rules.read_from(state) is not offload_rules.Source.PARQUET:
+        return None
+    assert state is not None
+    return offload_rules.offload_file(s.log, view.md.log_id, s.ledger_id, state)
+
+
+def _parquet_rows(spec: ScanSpec, s: Slice) -> Iterator[pa.RecordBatch]:
+    """The rows of ``s`` from its ledger's offloaded Parquet file: the slice's entry range
+    and the timestamp bounds pushed into the scan (row-group statistics skip the rest),
+    the other constraints applied as on the bookie path; the same schema."""
+    import pyarrow.compute as pc
+
+    from bk_spark.io.offload_files import filesystem
+
+    assert s.parquet is not None
+    c = spec.constraints
+    expr = (pc.field("entry_id") >= s.first_entry) & (pc.field("entry_id") <= s.last_entry)
+    ts_lo, ts_hi = c.timestamp_bounds_ms
+    if ts_lo is not None:
+        expr &= pc.field("timestamp") >= pa.scalar(ts_lo * 1000, _TS)
+    if ts_hi is not None:
+        expr &= pc.field("timestamp") <= pa.scalar(ts_hi * 1000, _TS)
+    fs, path = filesystem(s.parquet)
+    import pyarrow.dataset as ds
+
+    table = ds.dataset(path, filesystem=fs, format="parquet").to_table(filter=expr)
+    check = not (c.entry_ids.only is None and c.timestamps_us.unbounded)
+    if check and table.num_rows:
+        ids = table.column("entry_id").to_numpy()
+        ts_ms = table.column("timestamp").cast(pa.int64()).to_numpy() // 1000
+        table = table.filter(pa.array(c.entry_mask(ids, ts_ms)))
+    if table.num_rows == 0:
+        return
+    n = table.num_rows
+    positions = [_constant(s.log, n), table.column("ledger_id"), table.column("entry_id")]
+    if spec.entry_format == "arrow":
+        stored = spec.stored_schema
+        assert stored is not None
+        cols = [table.column(f.name).cast(f.type) if f.name in table.schema.names
+                else pa.nulls(n, f.type) for f in stored]
+        if spec.include_positions:
+            cols += [*positions, table.column("timestamp")]
+    else:
+        cols = [*positions, table.column("value"), table.column("timestamp")]
+    out = pa.Table.from_arrays(cols, schema=spec.schema)
+    yield from out.combine_chunks().to_batches(max_chunksize=64 * 1024)
 
 
 def _vanished(bk: BookKeeper, s: Slice) -> bool:

@@ -18,7 +18,7 @@ from bk_spark.errors import (
 from bk_spark.log import pending
 from bk_spark.log.store import log_store, update_log
 from bk_spark.log.view import LogView, open_log_view
-from bk_spark.protocol import log_rules
+from bk_spark.protocol import log_rules, offload_rules
 from bk_spark.protocol.digest import password_bytes
 from bk_spark.protocol.log_format import (
     LedgerInfo,
@@ -116,10 +116,22 @@ def truncate_log(bk: BookKeeper, name: str, before: Position, password: bytes | 
         info = view.at(index)
         assert info is not None
         dropped.append(info.ledger_id)
+    offloaded: list[str] = []
+
+    def make_change(m: LogMetadata) -> LogMetadata:
+        # The dropped ledgers' offload states go in the same CAS (metadata first); their
+        # Parquet files are deleted after it, so no reader is sent to a deleted file.
+        states = offload_rules.states_of(m.properties)
+        offloaded[:] = [offload_rules.offload_file(name, m.log_id, lid, states[lid])
+                        for lid in dropped if lid in states]
+        return m.truncated(target, dropped).with_properties(
+            lambda p: offload_rules.without_states(p, dropped))
+
     update_log(bk, name, needs_change=lambda m: m.first_index < target,
-                make_change=lambda m: m.truncated(target, dropped))
+               make_change=make_change)
     for lid in dropped:
         delete_ledger_quietly(bk, lid, password)
+    delete_offloaded_files(offloaded)
     log.info("log %r: truncated %d ledgers before ledger #%d", name, len(dropped), target)
     return dropped
 
@@ -138,8 +150,24 @@ def delete_log(bk: BookKeeper, name: str, password: bytes | str = b"") -> list[i
     md = update_log(bk, name, needs_change=lambda m: not m.deleting,
                      make_change=lambda m: m.marked_deleting(), allow_deleting=True).value
     ledgers = [r.ledger_id for r in LogView(store, name, md).ledgers()]
+    states = offload_rules.states_of(md.properties)
     for lid in ledgers:
         delete_ledger_quietly(bk, lid, password)
     pending.sweep_spares(bk, name, password)
     store.delete_tree(name)
+    # The log's metadata is gone first; then its Parquet files (a reader finds no log).
+    delete_offloaded_files([offload_rules.offload_file(name, md.log_id, lid, st)
+                            for lid, st in states.items()])
     return ledgers
+
+
+def delete_offloaded_files(uris: list[str]) -> None:
+    """Delete offloaded Parquet files no metadata names any more, logging (not raising)
+    a failure: an unreachable target leaves an orphan file, never a wrong read."""
+    from bk_spark.io.offload_files import delete, shown_uri
+
+    for uri in uris:
+        try:
+            delete(uri)
+        except (BKError, OSError) as exc:
+            log.warning("could not delete offloaded file %s: %s", shown_uri(uri), exc)

@@ -1,6 +1,8 @@
 """Reading a log in order without disturbing its writer: closed ledgers whole, the open last
 one up to its last-add-confirmed (non-fencing); tailing with long-polls and a metadata
-watch.
+watch. An offloaded ledger (its offload complete:
+:data:`~bk_spark.protocol.offload_rules.READ_FROM`) is read from its Parquet file, with the
+same positions, timestamps and values in the same order.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from bk_spark.errors import (
     BKError,
     InvalidConfigError,
     LogTruncatedError,
+    NoSuchEntryError,
     NoSuchLedgerError,
 )
 from bk_spark.io.metadata_store import Versioned
 from bk_spark.log.store import log_store
 from bk_spark.log.view import LogView
+from bk_spark.protocol import offload_rules
 from bk_spark.protocol.digest import password_bytes
 from bk_spark.protocol.ledger_metadata import LedgerState
 from bk_spark.protocol.log_format import (
@@ -176,6 +180,14 @@ class LogReader:
             assert info is not None
             if not info.may_hold_timestamp(ts):
                 continue
+            if self._offloaded(info) is not None:
+                from bk_spark.io.offload_files import first_entry_at
+
+                entry = first_entry_at(self._offloaded_file(info), ts)
+                if entry is not None:
+                    self._index, self._entry = index, entry
+                    return
+                continue
             rh = self._handle_for(info)
             last = rh.read_last_add_confirmed()
 
@@ -207,7 +219,20 @@ class LogReader:
             info = self._ledger_at(self._index)
             if info is None:
                 return
-            rh = self._handle_for(info, best_effort)
+            if self._offloaded(info) is not None:
+                yield from self._read_offloaded(info)
+                if self._ledger_at(self._index + 1) is None:
+                    self._maybe_refresh()
+                    if self._ledger_at(self._index + 1) is None:
+                        return
+                self._index, self._entry = self._index + 1, 0
+                continue
+            try:
+                rh = self._handle_for(info, best_effort)
+            except NoSuchLedgerError:
+                if self._offloaded(info) is not None:  # deleted after its offload
+                    continue
+                raise
             last = (rh.try_read_last_add_confirmed() if best_effort
                     else rh.read_last_add_confirmed())
             if self._entry <= last:
@@ -233,7 +258,45 @@ class LogReader:
                 ts, payload = decode_entry(e.payload)
                 self._entry = e.entry_id + 1
                 yield LogRecord(Position(info.ledger_id, e.entry_id, info.index), payload, ts)
+        except NoSuchEntryError:
+            # A ledger being deleted from its bookies after its offload (data first, its
+            # metadata after) answers no entry: the rest from Parquet; otherwise an error.
+            self._refresh()
+            if self._offloaded(info) is None:
+                raise
+            yield from self._read_offloaded(info)
         except NoSuchLedgerError:
+            error = self._truncated(info)
+            if self._offloaded(info) is None:
+                raise error from None
+            # Offloaded, then deleted from the bookies after its lag: the rest from Parquet.
+            yield from self._read_offloaded(info)
+
+    # ----------------------------------------------------------------- offloaded ledgers
+    def _offloaded(self, info: LedgerInfo) -> offload_rules.OffloadState | None:
+        """The complete offload state of ``info``'s ledger when readers read it from
+        Parquet (None: read it from the bookies)."""
+        state = offload_rules.states_of(self._md.value.properties).get(info.ledger_id)
+        return state if offload_rules.read_from(state) is offload_rules.Source.PARQUET \
+            else None
+
+    def _offloaded_file(self, info: LedgerInfo) -> str:
+        state = self._offloaded(info)
+        assert state is not None
+        return offload_rules.offload_file(self.name, self._md.value.log_id, info.ledger_id,
+                                          state)
+
+    def _read_offloaded(self, info: LedgerInfo) -> Iterator[LogRecord]:
+        """The records of an offloaded ledger from ``self._entry`` on, from its Parquet
+        file; a file gone meanwhile is a truncation (:class:`LogTruncatedError`)."""
+        from bk_spark.io.offload_files import entry_records
+
+        try:
+            for entry_id, ts, payload in entry_records(self._offloaded_file(info),
+                                                       self._entry):
+                self._entry = entry_id + 1
+                yield LogRecord(Position(info.ledger_id, entry_id, info.index), payload, ts)
+        except FileNotFoundError:
             raise self._truncated(info) from None
 
     def tail(self, timeout: float | None = None) -> Iterator[LogRecord]:

@@ -1,0 +1,122 @@
+"""``bk offloader`` (the offloader, standalone) and ``bk offload status``."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from bk_spark.cli.common import JsonOpt, UriOpt, connect, console, print_json
+from bk_spark.errors import LogNotFoundError
+from bk_spark.io.election import elected
+from bk_spark.io.offload_files import shown_uri
+from bk_spark.log import list_logs, open_log_view
+from bk_spark.offload.offloader import OffloaderConfig, election_path
+from bk_spark.offload.service import OffloaderService
+from bk_spark.protocol import offload_rules
+from bk_spark.protocol.log_format import now_ms
+from bookie_server.main import ENV_OFFLOAD_TARGET, field_option, given
+
+offload_app = typer.Typer(no_args_is_help=True,
+                          help="Tiered storage: where each log's offload stands.")
+
+OffloadPasswordsOpt = Annotated[list[str] | None, typer.Option(
+    "--password", "-p", envvar="BK_OFFLOAD_PASSWORD",
+    help="a ledger password the offloader reads and deletes ledgers with (repeatable; the "
+         "empty one always is)")]
+OffloadTargetOpt = Annotated[str | None, typer.Option(
+    "--offload-target", envvar=ENV_OFFLOAD_TARGET,
+    help="target of the logs whose policy names none (file:///dir, s3://bucket/prefix)",
+    show_default=False)]
+
+
+def offloader(
+    metadata_service_uri: UriOpt = None, password: OffloadPasswordsOpt = None,
+    offload_target: OffloadTargetOpt = None,
+    tick: Annotated[float | None, field_option(
+        "tick_s", "--tick", cls=OffloaderConfig,
+        help="seconds between the elected offloader's passes")] = None,
+    metrics_port: Annotated[int | None, typer.Option(
+        "--metrics-port", help="Prometheus /metrics HTTP port (0: any free port)")] = None,
+) -> None:
+    """Run an offloader contender in the foreground (Ctrl-C stops): while elected it copies
+    every log's due closed ledgers to Parquet and drops bookie copies past their lag."""
+    from prometheus_client import start_http_server
+
+    from bk_spark.metadata_uri import parse_metadata_service_uri
+
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    uri = parse_metadata_service_uri(metadata_service_uri).uri
+    service = OffloaderService(uri, offloader_config(password, offload_target, tick))
+    if metrics_port is not None:
+        server, _ = start_http_server(metrics_port, addr="127.0.0.1",
+                                      registry=service.metrics.registry)
+        console.print(f"metrics on http://127.0.0.1:{server.server_port}/metrics")
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    console.print(f"offloader {service.identity} running on {uri}")
+    service.serve_forever(done)
+
+
+def offloader_config(passwords: list[str] | None, target: str | None,
+                     tick: float | None = None) -> OffloaderConfig:
+    """The offloader's config of the options given (the rest: the dataclass's defaults)."""
+    return OffloaderConfig(
+        passwords=tuple(dict.fromkeys((b"", *(p.encode() for p in passwords or ())))),
+        **given(default_target=target, tick_s=tick))
+
+
+def offload_status_facts(bk: Any) -> dict[str, Any]:
+    """The elected offloader, and per log with a policy: ledgers by tier, the backlog
+    (closed ledgers due but not complete) and the lag (age of the oldest of them)."""
+    logs = []
+    now = now_ms()
+    for name in list_logs(bk):
+        try:
+            view = open_log_view(bk, name)
+        except LogNotFoundError:
+            continue
+        policy = offload_rules.policy_of(view.md.properties)
+        if policy is None:
+            continue
+        ledgers = view.ledgers()
+        states = offload_rules.states_of(view.md.properties)
+        tiers = {t.value: 0 for t in offload_rules.Tier}
+        for r in ledgers:
+            tiers[offload_rules.tier(states.get(r.ledger_id)).value] += 1
+        done = {r.ledger_id for r in offload_rules.offloaded_prefix(ledgers, states)}
+        backlog = [r for r in ledgers if r.is_described and r.ledger_id not in done]
+        if policy.kind is offload_rules.AfterKind.LEDGERS:
+            backlog = backlog[:max(0, len(backlog) - policy.amount)]
+        lag_ms = (now - (backlog[0].last_ts_ms or backlog[0].first_ts_ms)) if backlog else 0
+        logs.append({"log": name, "after": policy.after,
+                     "target": shown_uri(policy.target) if policy.target else None,
+                     "deletion_lag_ms": policy.deletion_lag_ms, "tiers": tiers,
+                     "backlog": len(backlog), "lag_ms": lag_ms,
+                     "parquet_bytes": sum(s.bytes for s in states.values())})
+    return {"offloader": elected(bk.zk, election_path(bk.msu.root)), "logs": logs}
+
+
+@offload_app.command("status")
+def offload_status(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False) -> None:
+    """The elected offloader; per log with a policy: tiers, backlog, lag."""
+    with connect(metadata_service_uri) as bk:
+        out = offload_status_facts(bk)
+    if as_json:
+        print_json(out)
+        return
+    console.print(f"offloader: {out['offloader'] or 'none elected'}")
+    t = Table("log", "after", "target", "bookies", "offloading", "both", "offloaded",
+              "backlog", "lag")
+    for r in out["logs"]:
+        tiers = r["tiers"]
+        t.add_row(r["log"], r["after"], r["target"] or "(default)", str(tiers["bookies"]),
+                  str(tiers["offloading"]), str(tiers["both"]), str(tiers["offloaded"]),
+                  str(r["backlog"]), f"{r['lag_ms'] / 1000:.1f}s")
+    console.print(t)

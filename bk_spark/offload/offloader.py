@@ -1,0 +1,344 @@
+"""The offloader: the protocol's four steps for one ledger (:func:`offload_ledger`), the
+deletion lag (:func:`drop_bookie_copy`), and the elected :class:`Offloader` that applies
+every log's policy (one per cluster, elected like the Auditor).
+
+Theory of operation: see :mod:`bk_spark.protocol.offload_rules`. Every change of a ledger's
+offload state is a CAS of the log's metadata through :func:`bk_spark.log.store.update_log`
+(the one update loop); each ``needs_change`` re-checks, on every value re-read, that the
+ledger is still listed and its state is still the one this step started from, so a
+truncation, a deletion or another offloader's attempt in between makes the step stop
+(and remove what it wrote) instead of overwriting.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from bk_spark.autorecovery.replicator import matching_password
+from bk_spark.errors import BKError, InvalidConfigError, LogNotFoundError, NoSuchLedgerError
+from bk_spark.io import offload_files as files
+from bk_spark.io.election import run_elected
+from bk_spark.log.admin import list_logs
+from bk_spark.log.store import log_store, update_log
+from bk_spark.log.view import LogView
+from bk_spark.offload.metrics import OffloadMetrics
+from bk_spark.protocol import offload_rules as rules
+from bk_spark.protocol.log_format import LedgerInfo, LogMetadata, decode_entry, now_ms
+
+if TYPE_CHECKING:
+    from bk_spark.core.client import BookKeeper
+
+log = logging.getLogger(__name__)
+
+#: Entries per Arrow batch while a raw ledger is copied.
+_BATCH_ENTRIES = 4096
+
+
+def election_path(root: str) -> str:
+    return f"{root.rstrip('/')}/offloader/election"
+
+
+def _listed(view_md: LogMetadata, store_view: LogView, ledger_id: int) -> bool:
+    return store_view.refreshed(view_md).index_of_ledger(ledger_id) is not None
+
+
+def ledger_password(bk: BookKeeper, ledger_id: int, passwords: Sequence[bytes]) -> bytes:
+    md = bk.ledger_metadata(ledger_id)
+    p = matching_password(md, passwords)
+    if p is None:
+        raise InvalidConfigError(
+            f"ledger {ledger_id}: none of the offloader's {len(passwords)} passwords matches "
+            f"its password: start the offloader with --password set to the log's password")
+    return p
+
+
+def ledger_rows(bk: BookKeeper, name: str, md: LogMetadata, info: LedgerInfo,
+                password: bytes) -> tuple[pa.Schema, Iterator[pa.RecordBatch], list[int]]:
+    """The schema and rows of one closed ledger as stored in Parquet; the list (filled as
+    the rows are consumed) receives ``[entries, crc]``."""
+    from bk_spark.datasource import formats  # pyspark types: only for arrow logs
+
+    fmt = formats.log_format(md.properties, True)
+    last = info.last_entry_id if info.last_entry_id is not None else -1
+    rh = bk.open_ledger(info.ledger_id, password, recovery=False) if last >= 0 else None
+    tally = [0, 0]
+    if fmt != "arrow":
+        schema = files.RAW_SCHEMA
+
+        def raw() -> Iterator[pa.RecordBatch]:
+            if rh is None:
+                return
+            for first in range(0, last + 1, _BATCH_ENTRIES):
+                entries = rh.read_entries(first, min(last, first + _BATCH_ENTRIES - 1))
+                ids, stamps, values = [], [], []
+                for e in entries:
+                    ts, payload = decode_entry(e.payload)
+                    ids.append(e.entry_id)
+                    stamps.append(ts * 1000)
+                    values.append(payload)
+                tally[0] += len(ids)
+                tally[1] = files.values_crc(values, tally[1])
+                n = len(ids)
+                yield pa.RecordBatch.from_arrays([
+                    pa.array([name] * n, pa.string()),
+                    pa.array([info.ledger_id] * n, pa.int64()), pa.array(ids, pa.int64()),
+                    pa.array(values, pa.binary()),
+                    pa.array(stamps, pa.int64()).cast(files.TIMESTAMP_TYPE)], schema=schema)
+        return schema, raw(), tally
+    typed = formats.arrow_schema(formats.stored_schema(md.properties, name))
+    schema = pa.schema(list(typed) + files.POSITION_FIELDS)
+
+    def arrow() -> Iterator[pa.RecordBatch]:
+        if rh is None:
+            return
+        parts: list[pa.RecordBatch] = []
+        for e in rh.iter_entries(0, last):
+            ts, payload = decode_entry(e.payload)
+            tally[0] += 1
+            for b in formats.unpack_arrow(payload or b""):
+                b = formats.conform(b, typed)
+                n = b.num_rows
+                parts.append(pa.RecordBatch.from_arrays(list(b.columns) + [
+                    pa.array([name] * n, pa.string()),
+                    pa.array([info.ledger_id] * n, pa.int64()),
+                    pa.array([e.entry_id] * n, pa.int64()),
+                    pa.array([ts * 1000] * n, pa.int64()).cast(files.TIMESTAMP_TYPE)],
+                    schema=schema))
+        table = pa.Table.from_batches(parts, schema=schema)
+        tally[1] = files.table_crc(table)
+        yield from table.combine_chunks().to_batches(max_chunksize=files.ROW_GROUP_ROWS)
+    return schema, arrow(), tally
+
+
+def offload_ledger(bk: BookKeeper, name: str, ledger_id: int, passwords: Sequence[bytes],
+                   default_target: str | None, metrics: OffloadMetrics | None = None
+                   ) -> rules.OffloadState | None:
+    """Offload one closed ledger of log ``name`` (the protocol's four steps); returns its
+    complete state, or None when the ledger left the log (or another attempt took over)
+    meanwhile. Offloading a complete ledger again changes nothing."""
+    store = log_store(bk)
+    current = store.read(name)
+    md = current.value
+    view = LogView(store, name, md)
+    index = view.index_of_ledger(ledger_id)
+    if index is None:
+        return None
+    info = view.at(index)
+    assert info is not None
+    if not info.is_described:
+        raise InvalidConfigError(f"log {name!r}: ledger {ledger_id} is not closed yet")
+    old = rules.states_of(md.properties).get(ledger_id)
+    if old is not None and old.complete:
+        return old
+    policy = rules.policy_of(md.properties)
+    target = (policy.target if policy is not None else None) or default_target
+    if not target:
+        raise InvalidConfigError(
+            f"log {name!r} has no offload target: set one (bk log set {name} "
+            f"--offload-target URI) or start the offloader with --offload-target")
+    password = ledger_password(bk, ledger_id, passwords)
+
+    # 1. A new offload id, recorded before any byte is written (a stale attempt's file
+    #    is removed first: it was never counted).
+    new, stale = rules.start_offload(old, uuid.uuid4().hex[:16], target)
+    if stale is not None:
+        try:
+            files.delete(rules.offload_file(name, md.log_id, ledger_id, stale))
+        except files.OffloadTargetError as exc:
+            if stale.target == target:
+                raise  # the new attempt would fail on it too: retried next pass
+            # an old target unreachable: its file never counted; left as an orphan
+            log.warning("log %r: ledger %d: stale offload file left behind: %s", name,
+                        ledger_id, exc)
+
+    def still(m: LogMetadata, expect: rules.OffloadState | None) -> bool:
+        if not _listed(m, view, ledger_id):
+            return False
+        return rules.states_of(m.properties).get(ledger_id) == expect
+
+    done = update_log(bk, name, needs_change=lambda m: still(m, old),
+                      make_change=lambda m: m.with_properties(
+                          lambda p: rules.with_state(p, ledger_id, new)), current=current)
+    if rules.states_of(done.value.properties).get(ledger_id) != new:
+        return None
+    uri = rules.offload_file(name, md.log_id, ledger_id, new)
+    started = time.monotonic()
+    try:
+        # 2. Write to the path named by the id.
+        schema, batches, tally = ledger_rows(bk, name, md, info, password)
+        files.write_ledger(uri, schema, batches)
+        # 3. Verify: entries and the values' checksum read back from the file.
+        written = files.verify(uri, tally[0], tally[1])
+    except NoSuchLedgerError:
+        files.delete(uri)
+        return None
+    # 4. Complete (CAS), only while our id is still the recorded one.
+    complete = new.completed(now_ms(), written.rows, written.entries, written.bytes,
+                             written.crc)
+    try:
+        done = update_log(bk, name, needs_change=lambda m: still(m, new),
+                          make_change=lambda m: m.with_properties(
+                              lambda p: rules.with_state(p, ledger_id, complete)))
+    except LogNotFoundError:  # deleted meanwhile
+        files.delete(uri)
+        return None
+    if rules.states_of(done.value.properties).get(ledger_id) != complete:
+        files.delete(uri)  # truncated or taken over meanwhile: ours is not counted
+        return None
+    if metrics is not None:
+        metrics.offloaded(written.bytes, time.monotonic() - started)
+    log.info("log %r: ledger %d offloaded to %s (%d rows, %d bytes)", name, ledger_id,
+             files.shown_uri(uri), written.rows, written.bytes)
+    return complete
+
+
+def drop_bookie_copy(bk: BookKeeper, name: str, ledger_id: int, passwords: Sequence[bytes],
+                     lag_ms: int, now: int) -> bool:
+    """The deletion lag: once a complete ledger's lag has passed, record (CAS) that the
+    bookies no longer hold it, then delete it from them (metadata first, data after: a
+    reader sent to the bookies before the CAS retries on Parquet when the ledger is gone).
+    """
+    store = log_store(bk)
+    view = LogView(store, name, store.read(name).value)
+
+    def needs(m: LogMetadata) -> bool:
+        st = rules.states_of(m.properties).get(ledger_id)
+        return _listed(m, view, ledger_id) and rules.bookie_copy_deletable(st, lag_ms, now)
+
+    def change(m: LogMetadata) -> LogMetadata:
+        st = rules.states_of(m.properties)[ledger_id]
+        return m.with_properties(lambda p: rules.with_state(
+            p, ledger_id, rules.OffloadState.from_json(st.to_json() | {"dropped": True})))
+
+    password = ledger_password(bk, ledger_id, passwords)
+    if not needs(view.md):
+        return False
+    done = update_log(bk, name, needs_change=needs, make_change=change)
+    st = rules.states_of(done.value.properties).get(ledger_id)
+    if st is None or not st.dropped:
+        return False
+    try:
+        bk.delete_ledger(ledger_id, password)
+    except NoSuchLedgerError:
+        pass
+    return True
+
+
+@dataclass(frozen=True)
+class OffloaderConfig:
+    """Options of the offloader (each a ``bk offloader`` / ``bk bookie --offload`` flag).
+
+    ``passwords``: candidate ledger passwords (``--password``, the empty one always
+    included); ``default_target``: the target of logs whose policy names none
+    (``--offload-target``); ``tick_s``: how often the elected offloader looks for due
+    ledgers.
+    """
+
+    passwords: tuple[bytes, ...] = (b"",)
+    default_target: str | None = None
+    tick_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.tick_s > 0:
+            raise InvalidConfigError(f"offloader tick must be > 0, got {self.tick_s}")
+
+
+class Offloader:
+    """Contends for the offloader role; while elected, applies every log's policy each
+    tick: offload the due ledgers in log order, drop bookie copies past the deletion lag.
+
+    One thread (the election's); no locks. A failure on one log is counted and logged and
+    retried next tick; readers keep reading the bookies' copy meanwhile.
+    """
+
+    def __init__(self, bk: BookKeeper, identity: str, config: OffloaderConfig,
+                 metrics: OffloadMetrics) -> None:
+        self.bk = bk
+        self.identity = identity
+        self.config = config
+        self.metrics = metrics
+
+    def run(self, stop: threading.Event) -> None:
+        run_elected(self.bk.zk, election_path(self.bk.msu.root), self.identity, self._lead,
+                    stop, "offloader")
+
+    def _lead(self, stop: threading.Event) -> None:
+        log.info("offloader %s elected", self.identity)
+        self.metrics.elected.set(1)
+        try:
+            while not stop.is_set():
+                self.tick()
+                stop.wait(self.config.tick_s)
+        finally:
+            self.metrics.elected.set(0)
+
+    def tick(self) -> None:
+        """One pass over every log with a policy."""
+        lag_s = 0.0
+        for name in list_logs(self.bk):
+            try:
+                lag_s = max(lag_s, self.apply(name))
+            except LogNotFoundError:
+                continue
+            except (BKError, OSError) as exc:
+                self.metrics.failures.inc()
+                log.warning("offloader: log %r: %s", name, exc)
+        self.metrics.lag.set(lag_s)
+
+    def apply(self, name: str) -> float:
+        """Offload log ``name``'s due ledgers and drop bookie copies past the lag; returns
+        the lag (seconds since the oldest ledger still due closed)."""
+        cfg = self.config
+        store = log_store(self.bk)
+        while True:
+            md = store.read(name).value
+            policy = rules.policy_of(md.properties)
+            if policy is None or md.deleting:
+                return 0.0
+            ledgers = LogView(store, name, md).ledgers()
+            states = rules.states_of(md.properties)
+            sizes = ({r.ledger_id: self.bk.ledger_metadata(r.ledger_id).length
+                      for r in ledgers if r.is_described and r.ledger_id not in states}
+                     if policy.kind is rules.AfterKind.BYTES else None)
+            todo = rules.due(ledgers, states, policy, now_ms(), sizes)
+            if not todo:
+                break
+            if offload_ledger(self.bk, name, todo[0].ledger_id, cfg.passwords,
+                              cfg.default_target, self.metrics) is None:
+                break
+        if policy.iceberg_catalog:
+            self.sync_iceberg(name, policy)
+        now = now_ms()
+        lag_s = 0.0
+        if todo:
+            first = todo[0]
+            lag_s = (now - (first.last_ts_ms or first.first_ts_ms)) / 1000
+        for lid, st in rules.states_of(md.properties).items():
+            if rules.bookie_copy_deletable(st, policy.deletion_lag_ms, now):
+                drop_bookie_copy(self.bk, name, lid, cfg.passwords, policy.deletion_lag_ms,
+                                 now)
+        return lag_s
+
+    def sync_iceberg(self, name: str, policy: rules.OffloadPolicy) -> None:
+        """Commit the log's offloaded prefix to its Iceberg table, in log order; expire the
+        files of truncated ledgers (:func:`bk_spark.offload.iceberg.sync_table`)."""
+        from bk_spark.offload.iceberg import sync_table
+
+        store = log_store(self.bk)
+        md = store.read(name).value
+        ledgers = LogView(store, name, md).ledgers()
+        states = rules.states_of(md.properties)
+        prefix = rules.offloaded_prefix(ledgers, states)
+        files = [(r.ledger_id, rules.offload_file(name, md.log_id, r.ledger_id,
+                                                   states[r.ledger_id])) for r in prefix]
+        target = (policy.target or self.config.default_target or "").split("?", 1)[0]
+        sync_table(policy.iceberg_catalog or "", f"{target.rstrip('/')}/_iceberg", name,
+                   files)
