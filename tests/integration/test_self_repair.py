@@ -21,6 +21,7 @@ from bk_spark.core.client import BookKeeper
 from bk_spark.core.context import BookKeeperConfig
 from bk_spark.errors import BKError, LedgerFencedError
 from bk_spark.io.bookie_client import ClientConfig
+from bk_spark.io.underreplication import UnderReplicationManager
 from bk_spark.protocol.digest import master_key
 from bk_spark.protocol.ledger_metadata import LedgerState
 from bk_spark.protocol.recovery_plan import entries_on_index
@@ -218,3 +219,40 @@ def test_a_wiped_bookie_without_the_password_hands_its_ledgers_to_autorecovery(
                     assert set(want) <= have, (md.ledger_id, b)
             rh = bk.open_ledger(md.ledger_id, PASSWORD)
             assert [e.payload for e in rh.read_entries(0, md.last_entry_id)] == [b"y" * 256] * 50
+
+
+def test_a_ledger_no_bookie_holds_handed_over_by_a_wiped_bookie_heals_without_its_key(
+        cluster_factory: Callable[..., Any],
+        restart_wiped: Callable[[BookieProcess], None]) -> None:
+    """Issue 26's known defect (fault seeds 9 and 13 with no ``--recovery-password``). A
+    ledger created just before the wipe and closed by its writer with no entry (a log
+    rolled onto it, then closed) was never sent to any bookie: none holds its key, and no
+    password is configured. The wiped bookie cannot repair it (no key) and hands it over;
+    AutoRecovery's workers asked for the key before anything else, found none, and
+    failed forever: the ledger stayed marked with the wiped bookie missing, and that
+    bookie's repair never completed. Nothing is to be copied, so the replacement is one
+    metadata change needing no key: the mark clears and the repair completes."""
+    c = cluster_factory(4, extra_args=["--lost-bookie-recovery-delay", "0"])
+    with BookKeeper(c.uri, FAST) as bk:
+        written = bk.create_ledger(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2,
+                                   password=PASSWORD)
+        for f in [written.add_entry_async(b"z" * 64) for _ in range(20)]:
+            f.result()
+        written.close()
+        empty = bk.create_ledger(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2,
+                                 password=PASSWORD)
+        empty.close()  # closed by its writer: a CAS only, no bookie ever saw it
+        victim = _proc(c, empty.metadata.last_ensemble[0])
+        restart_wiped(victim)
+        _connected(bk, victim.bookie_id)
+        _wait_repaired(bk, victim.bookie_id, timeout=20)
+        urm = UnderReplicationManager(bk.zk, bk.msu.root)
+        deadline = time.monotonic() + 10
+        while list(urm.list()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert list(urm.list()) == []
+        md = bk.metadata_store.read(empty.id).value
+        assert victim.bookie_id not in {b for _f, ens in md.ensembles for b in ens}
+        assert md.state == LedgerState.CLOSED and md.last_entry_id == -1
+        rh = bk.open_ledger(written.id, PASSWORD)
+        assert [e.payload for e in rh.read_entries(0, 19)] == [b"z" * 64] * 20
