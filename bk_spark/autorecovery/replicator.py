@@ -251,6 +251,13 @@ class LedgerReplicator:
         except BKError:
             return False
 
+    def watch_metadata(self, ledger_id: int, callback: Callable[[object], None]
+                       ) -> Callable[[], None]:
+        """Call ``callback`` with the ledger's metadata now and after every change (on
+        kazoo's event thread); returns the function that stops it (the worker's early
+        retry of a failed ledger)."""
+        return self.bk.metadata_store.watch(ledger_id, callback)
+
     # ------------------------------------------------------------------ placement first
     def check_replaceable(self, md: LedgerMetadata, missing: set[str]) -> None:
         """Raise :class:`NotEnoughBookiesError` naming the placement constraint when some
