@@ -256,3 +256,51 @@ def test_a_ledger_no_bookie_holds_handed_over_by_a_wiped_bookie_heals_without_it
         assert md.state == LedgerState.CLOSED and md.last_entry_id == -1
         rh = bk.open_ledger(written.id, PASSWORD)
         assert [e.payload for e in rh.read_entries(0, 19)] == [b"z" * 64] * 20
+
+
+def test_a_hand_over_with_no_replacement_says_why_in_repair_status_and_a_password_ends_it(
+        cluster_factory: Callable[..., Any],
+        restart_wiped: Callable[[BookieProcess], None]) -> None:
+    """A cluster of exactly E bookies and no ``--recovery-password``: the wiped bookie hands
+    its ledger to AutoRecovery, which has no bookie outside the ensemble to copy it to. The
+    bookie keeps its mark (it never serves the ledger as if it held it) and ``bk bookie
+    repair-status`` says why it does not finish: AutoRecovery's reason and the ways out.
+    Restarted with the password as it advises, the bookie copies the ledger back itself
+    and the ledger is no longer marked under-replicated."""
+    c = cluster_factory(3, extra_args=["--lost-bookie-recovery-delay", "0"])
+    with BookKeeper(c.uri, FAST) as bk:
+        lh = bk.create_ledger(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2,
+                              password=PASSWORD)
+        for f in [lh.add_entry_async(b"w" * 100) for _ in range(30)]:
+            f.result()
+        lh.close()
+        victim = _proc(c, lh.metadata.last_ensemble[0])
+        restart_wiped(victim)
+        _connected(bk, victim.bookie_id)
+
+        def status() -> dict:
+            r = subprocess.run([sys.executable, "-m", "bk_spark.cli", "bookie",
+                                "repair-status", victim.bookie_id, "-m", c.uri, "--json"],
+                               capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, r.stderr
+            return json.loads(r.stdout)
+
+        deadline = time.monotonic() + 20
+        st = status()
+        while "AutoRecovery cannot yet" not in st["error"]:
+            assert time.monotonic() < deadline, st
+            time.sleep(0.5)
+            st = status()
+        assert st["state"] == "repairing" and st["ledgers_left"] == 1
+        assert "NotEnoughBookiesError" in st["error"] and "start more bookies" in st["error"]
+        assert "restart this bookie with --recovery-password" in st["error"]
+        victim.kill()
+        victim.extra_args = [*victim.extra_args, "--recovery-password", "p"]
+        victim.start()
+        _connected(bk, victim.bookie_id)
+        _wait_repaired(bk, victim.bookie_id, timeout=30)
+        assert UnderReplicationManager(bk.zk, bk.msu.root).get(lh.id) is None
+        idx = lh.metadata.last_ensemble.index(victim.bookie_id)
+        want = entries_on_index(0, 29, idx, 3, 2)
+        have = [e for a, b in _held(bk, victim.bookie_id, lh.id, 29) for e in range(a, b + 1)]
+        assert have == want
