@@ -13,7 +13,11 @@ registers* (so before any client picks it), and:
    answered for what it does not hold), FENCED or COPY (:mod:`bookie_server.limbo`). The
    marks are fdatasync'd before :func:`enter_repair` returns.
 2. **Repair** (a background thread), ledger by ledger:
-   a. re-read its metadata (a ledger deleted meanwhile: clear its mark, done);
+   a. re-read its metadata (a ledger deleted meanwhile: clear its mark, done; one no
+      fragment of which names this bookie any more, replaced by AutoRecovery: retire its
+      mark, keeping its plain adds refused where it stood for a fence this bookie may
+      have given and forgotten: ``RETIRED_MARK_REFUSES_PLAIN_ADDS`` in
+      :mod:`bk_spark.protocol.recovery_plan`);
    b. a ledger in LIMBO that is not closed is recovered (fenced and closed by a recovery
       open, as ``DataIntegrityCheckImpl.recoverLedgerIfInLimbo``): this bookie answers
       UNKNOWN to that recovery, so it decides from the other bookies only;
@@ -28,7 +32,7 @@ registers* (so before any client picks it), and:
       matches; the key it stored with it is gone with its disk) is handed to AutoRecovery:
       marked under-replicated with this bookie missing, so a replication worker on a bookie
       holding its key (``replicator.ledger_secret``) replaces this bookie in its fragments;
-      its mark clears at step a once no fragment names this bookie any more. Until then
+      its mark is retired at step a once no fragment names this bookie any more. Until then
       ``bk bookie repair-status`` shows the hand-over and, once a worker failed at it, why
       (the reason the worker recorded, e.g. no bookie outside the ensemble to replace this
       one: :func:`handed_over`) and the ways out.
@@ -66,6 +70,7 @@ from bk_spark.protocol.recovery_plan import (
     entries_on_index,
     repair_duties,
     repair_mark,
+    retired_mark_refuses_plain_adds,
 )
 from bookie_server.config import BookieConfig
 from bookie_server.storage import BookieStorage
@@ -206,7 +211,8 @@ class SelfRepair:
             self.storage.clear_repair_mark(ledger_id, None)
             return
         if self.bookie_id not in bookies_of(md):  # AutoRecovery replaced it everywhere
-            self.storage.clear_repair_mark(ledger_id, None)
+            self.storage.retire_repair_mark(
+                ledger_id, retired_mark_refuses_plain_adds(mark, md.state))
             return
         try:
             password = peers.password(md)

@@ -304,3 +304,39 @@ def test_a_hand_over_with_no_replacement_says_why_in_repair_status_and_a_passwor
         want = entries_on_index(0, 29, idx, 3, 2)
         have = [e for a, b in _held(bk, victim.bookie_id, lh.id, 29) for e in range(a, b + 1)]
         assert have == want
+
+
+def test_a_fence_forgotten_by_a_wiped_bookie_replaced_by_autorecovery_stays_refused(
+        cluster_factory: Callable[..., Any],
+        restart_wiped: Callable[[BookieProcess], None]) -> None:
+    """BP-46's first counterexample through the hand-over. E = Qw = Qa = 2 on b0, b1; a
+    recovery fenced b0 only (one bookie of the write quorum: enough) and closed the ledger
+    at entry 4; the old writer is paused. b0 loses its disk and, with no password, hands
+    the ledger to AutoRecovery, which copies it to b2 and names b2 instead of b0. b0 no
+    longer holds the ledger, but its fence is what keeps the old writer from b0 + b1 (b1
+    was never fenced): b0 must keep refusing the writer's adds, or entry 5 is acknowledged
+    on a ledger closed at 4."""
+    c = cluster_factory(3, extra_args=["--lost-bookie-recovery-delay", "0"])
+    with BookKeeper(c.uri, FAST) as bk:
+        lh = bk.create_ledger(ensemble_size=2, write_quorum_size=2, ack_quorum_size=2,
+                              password=PASSWORD)
+        for i in range(5):
+            lh.add_entry(b"entry-%d" % i)
+        b0, _b1 = lh.metadata.last_ensemble
+        with BookKeeper(c.uri, FAST) as recoverer:  # fence b0 only, then close at 4
+            recoverer.metadata_store.update(
+                lh.id, lambda m: m.state == LedgerState.OPEN,
+                lambda m: m.with_state(LedgerState.IN_RECOVERY))
+            recoverer.bookies.get(b0).fence(lh.id, master_key(PASSWORD))
+            recoverer.metadata_store.update(
+                lh.id, lambda m: m.state == LedgerState.IN_RECOVERY,
+                lambda m: m.closed(4, 5 * len(b"entry-0")))
+        restart_wiped(_proc(c, b0))
+        _connected(bk, b0)
+        _wait_repaired(bk, b0, timeout=30)
+        md = bk.metadata_store.read(lh.id).value
+        assert b0 not in md.last_ensemble  # replaced by AutoRecovery
+        with pytest.raises(LedgerFencedError):
+            lh.add_entry(b"after the fence")
+        rh = bk.open_ledger(lh.id, PASSWORD)
+        assert rh.last_add_confirmed == 4
