@@ -302,13 +302,28 @@ class LedgerReplicator:
     def _replicate_rounds(self, ledger_id: int, missing: set[str], result: ReplicationResult,
                           secret: Callable[[], LedgerSecret]) -> None:
         """The rounds of steps 1-3; ``secret()`` is asked only by a step that needs the key
-        (a copy, a recovery): see "What re-replication copies with"."""
+        (a copy, a recovery): see "What re-replication copies with".
+
+        A missing bookie the ledger no longer names is *done*: replaced wherever it was
+        named, it is no longer missing for this ledger and may be chosen (registered and
+        writable) as another one's replacement, where it receives a fresh copy. A fragment
+        with no replacement now (:class:`NotEnoughBookiesError`) does not stop the others:
+        replacing them may free a candidate for it in the next round (with E + 1 bookies, a
+        bookie lacking entries and a wiped bookie in one ensemble: the first one's
+        replacement is the only bookie outside it, and only once the first one is done may
+        it take the second one's place). It is raised once no round makes progress."""
+        done: set[str] = set()
+        unplaceable: NotEnoughBookiesError | None = None
         for _round in range(1000):
             m = self.bk.metadata_store.read(ledger_id).value
-            todo = affected_fragments(m, missing)
+            done |= set(missing) - bookies_of(m)
+            still = set(missing) - done
+            todo = affected_fragments(m, still)
             if not todo:
+                unplaceable = None
                 break
             progressed = False
+            unplaceable = None
             for af in todo:
                 action = fragment_action(m.state, af.span.is_last,
                                          af.span.is_last and self._writer_idle(m, missing))
@@ -325,19 +340,31 @@ class LedgerReplicator:
                     progressed = True
                     break  # the ledger is CLOSED now: decide again from its metadata
                 try:
-                    n, nbytes = self._replicate_fragment(m, af, missing, secret)
+                    n, nbytes = self._replicate_fragment(m, af, still, secret)
                 except FragmentChangedError as exc:
                     log.info("ledger %d: %s; starting the fragment again", ledger_id, exc)
                     progressed = True
                     break
+                except NotEnoughBookiesError as exc:
+                    unplaceable = exc  # the others first: they may free a candidate
+                    continue
                 result.entries += n
                 result.bytes += nbytes
                 progressed = True
             if not progressed:
                 break
         final = self.bk.metadata_store.read(ledger_id).value
-        named = {b for _f, ens in final.ensembles for b in ens}
-        result.replaced = set(missing) - named
+        result.replaced = done | (set(missing) - bookies_of(final))
+        if unplaceable is not None:
+            raise unplaceable
+
+    def no_longer_named(self, ledger_id: int, missing: set[str]) -> set[str]:
+        """The bookies of ``missing`` no fragment of the ledger names now (all of them once
+        it is deleted): what a failed attempt still achieved (the worker clears them)."""
+        try:
+            return set(missing) - bookies_of(self.bk.metadata_store.read(ledger_id).value)
+        except NoSuchLedgerError:
+            return set(missing)
 
     def _writer_idle(self, md: LedgerMetadata, missing: set[str]) -> bool:
         """Whether no add reached the last fragment for the grace period (BookKeeper's

@@ -117,6 +117,7 @@ class ReplicationWorker:
         try:
             result = self.replicator.replicate(ledger_id, set(rec.missing))
         except (BKError, ZooKeeperError) as exc:
+            self._keep_progress(ledger_id, set(rec.missing))
             self._failed(ledger_id, rec.reason, f"{type(exc).__name__}: {exc}")
             return False
         progressed = bool(result.replaced) or result.entries > 0
@@ -132,6 +133,18 @@ class ReplicationWorker:
             self._retry_at.pop(ledger_id, None)
             self.metrics.ledger_seconds.observe(self._clock() - started)
         return progressed
+
+    def _keep_progress(self, ledger_id: int, missing: set[str]) -> None:
+        """After a failed attempt: remove from the record the missing bookies it replaced
+        everywhere before it failed (else they stay excluded from placement, and a later
+        fragment whose only candidate is one of them never heals)."""
+        try:
+            done = self.replicator.no_longer_named(ledger_id, missing)
+            if done:
+                self.urm.mark_replicated(ledger_id, done)
+        except (BKError, ZooKeeperError) as exc:
+            log.debug("ledger %d: cannot record what the failed attempt did (%s)",
+                      ledger_id, exc)
 
     def _forget_failures(self, ledger_id: int) -> None:
         """The ledger healed or made progress: no back-off, no watch left for it."""

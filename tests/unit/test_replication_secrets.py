@@ -173,6 +173,9 @@ class _FailingReplicator:
         callback(object())
         return lambda: w.__setitem__(1, True)
 
+    def no_longer_named(self, lid: int, missing: set[str]) -> set[str]:
+        return set()
+
     def change(self, lid: int) -> None:
         """The ledger's metadata changed (e.g. it was closed by a recovery)."""
         w = self.watchers.get(lid)
