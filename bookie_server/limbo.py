@@ -16,11 +16,17 @@ ensembles name it, with one of three kinds (BookKeeper's ``DataIntegrityCheckImp
 * ``COPY``: named only in earlier fragments: its entries are copied back, nothing else.
 
 A mark is cleared, ledger by ledger, once repair copied the ledger's entries back and
-fenced it durably with its master key (:meth:`BookieStorage.clear_repair_mark`).
+fenced it durably with its master key (:meth:`BookieStorage.clear_repair_mark`). A mark
+whose ledger no longer names the bookie (AutoRecovery replaced it) is *retired*: it no
+longer counts as left to repair, and where
+:data:`~bk_spark.protocol.recovery_plan.RETIRED_MARK_REFUSES_PLAIN_ADDS` says so the
+ledger's plain adds stay refused for good (the fence the bookie forgot, with no key to
+write it again: :meth:`BookieStorage.retire_repair_mark`).
 
 On disk (``data_dir/ledgers/repair-marks.log``): an append-only file of 25-byte records
 ``u8 op | i64 ledger id | i64 entries | i64 bytes`` (op: ``L``/``F``/``C`` marks, ``X``
-cleared with the entries and bytes copied, ``B`` a repair began, ``D`` it completed), each
+cleared with the entries and bytes copied, ``R`` retired with its plain adds refused for
+good, ``B`` a repair began, ``D`` it completed), each
 batch of appends fdatasync'd before the call returns, so a mark is durable before the
 bookie serves and a restart mid-repair resumes from the marks left. A torn last record (a
 crash mid-append) is ignored.
@@ -48,7 +54,7 @@ FILE_NAME = "repair-marks.log"
 REFUSES_PLAIN_ADDS = frozenset({MarkKind.LIMBO, MarkKind.FENCED})
 ANSWERS_UNKNOWN = frozenset({MarkKind.LIMBO})
 
-_BEGIN, _DONE, _CLEARED = b"B", b"D", b"X"
+_BEGIN, _DONE, _CLEARED, _REFUSED = b"B", b"D", b"X", b"R"
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,7 @@ class RepairMarks:
         self._path = Path(directory) / FILE_NAME
         self._lock = threading.Lock()
         self._marks: dict[int, MarkKind] = {}
+        self._refused: set[int] = set()  # retired marks whose plain adds stay refused
         self._total = 0
         self._entries = 0
         self._bytes = 0
@@ -105,10 +112,12 @@ class RepairMarks:
             self._started_ms, self._state = lid, "repairing"
         elif op == _DONE:
             self._state = "done"
-        elif op == _CLEARED:
+        elif op in (_CLEARED, _REFUSED):
             if self._marks.pop(lid, None) is not None:
                 self._entries += entries
                 self._bytes += nbytes
+            if op == _REFUSED:
+                self._refused.add(lid)
         else:
             kind = MarkKind(op.decode())
             if lid not in self._marks:
@@ -136,6 +145,13 @@ class RepairMarks:
         with self._lock:
             self._append([(_CLEARED, ledger_id, entries, nbytes)])
 
+    def retire(self, ledger_id: int, refuse_plain_adds: bool) -> None:
+        """No fragment of the ledger names this bookie any more: its mark no longer counts
+        as left to repair; with ``refuse_plain_adds`` its plain adds stay refused for good.
+        Durable on return."""
+        with self._lock:
+            self._append([(_REFUSED if refuse_plain_adds else _CLEARED, ledger_id, 0, 0)])
+
     def finish(self) -> None:
         """Every mark is cleared and the caller's completion ran: the repair is done."""
         with self._lock:
@@ -144,6 +160,11 @@ class RepairMarks:
     # -- reads -----------------------------------------------------------------------------
     def kind(self, ledger_id: int) -> MarkKind | None:
         return self._marks.get(ledger_id)  # a dict read: atomic under the GIL
+
+    def refuses_plain_adds(self, ledger_id: int) -> bool:
+        """Whether a plain add of the ledger is refused: its mark refuses them, or a retired
+        mark kept them refused (atomic reads under the GIL)."""
+        return self._marks.get(ledger_id) in REFUSES_PLAIN_ADDS or ledger_id in self._refused
 
     def pending(self) -> dict[int, MarkKind]:
         with self._lock:

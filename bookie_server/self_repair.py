@@ -13,7 +13,11 @@ registers* (so before any client picks it), and:
    answered for what it does not hold), FENCED or COPY (:mod:`bookie_server.limbo`). The
    marks are fdatasync'd before :func:`enter_repair` returns.
 2. **Repair** (a background thread), ledger by ledger:
-   a. re-read its metadata (a ledger deleted meanwhile: clear its mark, done);
+   a. re-read its metadata (a ledger deleted meanwhile: clear its mark, done; one no
+      fragment of which names this bookie any more, replaced by AutoRecovery: retire its
+      mark, keeping its plain adds refused where it stood for a fence this bookie may
+      have given and forgotten: ``RETIRED_MARK_REFUSES_PLAIN_ADDS`` in
+      :mod:`bk_spark.protocol.recovery_plan`);
    b. a ledger in LIMBO that is not closed is recovered (fenced and closed by a recovery
       open, as ``DataIntegrityCheckImpl.recoverLedgerIfInLimbo``): this bookie answers
       UNKNOWN to that recovery, so it decides from the other bookies only;
@@ -21,12 +25,17 @@ registers* (so before any client picks it), and:
       through AutoRecovery's copy path (read from the other replicas, digest verified,
       recovery adds to this bookie: :class:`RepairPeers`);
    d. fence it durably with its master key and clear its mark (persisted: a restart
-      resumes with the marks left).
+      resumes with the marks left); a record naming this bookie missing from the ledger
+      (its own hand-over of step e before a restart with the password, an Auditor's mark
+      while it was down) no longer does: AutoRecovery has nothing left to do for it here.
    e. a ledger whose password this bookie cannot find (none of ``--recovery-password``
       matches; the key it stored with it is gone with its disk) is handed to AutoRecovery:
       marked under-replicated with this bookie missing, so a replication worker on a bookie
       holding its key (``replicator.ledger_secret``) replaces this bookie in its fragments;
-      its mark clears at step a once no fragment names this bookie any more.
+      its mark is retired at step a once no fragment names this bookie any more. Until then
+      ``bk bookie repair-status`` shows the hand-over and, once a worker failed at it, why
+      (the reason the worker recorded, e.g. no bookie outside the ensemble to replace this
+      one: :func:`handed_over`) and the ways out.
    A ledger whose step fails (its other bookies down, handed over and not yet replaced)
    keeps its mark and is tried again after ``retry_s``; the error shows in ``bk bookie
    repair-status``.
@@ -61,6 +70,7 @@ from bk_spark.protocol.recovery_plan import (
     entries_on_index,
     repair_duties,
     repair_mark,
+    retired_mark_refuses_plain_adds,
 )
 from bk_spark.security import ZkSecurity
 from bookie_server.config import BookieConfig
@@ -84,9 +94,15 @@ class RepairPeers(Protocol):
     def recover(self, md: LedgerMetadata, password: bytes) -> LedgerMetadata:
         """Fence and close the ledger (a recovery open); its CLOSED metadata."""
 
-    def hand_over(self, md: LedgerMetadata) -> None:
+    def hand_over(self, md: LedgerMetadata) -> str:
         """Mark ``md`` under-replicated with this bookie missing (step e): AutoRecovery
-        replaces this bookie in its fragments with the key the other bookies hold."""
+        replaces this bookie in its fragments with the key the other bookies hold. Returns
+        why AutoRecovery's last attempt at the ledger failed ("" when none failed)."""
+
+    def healed(self, md: LedgerMetadata) -> None:
+        """This bookie holds ``md`` again (step d): it is no longer missing from the ledger's
+        under-replication record, if one names it (a hand-over before a restart with the
+        password, or an Auditor's mark while it was down)."""
 
     def copy(self, md: LedgerMetadata, password: bytes, entry_ids: Sequence[int]
              ) -> tuple[int, int]:
@@ -136,6 +152,7 @@ class SelfRepair:
         self.on_complete = on_complete
         self.retry_s = retry_s
         self.error = ""  # the last ledger error, for repair-status
+        self._logged: dict[int, str] = {}  # ledger id -> the failure last logged as a warning
         self.done = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="self-repair", daemon=True)
@@ -163,8 +180,12 @@ class SelfRepair:
                 except Exception as exc:  # noqa: BLE001 - keep the mark, retry later
                     failed = True
                     self.error = f"ledger {lid}: {exc}"
-                    log.warning("self-repair of ledger %d failed (retried in %.0fs): %s",
-                                lid, self.retry_s, exc)
+                    level = logging.DEBUG if self._logged.get(lid) == str(exc) else \
+                        logging.WARNING
+                    self._logged[lid] = str(exc)
+                    log.log(level, "self-repair of ledger %d failed (retried every %.0fs; "
+                            "logged again when the reason changes): %s", lid, self.retry_s,
+                            exc)
             if not failed and not self.storage.repair_marks():
                 try:
                     self.on_complete()
@@ -192,17 +213,13 @@ class SelfRepair:
             self.storage.clear_repair_mark(ledger_id, None)
             return
         if self.bookie_id not in bookies_of(md):  # AutoRecovery replaced it everywhere
-            self.storage.clear_repair_mark(ledger_id, None)
+            self.storage.retire_repair_mark(
+                ledger_id, retired_mark_refuses_plain_adds(mark, md.state))
             return
         try:
             password = peers.password(md)
         except UnauthorizedError:  # e.
-            peers.hand_over(md)
-            raise UnauthorizedError(
-                f"ledger {ledger_id}: no --recovery-password matches and its key was lost "
-                f"with the disk: handed to AutoRecovery, whose workers copy it from the "
-                f"bookies holding its key to a replacement of this bookie; its mark clears "
-                f"once no fragment names this bookie") from None
+            raise UnauthorizedError(handed_over(peers.hand_over(md))) from None
         if mark == RepairMark.LIMBO and md.state != LedgerState.CLOSED:  # b.
             log.info("self-repair: recovering ledger %d (in limbo)", ledger_id)
             md = peers.recover(md, password)
@@ -218,8 +235,23 @@ class SelfRepair:
                     if e not in have]
         n, nbytes = peers.copy(md, password, sorted(set(ids))) if ids else (0, 0)
         self.storage.clear_repair_mark(ledger_id, master_key(password), n, nbytes)  # d.
+        peers.healed(md)
         log.info("self-repair: ledger %d repaired (%d entries, %d bytes copied)",
                  ledger_id, n, nbytes)
+
+
+def handed_over(autorecovery_failure: str) -> str:
+    """What ``bk bookie repair-status`` shows for a ledger handed to AutoRecovery (step e),
+    with why AutoRecovery cannot heal it yet (the reason its worker recorded, e.g. no
+    bookie outside the ensemble to replace this one) and the ways out."""
+    msg = ("no --recovery-password matches and its key was lost with the disk: handed to "
+           "AutoRecovery, whose workers copy it from the bookies holding its key to a "
+           "replacement of this bookie; its mark clears once no fragment names this bookie")
+    if not autorecovery_failure:
+        return msg
+    return (f"{msg}. AutoRecovery cannot yet: {autorecovery_failure}. Either fix that, or "
+            f"restart this bookie with --recovery-password set to the ledger's password: "
+            f"its repair resumes and copies the ledger back here itself")
 
 
 def enter_repair(storage: BookieStorage, config: BookieConfig, peers: RepairPeers | None,

@@ -444,7 +444,7 @@ class BookieStorage:
                 raise LedgerFencedError(
                     f"ledger {ledger_id} is fenced: it is being recovered, stop writing"
                 )
-            if not recovery and self._marks.kind(ledger_id) in REFUSES_PLAIN_ADDS:
+            if not recovery and self._marks.refuses_plain_adds(ledger_id):
                 raise LedgerFencedError(
                     f"ledger {ledger_id} is fenced on bookie {self.config.bookie_id}: it is "
                     f"being repaired after a data loss, stop writing")
@@ -524,6 +524,12 @@ class BookieStorage:
             except NoSuchLedgerError:  # deleted here meanwhile: its tombstone refuses adds
                 pass
         self._marks.clear(ledger_id, entries, nbytes)
+
+    def retire_repair_mark(self, ledger_id: int, refuse_plain_adds: bool) -> None:
+        """No fragment of the ledger names this bookie any more (AutoRecovery replaced it):
+        its mark is no longer left to repair; with ``refuse_plain_adds`` its plain adds
+        stay refused for good (a forgotten fence it has no key to write again). Durable."""
+        self._marks.retire(ledger_id, refuse_plain_adds)
 
     def finish_repair(self) -> None:
         """Every mark is cleared: record that the repair completed."""

@@ -37,6 +37,12 @@ password: every copy is still verified); a ``mac`` ledger needs its password (st
 When no step succeeds the ledger stays marked and :class:`RecoveryKeyUnavailableError` says
 why; the worker records that reason where ``bk ledger underreplicated`` shows it.
 
+The key is looked up only by a step that uses it: a copy (step 2 with entries to copy) or
+the recovery of an idle open ledger. A fragment that gives the missing bookie no entry (a
+ledger closed empty by its writer, which no bookie ever saw, so none holds its key) is
+replaced by the metadata change alone, and a fragment its writer still owns is deferred
+without one: neither waits for, nor fails for want of, a key nothing needs.
+
 The copy itself, reusable outside AutoRecovery (a bookie's self-repair), is
 :func:`copy_entries`: the given entries of a ledger read from its replicas (verified) and
 added to one target bookie.
@@ -44,6 +50,7 @@ added to one target bookie.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -241,6 +248,13 @@ class LedgerReplicator:
         except BKError:
             return False
 
+    def watch_metadata(self, ledger_id: int, callback: Callable[[object], None]
+                       ) -> Callable[[], None]:
+        """Call ``callback`` with the ledger's metadata now and after every change (on
+        kazoo's event thread); returns the function that stops it (the worker's early
+        retry of a failed ledger)."""
+        return self.bk.metadata_store.watch(ledger_id, callback)
+
     # ------------------------------------------------------------------ placement first
     def check_replaceable(self, md: LedgerMetadata, missing: set[str]) -> None:
         """Raise :class:`NotEnoughBookiesError` naming the placement constraint when some
@@ -268,11 +282,14 @@ class LedgerReplicator:
         except NoSuchLedgerError:
             result.replaced = set(missing)  # deleted: nothing left to replicate
             return result
-        secret = ledger_secret(self.bk, md.value, self.passwords, local_key=self.local_key,
-                               missing=missing)
-        codec = secret.codec(md.value)
+
+        @functools.cache
+        def secret() -> LedgerSecret:
+            return ledger_secret(self.bk, md.value, self.passwords, local_key=self.local_key,
+                                 missing=missing)
+
         try:
-            self._replicate_rounds(ledger_id, missing, result, codec, secret.key)
+            self._replicate_rounds(ledger_id, missing, result, secret)
         except NoSuchLedgerError:
             if self.bk.metadata_store.exists(ledger_id):
                 raise
@@ -280,13 +297,30 @@ class LedgerReplicator:
         return result
 
     def _replicate_rounds(self, ledger_id: int, missing: set[str], result: ReplicationResult,
-                          codec: EntryCodec, key: bytes) -> None:
+                          secret: Callable[[], LedgerSecret]) -> None:
+        """The rounds of steps 1-3; ``secret()`` is asked only by a step that needs the key
+        (a copy, a recovery): see "What re-replication copies with".
+
+        A missing bookie the ledger no longer names is *done*: replaced wherever it was
+        named, it is no longer missing for this ledger and may be chosen (registered and
+        writable) as another one's replacement, where it receives a fresh copy. A fragment
+        with no replacement now (:class:`NotEnoughBookiesError`) does not stop the others:
+        replacing them may free a candidate for it in the next round (with E + 1 bookies, a
+        bookie lacking entries and a wiped bookie in one ensemble: the first one's
+        replacement is the only bookie outside it, and only once the first one is done may
+        it take the second one's place). It is raised once no round makes progress."""
+        done: set[str] = set()
+        unplaceable: NotEnoughBookiesError | None = None
         for _round in range(1000):
             m = self.bk.metadata_store.read(ledger_id).value
-            todo = affected_fragments(m, missing)
+            done |= set(missing) - bookies_of(m)
+            still = set(missing) - done
+            todo = affected_fragments(m, still)
             if not todo:
+                unplaceable = None
                 break
             progressed = False
+            unplaceable = None
             for af in todo:
                 action = fragment_action(m.state, af.span.is_last,
                                          af.span.is_last and self._writer_idle(m, missing))
@@ -296,25 +330,38 @@ class LedgerReplicator:
                 if action == FragmentAction.RECOVER_FIRST:
                     log.info("ledger %d: writer idle for %.0fs, recovering it before "
                              "re-replication", ledger_id, self.open_ledger_grace_s)
-                    recover_ledger(self.bk, self.bk.metadata_store.read(ledger_id), codec,
-                                   key)
+                    s = secret()
+                    current = self.bk.metadata_store.read(ledger_id)
+                    recover_ledger(self.bk, current, s.codec(current.value), s.key)
                     self._activity.pop(ledger_id, None)
                     progressed = True
                     break  # the ledger is CLOSED now: decide again from its metadata
                 try:
-                    n, nbytes = self._replicate_fragment(m, af, missing, codec, key)
+                    n, nbytes = self._replicate_fragment(m, af, still, secret)
                 except FragmentChangedError as exc:
                     log.info("ledger %d: %s; starting the fragment again", ledger_id, exc)
                     progressed = True
                     break
+                except NotEnoughBookiesError as exc:
+                    unplaceable = exc  # the others first: they may free a candidate
+                    continue
                 result.entries += n
                 result.bytes += nbytes
                 progressed = True
             if not progressed:
                 break
         final = self.bk.metadata_store.read(ledger_id).value
-        named = {b for _f, ens in final.ensembles for b in ens}
-        result.replaced = set(missing) - named
+        result.replaced = done | (set(missing) - bookies_of(final))
+        if unplaceable is not None:
+            raise unplaceable
+
+    def no_longer_named(self, ledger_id: int, missing: set[str]) -> set[str]:
+        """The bookies of ``missing`` no fragment of the ledger names now (all of them once
+        it is deleted): what a failed attempt still achieved (the worker clears them)."""
+        try:
+            return set(missing) - bookies_of(self.bk.metadata_store.read(ledger_id).value)
+        except NoSuchLedgerError:
+            return set(missing)
 
     def _writer_idle(self, md: LedgerMetadata, missing: set[str]) -> bool:
         """Whether no add reached the last fragment for the grace period (BookKeeper's
@@ -337,18 +384,21 @@ class LedgerReplicator:
 
     # ------------------------------------------------------------------ one fragment
     def _replicate_fragment(self, md: LedgerMetadata, af: AffectedFragment, missing: set[str],
-                            codec: EntryCodec, key: bytes) -> tuple[int, int]:
+                            secret: Callable[[], LedgerSecret]) -> tuple[int, int]:
         span, index, old = af.span, af.index, af.bookie
         lid = md.ledger_id
         # Step 1: the replacement (placement policy; never one of the ensemble).
         target = self.choose_replacement(span.ensemble, index, md.write_quorum_size,
                                          set(missing) | {old})
-        # Step 2: copy the entries the missing bookie held.
+        # Step 2: copy the entries the missing bookie held (none: no key is needed).
         n = nbytes = 0
+        ids: list[int] = []
         if span.last is not None and span.last >= span.first:
             ids = entries_on_index(span.first, span.last, index, md.ensemble_size,
                                    md.write_quorum_size)
-            n, nbytes = self._copy(md, codec, key, ids, target)
+        if ids:
+            s = secret()
+            n, nbytes = self._copy(md, s.codec(md), s.key, ids, target)
         # Step 3: one CAS replacing the bookie in this fragment.
         first_end = span.last
 
@@ -370,7 +420,8 @@ class LedgerReplicator:
         except NoSuchLedgerError:
             # Deleted while we copied: its deleter never knew the replacement, so the copy
             # is deleted here (leaving the bookie's tombstone), not kept forever.
-            self._discard_copy(lid, target, key)
+            if ids:
+                self._discard_copy(lid, target, secret().key)
             raise
         log.info("ledger %d: fragment %d: %s replaced by %s (%d entries copied)",
                  lid, span.first, old, target, n)

@@ -56,9 +56,16 @@ class ReplicaPeers:
         bk.open_ledger(md.ledger_id, password, recovery=True)
         return bk.metadata_store.read(md.ledger_id).value
 
-    def hand_over(self, md: LedgerMetadata) -> None:
+    def hand_over(self, md: LedgerMetadata) -> str:
         bk = self._client()[0]
-        UnderReplicationManager(bk.zk, bk.msu.root).mark(md.ledger_id, [self.bookie_id])
+        record = UnderReplicationManager(bk.zk, bk.msu.root).mark(md.ledger_id,
+                                                                   [self.bookie_id])
+        return record.reason
+
+    def healed(self, md: LedgerMetadata) -> None:
+        bk = self._client()[0]
+        UnderReplicationManager(bk.zk, bk.msu.root).mark_replicated(md.ledger_id,
+                                                                    [self.bookie_id])
 
     def copy(self, md: LedgerMetadata, password: bytes, entry_ids: Sequence[int]
              ) -> tuple[int, int]:

@@ -46,14 +46,10 @@ BOOKIE_ARGS = ("--journal-file-size-mb", "1", "--entry-log-size-mb", "1",
                "--gc-interval", "3", "--disk-check-interval", "0.25",
                "--debug-expose-session",
                "--lost-bookie-recovery-delay", str(LOST_BOOKIE_DELAY_S),
-               "--audit-interval", str(AUDIT_INTERVAL_S), "--open-ledger-grace", "10",
-               "--recovery-password", "fault-pw")
-# --recovery-password: a wiped bookie's self-repair copies its ledgers back itself (the key
-# it stored is gone with its disk). Without it, self-repair hands each ledger to AutoRecovery,
-# and one CI run under extra load left a ledger marked with the wiped bookie missing although
-# it held every copy, so its repair never completed: a known defect, see the session note.
-# The no-password paths are covered on real processes by tests/integration:
-# test_autorecovery_passwords.py (healing) and test_self_repair.py (the hand-over).
+               "--audit-interval", str(AUDIT_INTERVAL_S), "--open-ledger-grace", "10")
+# No --recovery-password: every ledger the schedules write has a password (PASSWORD), and
+# AutoRecovery must heal them, closed or left open, as it heals users' (issue 25); a wiped
+# bookie's self-repair hands them to AutoRecovery (issue 26's no-password path).
 ENTRY_LOG_HEADER = 16
 
 

@@ -289,6 +289,35 @@ def repair_mark(md: LedgerMetadata, bookie: str) -> RepairMark | None:
     return REPAIR_MARKS[(md.state == LedgerState.CLOSED, bookie in md.last_ensemble)]
 
 
+#: (repair mark, ledger state) -> whether the bookie keeps refusing the ledger's plain
+#: (non-recovery) adds once no fragment names it any more (AutoRecovery replaced it after a
+#: hand-over: the mark is retired, the entries are no longer its duty). A LIMBO or FENCED
+#: mark stands for a fence the bookie may have given a recovery and forgotten with its disk.
+#: A recovery began if the ledger is IN_RECOVERY or CLOSED, and an old writer whose stale
+#: ensemble still names this bookie could reach its ack quorum with it and with bookies the
+#: recovery did not need to fence (BP-46's first counterexample): it keeps refusing. A
+#: ledger still OPEN was never fenced (a recoverer moves it to IN_RECOVERY first, and it
+#: never returns to OPEN), and its writer may pick this bookie again in an ensemble change:
+#: it is served as any other. A COPY mark was never on the last ensemble: nothing to keep.
+RETIRED_MARK_REFUSES_PLAIN_ADDS: Mapping[tuple[RepairMark, LedgerState], bool] = \
+    MappingProxyType({
+        (RepairMark.LIMBO, LedgerState.OPEN): False,
+        (RepairMark.LIMBO, LedgerState.IN_RECOVERY): True,
+        (RepairMark.LIMBO, LedgerState.CLOSED): True,
+        (RepairMark.FENCED, LedgerState.OPEN): False,
+        (RepairMark.FENCED, LedgerState.IN_RECOVERY): True,
+        (RepairMark.FENCED, LedgerState.CLOSED): True,
+        (RepairMark.COPY, LedgerState.OPEN): False,
+        (RepairMark.COPY, LedgerState.IN_RECOVERY): False,
+        (RepairMark.COPY, LedgerState.CLOSED): False,
+    })
+
+
+def retired_mark_refuses_plain_adds(mark: RepairMark, state: LedgerState) -> bool:
+    """Look up :data:`RETIRED_MARK_REFUSES_PLAIN_ADDS`."""
+    return RETIRED_MARK_REFUSES_PLAIN_ADDS[(RepairMark(mark), LedgerState(state))]
+
+
 def repair_duties(md: LedgerMetadata, bookie: str) -> list[FragmentDuty]:
     """What ``bookie`` must hold of ``md``'s closed fragments (:func:`fragment_duties`):
     what its self-repair copies back (after recovering a ledger in limbo, every fragment

@@ -165,6 +165,22 @@ class _FailingReplicator:
     def __init__(self) -> None:
         self.attempts: list[float] = []
         self.heal = False
+        self.watchers: dict[int, list] = {}  # ledger id -> [callback, stopped]
+
+    def watch_metadata(self, lid: int, callback):
+        """As the metadata store's watch: called now, then after every change."""
+        w = self.watchers[lid] = [callback, False]
+        callback(object())
+        return lambda: w.__setitem__(1, True)
+
+    def no_longer_named(self, lid: int, missing: set[str]) -> set[str]:
+        return set()
+
+    def change(self, lid: int) -> None:
+        """The ledger's metadata changed (e.g. it was closed by a recovery)."""
+        w = self.watchers.get(lid)
+        if w is not None and not w[1]:
+            w[0](object())
 
     def holds_copy(self, lid: int) -> bool:
         return False
@@ -213,3 +229,28 @@ def test_a_failing_ledger_is_retried_ever_less_often_warned_of_rarely_its_reason
     assert urm.rec is None
     w.run_once()
     assert metrics.unhealable.collect()[0].samples[0].value == 0
+
+
+def test_a_failed_ledger_is_retried_at_the_next_pass_once_its_metadata_changed():
+    """A ledger no bookie held the key of (opened, never written) fails for want of it and
+    backs off; a client with the password then recovers it (its metadata changes, the
+    bookies it fenced now hold its key): the worker tries again at its next pass, not
+    when the back-off ends (issue 26: a wiped bookie's hand-over waited past the fault
+    suite's healing bound)."""
+    from bk_spark.autorecovery.metrics import AutoRecoveryMetrics
+    from bk_spark.autorecovery.worker import ReplicationWorker
+
+    clock[0] = 0.0
+    urm = _Urm(UnderReplicated(7, frozenset({A}), 1))
+    rep = _FailingReplicator()
+    w = ReplicationWorker(urm, rep, "w", AutoRecoveryMetrics(), retry_s=5,  # type: ignore
+                          max_retry_s=300, clock=lambda: clock[0])
+    while clock[0] < 40:
+        w.run_once()
+        clock[0] += 1.0
+    assert rep.attempts == [0, 5, 15, 35]  # the next one would be at 75
+    rep.heal = True
+    rep.change(7)
+    w.run_once()
+    assert rep.attempts[-1] == 40 and urm.rec is None
+    assert rep.watchers[7][1]  # healed: its watch is stopped

@@ -21,9 +21,11 @@ from bk_spark.protocol.answers import ANSWERS, NEGATIVE_ANSWERS, Answer, answer_
 from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
 from bk_spark.protocol.recovery_plan import (
     REPAIR_MARKS,
+    RETIRED_MARK_REFUSES_PLAIN_ADDS,
     RepairMark,
     repair_duties,
     repair_mark,
+    retired_mark_refuses_plain_adds,
 )
 from bookie_server.config import BookieConfig
 from bookie_server.limbo import RECORD, RepairMarks
@@ -139,4 +141,42 @@ def test_a_ledger_in_limbo_refuses_plain_adds_and_stays_fenced_once_repaired(tmp
         s.add_entries(7, key, [(1, 0, b"late", b"")])
     s.add_entries(8, key, [(1, 0, b"ok", b"")])
     assert s.repair_progress().bytes_copied == 6
+    s.close()
+
+
+# -- a mark retired (AutoRecovery replaced the bookie after a hand-over) --------------------
+
+def test_the_retired_mark_table_covers_every_mark_and_state():
+    assert set(RETIRED_MARK_REFUSES_PLAIN_ADDS) == {(m, st) for m in RepairMark
+                                                    for st in LedgerState}
+
+
+@pytest.mark.parametrize(("mark", "state", "refuses"), [
+    (RepairMark.FENCED, LedgerState.CLOSED, True),       # recovered: the fence it forgot
+    (RepairMark.LIMBO, LedgerState.CLOSED, True),        # recovered since it was marked
+    (RepairMark.LIMBO, LedgerState.IN_RECOVERY, True),   # a recovery began
+    (RepairMark.LIMBO, LedgerState.OPEN, False),         # never fenced: its writer may pick it
+    (RepairMark.COPY, LedgerState.CLOSED, False),        # never on the last ensemble
+])
+def test_a_retired_mark_keeps_plain_adds_refused_only_where_a_recovery_may_have_fenced_it(
+        mark, state, refuses):
+    assert retired_mark_refuses_plain_adds(mark, state) is refuses
+
+
+def test_a_retired_mark_is_no_longer_left_to_repair_and_its_refusal_survives_a_restart(
+        tmp_path: Path):
+    key = b"k" * 20
+    s = _storage(tmp_path)
+    s.begin_repair({7: RepairMark.FENCED, 8: RepairMark.LIMBO})
+    s.retire_repair_mark(7, True)
+    s.retire_repair_mark(8, False)
+    assert s.repair_marks() == {} and s.repair_progress().left == 0
+    s.finish_repair()
+    s.close()
+    s = _storage(tmp_path)
+    with pytest.raises(LedgerFencedError):  # an old writer's add: refused for good
+        s.add_entries(7, key, [(5, 4, b"late", b"")])
+    s.add_entries(7, key, [(0, -1, b"copy", b"")], recovery=True)  # a re-replication target
+    s.add_entries(8, key, [(0, -1, b"ok", b"")])  # served as any other ledger
+    assert not s.in_limbo(7) and s.repair_mark(7) is None
     s.close()
