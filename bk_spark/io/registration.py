@@ -161,6 +161,9 @@ class RegistrationCache:
 
     #: Seconds before a failed re-read is tried again (ZooKeeper away).
     RETRY_S = 0.5
+    #: Longest :meth:`view` waits for a re-read under way (a change ZooKeeper already told
+    #: this client about is answered from the view that includes it).
+    PENDING_WAIT_S = 1.0
 
     def __init__(self, zk: KazooClient, msu: MetadataServiceUri) -> None:
         self._zk = zk
@@ -168,6 +171,7 @@ class RegistrationCache:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._dirty: set[str] = set()
+        self._refreshing = False
         self._invalid: set[str] = set()  # registration paths whose data changed or went
         self._stale = True  # no read on the current session yet
         self._sessions_lost = 0  # sessions lost so far (a read spanning a loss is stale)
@@ -214,8 +218,18 @@ class RegistrationCache:
 
     def view(self) -> RegistrationView:
         """The registered bookies and their version: from memory, or (stale: see the class
-        docstring) read from ZooKeeper now."""
+        docstring) read from ZooKeeper now. A change this client's session was told about
+        (a watch fired) is in the view returned: a re-read under way is waited for (up to
+        :data:`PENDING_WAIT_S`), so a caller that saw a change through this session (ZooKeeper
+        sends a watch event before any answer showing its change) sees it here too."""
         with self._lock:
+            deadline = time.monotonic() + self.PENDING_WAIT_S
+            while (self._dirty or self._refreshing) and not self._stale and \
+                    not self._stopped:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._wake.wait(left)
             view = None if self._stale else self._view
         if view is not None:
             return view
@@ -265,9 +279,13 @@ class RegistrationCache:
                 if self._stopped:
                     return
                 kinds, self._dirty = self._dirty, set()
+                self._refreshing = True
             try:
                 self._refresh(kinds)
             except Exception as exc:  # noqa: BLE001 - ZooKeeper away: read again later
+                with self._lock:
+                    self._refreshing = False
+                    self._wake.notify_all()
                 if self._zk.client_state == "CLOSED":
                     return
                 log.info("bookie registrations: re-read failed (%s); retrying", exc)
@@ -313,6 +331,8 @@ class RegistrationCache:
                 out.append(RegisteredBookie(child, ro, info, leaving))
         with self._lock:
             self.refreshes += 1
+            self._refreshing = False
+            self._wake.notify_all()
             self._view = RegistrationView(tuple(out), self._versions)
             if kinds >= _ALL and self._sessions_lost == lost:
                 self._stale = False  # all read (and watched) on the current session
