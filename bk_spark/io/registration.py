@@ -29,7 +29,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient, KazooState
@@ -62,15 +62,22 @@ class RegisteredBookie:
 
 def list_bookies(uri: str | MetadataServiceUri, zk: KazooClient | None = None
                  ) -> list[RegisteredBookie]:
-    """The registered bookies, writable first, each with its readonly flag."""
+    """The registered bookies, writable first, each with its readonly flag (one read of
+    ZooKeeper, for tools; a client's placement reads its :class:`RegistrationCache`)."""
     msu = uri if isinstance(uri, MetadataServiceUri) else parse_metadata_service_uri(uri)
     own = zk is None
     client = connect_zk(msu) if zk is None else zk
     try:
         try:
-            marked = set(client.get_children(msu.decommissioning_path))
+            marked = client.get_children(msu.decommissioning_path)
         except NoNodeError:
-            marked = set()
+            marked = []
+        markers = {}
+        for child in marked:
+            try:
+                markers[child] = _marker(client, msu, child)
+            except NoNodeError:
+                continue
         out: list[RegisteredBookie] = []
         for path, ro in ((msu.available_path, False), (msu.readonly_path, True)):
             try:
@@ -85,13 +92,20 @@ def list_bookies(uri: str | MetadataServiceUri, zk: KazooClient | None = None
                     info = json.loads(data or b"{}")
                 except (NoNodeError, ValueError):
                     continue
-                leaving = child in marked and _marker(client, msu, child) == info.get("instance")
-                out.append(RegisteredBookie(child, ro, info, leaving))
+                out.append(registered_bookie(child, ro, info, markers))
         return out
     finally:
         if own:
             client.stop()
             client.close()
+
+
+def registered_bookie(bookie_id: str, read_only: bool, info: dict,
+                      markers: Mapping[str, str | None]) -> RegisteredBookie:
+    """A registration as placement sees it: being decommissioned while a marker names the
+    running instance (the module docstring)."""
+    leaving = bookie_id in markers and markers[bookie_id] == info.get("instance")
+    return RegisteredBookie(bookie_id, read_only, info, leaving)
 
 
 def registrations_version(msu: MetadataServiceUri, zk: KazooClient) -> tuple[int, int]:
@@ -326,9 +340,7 @@ class RegistrationCache:
                 info = self._infos.get(f"{path}/{child}")
                 if info is None:
                     continue
-                leaving = (child in self._markers
-                           and self._markers[child] == info.get("instance"))
-                out.append(RegisteredBookie(child, ro, info, leaving))
+                out.append(registered_bookie(child, ro, info, self._markers))
         with self._lock:
             self.refreshes += 1
             self._refreshing = False
@@ -380,10 +392,8 @@ class RegistrationCache:
 
 
 def _marker(zk: KazooClient, msu: MetadataServiceUri, bookie_id: str) -> str | None:
-    try:
-        data, _ = zk.get(f"{msu.decommissioning_path}/{bookie_id}")
-    except NoNodeError:
-        return None
+    """The instance a decommissioning marker names (None: empty); NoNodeError: none."""
+    data, _ = zk.get(f"{msu.decommissioning_path}/{bookie_id}")
     return data.decode() or None
 
 
