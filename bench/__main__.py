@@ -354,15 +354,27 @@ def ledger_add(uri: str, n: int, size: int = KiB, in_flight: int = 2000, securit
         return n / dt, n * size / dt / 1e6, pct(lat, 0.5) * 1e3, pct(lat, 0.99) * 1e3, lid
 
 
+#: ZooKeeper operations per log roll on main before issue 28's registration cache (3324f59,
+#: counted by the same counter, tests/integration/test_registration_cache.py's roll).
+ZK_OPS_PER_ROLL_BEFORE = 13
+
+
 def log_append(uri: str, n: int, roll_entries: int, size: int = KiB, in_flight: int = 2000
-               ) -> tuple[float, int, int]:
-    """(entries/s, ledgers used, entries of the largest) appending to a log that rolls
-    every ``roll_entries`` (issue 31: the largest must not exceed ``roll_entries``)."""
+               ) -> tuple[float, int, int, float]:
+    """(entries/s, ledgers used, entries of the largest, ZooKeeper operations per roll)
+    appending to a log that rolls every ``roll_entries`` (issue 31: the largest must not
+    exceed ``roll_entries``). Operations per roll: the client's ZooKeeper operations
+    between consecutive rolls' CAS (the spare, the CAS, the close, the end recorded:
+    :func:`bk_spark.io.zk.zk_operations`), the median over the rolls."""
     from bk_spark.core import BookKeeper
+    from bk_spark.io.zk import zk_operations
 
     with BookKeeper(uri) as bk:
         name = f"bench-log-{os.getpid()}"  # its own log (runs may share a sandbox)
-        w = open_log_writer(bk, name, roll_max_entries=roll_entries)
+        at_cas: list[int] = []
+        w = open_log_writer(bk, name, roll_max_entries=roll_entries, password=b"p",
+                            after_roll_cas=lambda _id: at_cas.append(
+                                zk_operations(bk.zk).total()))
         data = b"g" * size
         window: deque = deque()
         t0 = time.perf_counter()
@@ -381,7 +393,9 @@ def log_append(uri: str, n: int, roll_entries: int, size: int = KiB, in_flight: 
         ledgers = log_ledgers(bk, name)
         largest = max((i.last_entry_id + 1 for i in ledgers if i.last_entry_id is not None),
                       default=0)
-        return n / dt, len(ledgers), largest
+        per_roll = [b - a for a, b in zip(at_cas, at_cas[1:], strict=False)]
+        ops = statistics.median(per_roll) if per_roll else float("nan")
+        return n / dt, len(ledgers), largest, ops
 
 
 def tail_latency(uri: str, n: int = 400, interval_s: float = 0.005
@@ -537,11 +551,14 @@ def main() -> None:
                     f"{rec * 1e3:,.0f} ms", "-", "-")
             print("== log (same sandbox)")
             roll = max(n_adds // 5, 1000)
-            geps, nledgers, largest = log_append(sb.metadata_service_uri, n_adds, roll)
+            geps, nledgers, largest, zk_ops = log_append(sb.metadata_service_uri, n_adds, roll)
             res.add(f"log append 1 KiB, rolling every {roll:,} entries",
                     f"{geps:,.0f} e/s ({nledgers} ledgers, largest {largest:,} entries)",
                     f"{leps:,.0f} e/s one ledger",
                     f"{geps / leps:.2f}x")
+            res.add("ZooKeeper operations per log roll (goal <= 4)", f"{zk_ops:g}",
+                    f"{ZK_OPS_PER_ROLL_BEFORE} before the registration cache",
+                    f"{zk_ops / ZK_OPS_PER_ROLL_BEFORE:.2f}x")
             t50, t99, tail_lat = tail_latency(sb.metadata_service_uri)
             res.add("log tail latency (append -> seen by tailing reader) p50 / p99",
                     f"{t50:.1f} / {t99:.1f} ms", "-", "-")

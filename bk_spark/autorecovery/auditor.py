@@ -11,7 +11,9 @@ While elected, each tick:
    metadata when the Auditor is elected, whenever the registrations changed since it last
    did (their znodes' child versions, :func:`~bk_spark.io.registration.registrations_version`:
    a bookie that joined and died between two ticks, or while the Auditor was paused, still
-   changed them), when workers healed ledgers (fewer under-replicated) and at each
+   changed them; both come from the client's registration cache,
+   :class:`~bk_spark.io.registration.RegistrationCache`, so a tick reads no registration
+   znode), when workers healed ledgers (fewer under-replicated) and at each
    periodic check. Whether a lost bookie's ledgers are marked
    now is :data:`~bk_spark.protocol.audit_rules.LOST_BOOKIE_ACTIONS`: after
    ``lost_bookie_recovery_delay_s`` (0: at once) for a single loss, at once when more than
@@ -44,7 +46,6 @@ from bk_spark.autorecovery.metrics import AutoRecoveryMetrics
 from bk_spark.core.client import BookKeeper
 from bk_spark.errors import BKError, NoSuchLedgerError
 from bk_spark.io.election import run_elected
-from bk_spark.io.registration import list_bookies, registrations_version
 from bk_spark.io.underreplication import UnderReplicationManager
 from bk_spark.io.zk import ZooKeeperError, session_interrupted
 from bk_spark.protocol.audit_rules import LostBookies, lost_bookies
@@ -99,9 +100,6 @@ class Auditor:
             log.info("auditor %s steps down", self.auditor_id)
 
     # ------------------------------------------------------------------ auditing
-    def _registered(self) -> set[str]:
-        return {b.bookie_id for b in list_bookies(self.bk.msu, zk=self.bk.zk)}
-
     def named_bookies(self) -> set[str]:
         """Every bookie some ledger's ensembles name (one read of every ledger's metadata,
         as BookKeeper's Auditor builds its bookie-to-ledgers index)."""
@@ -122,8 +120,9 @@ class Auditor:
         written: dict = {}
         while not stop.is_set() and not self._lost_session.is_set():
             try:
-                version = registrations_version(self.bk.msu, self.bk.zk)
-                registered = self._registered()
+                view = self.bk.registration_view()  # from memory (watches)
+                version = view.version
+                registered = {b.bookie_id for b in view.bookies}
                 now = time.monotonic()
                 periodic = now >= next_check
                 if version != seen or periodic:  # step 1: lost from the metadata

@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
@@ -24,8 +24,13 @@ from bk_spark.errors import (
 )
 from bk_spark.io.bookie_client import BookieClientPool, TlsOptions
 from bk_spark.io.entry import EntryCodec
-from bk_spark.io.metadata_store import LedgerMetadataStore, Versioned, metadata_update_loop
-from bk_spark.io.registration import list_bookies
+from bk_spark.io.metadata_store import (
+    LedgerMetadataStore,
+    ReservedIds,
+    Versioned,
+    metadata_update_loop,
+)
+from bk_spark.io.registration import RegisteredBookie, RegistrationCache, RegistrationView
 from bk_spark.io.zk import connect_zk
 from bk_spark.metadata_uri import parse_metadata_service_uri
 from bk_spark.protocol.digest import (
@@ -90,6 +95,10 @@ class BookKeeper:
         self.zk = connect_zk(self.msu, security=security.zk)
         self.metadata_store = LedgerMetadataStore(self.zk, self.msu.root)
         self.bookies = BookieClientPool(self.config.client)
+        # The registered bookies under ZooKeeper watches, started at the first placement
+        # (a client that only reads never watches them).
+        self._registrations: RegistrationCache | None = None
+        self._registrations_lock = threading.Lock()
         self._closed = False
         self._closing = False
         # What close() closes first: the writers (log writers) and the ledger handles
@@ -100,15 +109,33 @@ class BookKeeper:
         self._open_ledgers: weakref.WeakSet[LedgerHandle] = weakref.WeakSet()
 
     # ---------------------------------------------------------------- bookies
+    def registration_view(self) -> RegistrationView:
+        """The registered bookies (writable and readonly) and their version, from the
+        client's registration cache (:class:`RegistrationCache`: kept by ZooKeeper
+        watches, no ZooKeeper read while they keep it current)."""
+        with self._registrations_lock:
+            cache = self._registrations
+            if cache is None:
+                cache = RegistrationCache(self.zk, self.msu)
+                if not self._closed:  # (closed: one read, as the cache is stale)
+                    cache.start()
+                    self._registrations = cache
+        return cache.view()
+
+    def registered_bookies(self) -> list[RegisteredBookie]:
+        """The registered bookies, writable first (:meth:`registration_view`)."""
+        return list(self.registration_view().bookies)
+
     def writable_bookies(self) -> list[str]:
         """Registered writable bookies (``<root>/available``) that placement may pick (not
         being decommissioned)."""
-        return [b.bookie_id for b in list_bookies(self.msu, zk=self.zk) if b.placeable]
+        return [b.bookie_id for b in self.registered_bookies() if b.placeable]
 
     def topology(self) -> Topology:
         """The writable bookies with the racks they registered: what placement decides on.
-        A bookie being decommissioned is left out (:mod:`bk_spark.io.registration`)."""
-        found = [b for b in list_bookies(self.msu, zk=self.zk) if b.placeable]
+        A bookie being decommissioned is left out (:mod:`bk_spark.io.registration`). From
+        the registration cache: placement reads no registration znode."""
+        found = [b for b in self.registered_bookies() if b.placeable]
         return Topology(tuple(b.bookie_id for b in found),
                         {b.bookie_id: str(b.info.get("rack") or DEFAULT_RACK) for b in found},
                         self.config.min_racks_per_write_quorum)
@@ -116,8 +143,15 @@ class BookKeeper:
     # ---------------------------------------------------------------- ledgers
     def create_ledger(self, ensemble_size: int = 3, write_quorum_size: int = 2,
                       ack_quorum_size: int = 2, digest: str = "crc32c", password: bytes = b"",
-                      custom_metadata: Mapping[str, str] | None = None) -> LedgerHandle:
-        """Create a ledger on ``ensemble_size`` writable bookies and open it for writing."""
+                      custom_metadata: Mapping[str, str] | None = None, *,
+                      also_create: Callable[[int], Sequence[tuple[str, bytes]]] | None = None,
+                      ids: ReservedIds | None = None) -> LedgerHandle:
+        """Create a ledger on ``ensemble_size`` writable bookies and open it for writing.
+
+        Placement reads the registration cache (no ZooKeeper read); the metadata takes two
+        ZooKeeper operations, one with ``ids`` (:meth:`LedgerMetadataStore.create`, which
+        also creates the znodes ``also_create(ledger_id)`` names in the same transaction).
+        """
         LedgerMetadata.validate_quorums(ensemble_size, write_quorum_size, ack_quorum_size)
         if digest not in DIGEST_TYPES:
             raise InvalidConfigError(f"digest must be one of {', '.join(DIGEST_TYPES)}, "
@@ -136,7 +170,7 @@ class BookKeeper:
                 password_digest=password_digest(password), custom_metadata=custom,
                 ctime_ms=now)
 
-        md = self.metadata_store.create(make)
+        md = self.metadata_store.create(make, also_create=also_create, ids=ids)
         lh = LedgerHandle(self, md, password, self._codec(md.value, password),
                           master_key(password))
         with self._open_lock:
@@ -276,6 +310,10 @@ class BookKeeper:
                 log.warning("closing the client: could not close ledger %d (its final LAC "
                             "was sent instead): %s", lh.id, exc)
         self._closed = True
+        with self._registrations_lock:
+            cache, self._registrations = self._registrations, None
+        if cache is not None:
+            cache.stop()
         self.bookies.close()
         self.zk.stop()
         self.zk.close()

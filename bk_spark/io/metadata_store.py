@@ -26,12 +26,12 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, RolledBackError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import DataWatch
 
@@ -109,6 +109,25 @@ def metadata_update_loop(
             current = read()
 
 
+@dataclass(frozen=True)
+class IdReservation:
+    """A ledger id taken from ZooKeeper's sequence before its ledger is created, and the
+    ephemeral sequential znode that holds it (:meth:`LedgerMetadataStore.reserve_id`)."""
+
+    ledger_id: int
+    path: str
+
+
+class ReservedIds:
+    """The next ledger id of a caller that creates ledgers one after another (a log
+    writer's spare ledgers), reserved by the transaction that created the previous one, so
+    that creating a ledger is one ZooKeeper operation. Give an unused one back with
+    :meth:`LedgerMetadataStore.release` (else its znode goes with the session)."""
+
+    def __init__(self) -> None:
+        self.next: IdReservation | None = None
+
+
 def ledger_path(root: str, ledger_id: int) -> str:
     """The znode of a ledger's metadata: ``<root>/ledgers/DDD/DDDD/DDDD/DDDD/LDDDD``."""
     if not 0 <= ledger_id <= MAX_LEDGER_ID:
@@ -154,61 +173,130 @@ class LedgerMetadataStore:
             return 0
         return max((int(c) for c in children if c.isdigit()), default=0)
 
-    def _next_ledger_id(self) -> int:
-        """A new 64-bit ledger id, unique and increasing across all clients.
+    def _id_prefix(self, generation: int) -> str:
+        return f"{self.idgen_path}/{generation:010d}/ID-"
+
+    def _reservation(self, generation: int, path: str) -> IdReservation | None:
+        """The id a sequential znode ``path`` of ``generation`` gives (None: the sequence
+        left the generation's range, see :meth:`reserve_id`)."""
+        sequence = int(path[len(self._id_prefix(generation)):])
+        if not 0 <= sequence < 1 << self.ID_LOW_BITS:
+            return None
+        return IdReservation(generation << self.ID_LOW_BITS | sequence, path)
+
+    def reserve_id(self) -> IdReservation:
+        """A new 64-bit ledger id, unique and increasing across all clients, held by an
+        ephemeral sequential znode until the ledger is created (:meth:`create` deletes it
+        in the transaction that creates the ledger) or :meth:`release`.
 
         id = generation << ID_LOW_BITS | sequence, where sequence is the number ZooKeeper
-        gives an ephemeral sequential znode under ``<root>/idgen/<generation>`` (the znode is
-        deleted at once). Ids are unique and increasing, not necessarily consecutive.
+        gives an ephemeral sequential znode under ``<root>/idgen/<generation>``. Ids are
+        unique and increasing in the order they were reserved, not necessarily consecutive.
         The counter is a signed 32-bit int: once it leaves [0, 2^ID_LOW_BITS) the generation
         is used up and every client moves to the next one (BookKeeper's
         ``LongZkLedgerIdGenerator`` does the same with its high-order-bits znodes).
         """
-        limit = 1 << self.ID_LOW_BITS
         with self._generation_lock:
             generation = self._generation
         if generation is None:
             generation = self._latest_generation()
         while True:
-            prefix = f"{self.idgen_path}/{generation:010d}/ID-"
-            path = self._zk.retry(
-                self._zk.create, prefix, b"", ephemeral=True, sequence=True, makepath=True
-            )
-            try:
-                self._zk.retry(self._zk.delete, path)
-            except NoNodeError:
-                pass
-            sequence = int(path[len(prefix) :])
-            if 0 <= sequence < limit:
+            path = self._zk.retry(self._zk.create, self._id_prefix(generation), b"",
+                                  ephemeral=True, sequence=True, makepath=True)
+            reservation = self._reservation(generation, path)
+            if reservation is not None:
                 with self._generation_lock:
                     self._generation = max(self._generation or 0, generation)
-                return generation << self.ID_LOW_BITS | sequence
+                return reservation
+            self._delete_quietly(path)
             generation = max(generation + 1, self._latest_generation())
             if generation << self.ID_LOW_BITS > MAX_LEDGER_ID:
                 raise MetadataStoreError("the ledger id space is exhausted")
             self._zk.retry(self._zk.ensure_path, f"{self.idgen_path}/{generation:010d}")
 
+    def release(self, ids: ReservedIds) -> None:
+        """Give back the id ``ids`` holds (its znode deleted; the id is never used)."""
+        reservation, ids.next = ids.next, None
+        if reservation is not None:
+            self._delete_quietly(reservation.path)
+
+    def _delete_quietly(self, path: str) -> None:
+        try:
+            self._zk.retry(self._zk.delete, path)
+        except NoNodeError:
+            pass
+
     # -- one ledger ------------------------------------------------------------------------
 
-    def create(self, make: Callable[[int], LedgerMetadata]) -> Versioned[LedgerMetadata]:
-        """Store the metadata ``make(ledger_id)`` of a new ledger under a fresh unique id."""
-        ledger_id = self._next_ledger_id()
+    def create(self, make: Callable[[int], LedgerMetadata], *,
+               also_create: Callable[[int], Sequence[tuple[str, bytes]]] | None = None,
+               ids: ReservedIds | None = None) -> Versioned[LedgerMetadata]:
+        """Store the metadata ``make(ledger_id)`` of a new ledger under a fresh unique id.
+
+        Two ZooKeeper operations: the id's reservation (:meth:`reserve_id`), then one
+        transaction that creates the metadata znode, the znodes ``also_create(ledger_id)``
+        names (e.g. a log's pending record of the ledger: both exist or neither) and
+        deletes the reservation. With ``ids`` (a caller creating ledgers one after another:
+        a log writer's spares) the id is the one ``ids`` holds, and the same transaction
+        reserves the next one into it: one operation per ledger after the first.
+        """
+        reservation = ids.next if ids is not None else None
+        if ids is not None:
+            ids.next = None
+        if reservation is None:
+            reservation = self.reserve_id()
+        ledger_id = reservation.ledger_id
         metadata = make(ledger_id)
         if metadata.ledger_id != ledger_id:
             raise ValueError(f"make({ledger_id}) returned metadata of ledger {metadata.ledger_id}")
         data = metadata.to_bytes()
         path = self.ledger_path(ledger_id)
-        try:
-            self._zk.retry(self._zk.create, path, data, makepath=True)
-        except NodeExistsError:
-            # A create retried after a connection loss finds its own znode.
-            existing, stat = self._zk.retry(self._zk.get, path)
-            if existing != data:
-                raise MetadataStoreError(
-                    f"ledger id {ledger_id} is already in use: was {self.idgen_path} "
-                    f"deleted or reset?"
-                ) from None
-            return Versioned(metadata, stat.version)
+        creates = [(path, data), *(also_create(ledger_id) if also_create else ())]
+        generation = ledger_id >> self.ID_LOW_BITS
+        next_prefix = self._id_prefix(generation) if ids is not None else None
+
+        def commit() -> list[Any]:
+            t = self._zk.transaction()
+            for p, d in creates:
+                t.create(p, d)
+            t.delete(reservation.path)
+            if next_prefix is not None:
+                t.create(next_prefix, b"", ephemeral=True, sequence=True)
+            return t.commit()
+
+        made: list[str] = []  # parents created for a first ledger of a bucket
+        while True:
+            results = self._zk.retry(commit)
+            failed = [(i, r) for i, r in enumerate(results)
+                      if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
+            if not failed:
+                break
+            i, err = failed[0]
+            if isinstance(err, NoNodeError) and i < len(creates) and \
+                    creates[i][0] not in made:
+                made.append(creates[i][0])  # a new bucket (or directory): make it, again
+                self._zk.retry(self._zk.ensure_path, creates[i][0].rsplit("/", 1)[0])
+                continue
+            if isinstance(err, NodeExistsError) and i == 0:
+                # A transaction retried after a connection loss finds its own znode (its
+                # first attempt deleted the reservation; the next one it made, if any, is
+                # left to the session's end).
+                existing, stat = self._zk.retry(self._zk.get, path)
+                if existing != data:
+                    raise MetadataStoreError(
+                        f"ledger id {ledger_id} is already in use: was {self.idgen_path} "
+                        f"deleted or reset?") from None
+                return Versioned(metadata, stat.version)
+            if isinstance(err, NoNodeError) and i == len(creates):
+                # the reserved id's znode went with a lost session: take a fresh id
+                return self.create(make, also_create=also_create, ids=ids)
+            where = creates[i][0] if i < len(creates) else reservation.path
+            raise MetadataStoreError(
+                f"creating ledger {ledger_id} failed at {where}: {type(err).__name__}")
+        if next_prefix is not None and ids is not None:
+            ids.next = self._reservation(generation, results[-1])
+            if ids.next is None:  # the generation is used up: the next create moves on
+                self._delete_quietly(results[-1])
         return Versioned(metadata, 0)
 
     def _decode(self, ledger_id: int, data: bytes, stat: ZnodeStat) -> Versioned[LedgerMetadata]:

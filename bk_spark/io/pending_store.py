@@ -26,11 +26,17 @@ class PendingLedgerStore:
         """The znode of ``ledger_id``'s record (deleting it claims the ledger)."""
         return f"{self._dir(log_name)}/{ledger_id}"
 
+    def znode(self, log_name: str, ledger_id: int, record: dict[str, Any]
+              ) -> tuple[str, bytes]:
+        """The znode (path, data) recording ``ledger_id`` as pending: :meth:`create` makes
+        it, or the transaction that creates the ledger (a log writer's spare)."""
+        return self.path(log_name, ledger_id), json.dumps(record).encode()
+
     def create(self, log_name: str, ledger_id: int, record: dict[str, Any]) -> None:
         """Record ``ledger_id`` as pending for ``log_name`` (idempotent)."""
         try:
-            self._zk.retry(self._zk.create, self.path(log_name, ledger_id),
-                           json.dumps(record).encode(), makepath=True)
+            self._zk.retry(self._zk.create, *self.znode(log_name, ledger_id, record),
+                           makepath=True)
         except NodeExistsError:
             pass
 

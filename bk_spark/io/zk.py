@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
+from collections import Counter
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -33,6 +35,41 @@ def session_interrupted(state: str) -> bool:
     """Whether a session state reported to a ``client.add_listener`` callback means the
     session is suspended (connection lost, may come back) or lost (ephemeral znodes gone)."""
     return state in (KazooState.LOST, KazooState.SUSPENDED)
+
+
+class CountingKazooClient(KazooClient):
+    """A kazoo client that counts the ZooKeeper operations it sends, by request type.
+
+    The one place the project talks to ZooKeeper is a client made by :func:`connect_zk`, and
+    every operation a kazoo client sends (a read, a write, a ``multi`` transaction: one
+    operation however many it holds) goes through its ``_call``: counting there counts what
+    the server is asked to do, retries included. Read with :func:`zk_operations` (the bench
+    prints operations per log roll from it; a test asserts the roll's budget).
+    """
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self._ops_lock = threading.Lock()
+        self._ops: Counter[str] = Counter()
+
+    def _call(self, request: object, async_object: object) -> object:
+        with self._ops_lock:
+            self._ops[type(request).__name__] += 1
+        return super()._call(request, async_object)
+
+    def operations(self) -> Counter[str]:
+        """A copy of the counts so far, by request type (``GetChildren``, ``Transaction``,
+        ``SetData``, ...)."""
+        with self._ops_lock:
+            return Counter(self._ops)
+
+
+def zk_operations(client: KazooClient) -> Counter[str]:
+    """The ZooKeeper operations ``client`` sent so far, by request type (empty for a client
+    not made by :func:`connect_zk`). Subtract two readings to count a span of work."""
+    if isinstance(client, CountingKazooClient):
+        return client.operations()
+    return Counter()
 
 
 #: Level of kazoo's own logger (``kazoo.client``) unless the application configured it.
@@ -81,12 +118,18 @@ def kazoo_kwargs(security: ZkSecurity) -> dict:
     return kw
 
 
+#: The ZooKeeper session timeout of every client and bookie (seconds): how long after a
+#: bookie dies (kill -9) ZooKeeper removes its registration, and so how long a client's
+#: registration cache (:class:`~bk_spark.io.registration.RegistrationCache`) may still list
+#: it.
+SESSION_TIMEOUT_S = 10.0
+
 #: Connection attempts before a SASL refusal is believed (see :func:`connect_zk`).
 SASL_ATTEMPTS = 3
 
 
 def connect_zk(msu: MetadataServiceUri, timeout: float = 15.0,
-               session_timeout: float = 10.0, security: ZkSecurity | None = None
+               session_timeout: float = SESSION_TIMEOUT_S, security: ZkSecurity | None = None
                ) -> KazooClient:
     """A started kazoo client for ``msu`` (retrying connection loss forever).
 
@@ -102,7 +145,7 @@ def connect_zk(msu: MetadataServiceUri, timeout: float = 15.0,
     sasl = security.sasl and security.digest is not None
     attempts = SASL_ATTEMPTS if sasl else 1
     for attempt in range(1, attempts + 1):
-        client = KazooClient(
+        client = CountingKazooClient(
             hosts=msu.hosts,
             timeout=session_timeout,
             connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),

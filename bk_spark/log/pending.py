@@ -56,6 +56,13 @@ def register(bk: BookKeeper, log_name: str, ledger_id: int, attempt: str,
     _store(bk).create(log_name, ledger_id, {"attempt": attempt, "txn": txn_key})
 
 
+def record_znode(bk: BookKeeper, log_name: str, ledger_id: int, attempt: str,
+                 txn_key: str | None) -> tuple[str, bytes]:
+    """What :func:`register` creates, as (path, data): for the transaction that creates the
+    ledger itself (a log writer's spare: both exist or neither)."""
+    return _store(bk).znode(log_name, ledger_id, {"attempt": attempt, "txn": txn_key})
+
+
 def record_path(bk: BookKeeper, log_name: str, ledger_id: int) -> str:
     """The znode of ``ledger_id``'s record: a transaction that deletes it claims the ledger
     (a log writer's roll claims its spare in the CAS that lists it)."""

@@ -9,9 +9,13 @@ next ledger once the current one is half-way. The roller does it:
 
 * **the spare** (step 1 of the next roll, ahead of time): a new ledger for the log,
   registered as pending (:mod:`bk_spark.log.pending`) so that, should this process die, the
-  next writer of the log finds and deletes it. The writer's roll takes it
-  (:meth:`Roller.take_spare`) and claims it in its CAS; an unused one is deleted when the
-  writer closes or stops (:meth:`Roller.discard_spare`).
+  next writer of the log finds and deletes it. Its metadata and its pending record are
+  created in one ZooKeeper transaction (both or neither), which also reserves the id of
+  the next spare (:class:`~bk_spark.io.metadata_store.ReservedIds`), and placement reads
+  the client's registration cache: one ZooKeeper operation per spare. A roll is then
+  four: this one, the roll's CAS, closing the previous ledger and recording its end.
+  The writer's roll takes it (:meth:`Roller.take_spare`) and claims it in its CAS; an
+  unused one is deleted when the writer closes or stops (:meth:`Roller.discard_spare`).
 * **the thread**: waits on the writer's condition until an append reaches the next
   threshold (:meth:`LedgerAssignment.arm`; appends notify it) or the age check is due,
   then takes one step under the writer's metadata lock: the writer's roll (its four steps
@@ -37,8 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 from bk_spark.core.ledger import LedgerHandle
 from bk_spark.errors import BKError, LogNotFoundError, LogOwnershipLostError
+from bk_spark.io.metadata_store import ReservedIds
 from bk_spark.log import pending
-from bk_spark.log.admin import delete_ledger_quietly
 from bk_spark.protocol.roll_policy import SPARE_AT, LedgerAssignment, RollerStep
 
 if TYPE_CHECKING:
@@ -50,7 +54,8 @@ log = logging.getLogger(__name__)
 class Roller:
     """Rolls a writer's log by its limits from a thread of its own, and holds the spare.
 
-    ``create_ledger()`` makes a ledger for the log; ``roll()`` is the writer's roll (under
+    ``create_ledger(**kw)`` makes a ledger for the log (``kw``: for
+    :meth:`BookKeeper.create_ledger`); ``roll()`` is the writer's roll (under
     ``meta_lock``, which the roller holds when it calls it); ``stopped()`` (under the
     writer's lock): the writer closed or failed; ``fail(error)``: stop the writer with
     ``error`` (its appends waiting for the next ledger fail with it).
@@ -59,7 +64,7 @@ class Roller:
     def __init__(self, bk: BookKeeper, name: str, password: bytes,
                  assignment: LedgerAssignment[Any], wakeup: threading.Condition,
                  meta_lock: threading.Lock, *, max_age_s: float | None,
-                 create_ledger: Callable[[], LedgerHandle], roll: Callable[[], object],
+                 create_ledger: Callable[..., LedgerHandle], roll: Callable[[], object],
                  stopped: Callable[[], bool], fail: Callable[[BKError], object]) -> None:
         self._bk, self.name, self._password = bk, name, password
         self._assign = assignment
@@ -69,6 +74,7 @@ class Roller:
         self._fail = fail
         #: The next ledger, created ahead and registered as pending (None: none).
         self.spare: LedgerHandle | None = None
+        self._ids = ReservedIds()  # the next spare's id, reserved by the last one's creation
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"log-roller-{name}")
 
@@ -123,17 +129,19 @@ class Roller:
         finally:
             with self._meta_lock:
                 self.discard_spare()
+                try:
+                    self._bk.metadata_store.release(self._ids)
+                except Exception as exc:  # noqa: BLE001 - its znode goes with the session
+                    log.debug("log %r: reserved ledger id not released: %s", self.name, exc)
 
     # ----------------------------------------------------------------- the spare
     def _prepare_spare(self) -> None:
-        """Step 1 of the next roll, ahead of time: create the next ledger and register it as
-        pending for the log. Under meta_lock."""
-        lh = self._create_ledger()
-        try:
-            pending.register(self._bk, self.name, lh.id, pending.SPARE_ATTEMPT, None)
-        except BaseException:
-            delete_ledger_quietly(self._bk, lh.id, self._password)
-            raise
+        """Step 1 of the next roll, ahead of time: create the next ledger registered as
+        pending for the log (one transaction, see the module docstring). Under meta_lock."""
+        lh = self._create_ledger(
+            also_create=lambda lid: [pending.record_znode(self._bk, self.name, lid,
+                                                          pending.SPARE_ATTEMPT, None)],
+            ids=self._ids)
         with self._wakeup:
             self.spare = lh
 

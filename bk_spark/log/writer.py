@@ -245,7 +245,7 @@ class LogWriter:
             self._roller = Roller(
                 bk, name, config.password, self._assign, self._wakeup, self._meta_lock,
                 max_age_s=config.roll_max_age_s,
-                create_ledger=lambda: create_log_ledger(bk, name, config),
+                create_ledger=lambda **kw: create_log_ledger(bk, name, config, **kw),
                 roll=lambda: self._roll_locked(None),
                 stopped=lambda: self._closed or self._error is not None,
                 fail=self._set_error)
@@ -662,7 +662,9 @@ class LogWriter:
         self.close()
 
 
-def create_log_ledger(bk: BookKeeper, name: str, config: LogWriterConfig) -> LedgerHandle:
+def create_log_ledger(bk: BookKeeper, name: str, config: LogWriterConfig, **kw: Any
+                      ) -> LedgerHandle:
+    """A new ledger for log ``name`` (``kw``: for :meth:`BookKeeper.create_ledger`)."""
     return bk.create_ledger(config.ensemble_size, config.write_quorum_size,
                             config.ack_quorum_size, config.digest, config.password,
-                            custom_metadata={LEDGER_LOG_KEY: name})
+                            custom_metadata={LEDGER_LOG_KEY: name}, **kw)

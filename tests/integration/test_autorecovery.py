@@ -308,7 +308,7 @@ def test_decommission_empties_a_live_bookie_and_the_operator_commands_report_it(
     try:
         deadline = time.monotonic() + 30
         while not any(b.bookie_id == leaving and b.decommissioning
-                      for b in list_bookies(bk.msu, zk=bk.zk)):
+                      for b in bk.registered_bookies()):  # as this client's placement sees
             assert time.monotonic() < deadline and proc.poll() is None, "no marker"
             time.sleep(0.1)
         # while it runs, placement never picks it (it stays writable for its own ledgers)
@@ -343,6 +343,9 @@ def test_decommission_empties_a_live_bookie_and_the_operator_commands_report_it(
     b.stop()
     b.start()
     wait_for_registrations(ar_cluster.uri, 5)
+    deadline = time.monotonic() + 10  # this client's registration cache follows by a watch
+    while leaving not in bk.writable_bookies() and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert leaving in bk.writable_bookies()
 
 
