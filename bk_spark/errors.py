@@ -186,6 +186,13 @@ class LogFormatError(BKError):
     in a newer format)."""
 
 
+class TooManyRequestsError(BKError):
+    """The client already has as many bytes of adds in flight as it may (its
+    ``ClientConfig.max_client_bytes_in_flight``) and is set to fail fast
+    (``block_when_full=False``): retry once earlier adds are acknowledged, or raise the
+    bound (BookKeeper's ``TooManyRequestsException``)."""
+
+
 _BY_CODE: dict[int, type[BKError]] = {
     cls.code: cls
     for cls in (

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Protocol
 
 from bk_spark.allocator import tune_allocator
+from bk_spark.core.backpressure import AddBudget
+from bk_spark.core.client_threads import ClientThreads
 from bk_spark.core.context import BookKeeperConfig
 from bk_spark.core.ledger import LedgerHandle
 from bk_spark.core.reader import ReadHandle
@@ -90,11 +92,16 @@ class BookKeeper:
         self.zk = connect_zk(self.msu, security=security.zk)
         self.metadata_store = LedgerMetadataStore(self.zk, self.msu.root)
         self.bookies = BookieClientPool(self.config.client)
+        # The client's own threads, however many ledgers are open (core/client_threads.py),
+        # and its bound on the bytes of adds in flight (core/backpressure.py).
+        self.threads = ClientThreads()
+        self.add_budget = AddBudget(self.config.client.adds_max_bytes_in_flight,
+                                    self.config.client.adds_block_when_full)
         self._closed = False
         self._closing = False
         # What close() closes first: the writers (log writers) and the ledger handles
         # opened through this client. Weak: a handle nobody holds has nothing in flight
-        # (its sender and LAC threads hold it while it does).
+        # (the callbacks of its requests in flight hold it while it does).
         self._open_lock = threading.Lock()
         self._open_writers: weakref.WeakSet[Closeable] = weakref.WeakSet()
         self._open_ledgers: weakref.WeakSet[LedgerHandle] = weakref.WeakSet()
@@ -248,7 +255,9 @@ class BookKeeper:
            (ZooKeeper lost, bookies away) gets its final explicit LAC sent instead, so a
            non-fencing reader still sees its last acknowledged entry. A handle that failed
            or was abandoned is left OPEN (what a crashed writer leaves).
-        3. The bookie connections and the ZooKeeper session are closed.
+        3. The client's threads are joined (:meth:`ClientThreads.close`: what they had
+           scheduled runs first), then the bookie connections and the ZooKeeper session
+           are closed.
 
         Failures of steps 1 and 2 are logged, not raised: the client closes anyway.
         A writer meant to look crashed is abandoned first (:meth:`LedgerHandle.abandon`).
@@ -276,6 +285,8 @@ class BookKeeper:
                 log.warning("closing the client: could not close ledger %d (its final LAC "
                             "was sent instead): %s", lh.id, exc)
         self._closed = True
+        self.add_budget.close()
+        self.threads.close()
         self.bookies.close()
         self.zk.stop()
         self.zk.close()
