@@ -506,7 +506,7 @@ class LedgerHandle:
         for b in bookies:
             try:
                 self._bk.bookies.get(b).write_lac_future(self.id, self._master_key, lac)
-            except BKError as exc:
+            except BKError as exc:  # the client closed: the close sends the final LAC
                 log.debug("explicit LAC to %s failed: %s", b, exc)
 
     def _take_lac_to_send(self) -> tuple[int, list[str]]:

@@ -223,6 +223,13 @@ class _CallbackSink:
         self.callback(err)
 
 
+def _log_lac_failure(call: BookieCall[Any]) -> None:
+    try:
+        call.result()
+    except BKError as exc:  # the next add carries the LAC anyway
+        log.debug("explicit LAC to %s failed: %s", call.bookie_id, exc)
+
+
 class BookieClient:
     """One gRPC channel to one bookie; adds go in batches (:meth:`send_batch`)."""
 
@@ -368,10 +375,14 @@ class BookieClient:
     def write_lac_future(self, ledger_id: int, master_key: bytes, lac: int
                          ) -> BookieCall[pb.AddResponse]:
         """:meth:`write_lac` without waiting for the answer (the client's I/O loop sends
-        a writer's explicit LAC this way)."""
-        return self._call(self._add.future(
+        a writer's explicit LAC this way). The request goes on even if the caller drops the
+        call (gRPC cancels a call whose future is garbage-collected before it is done,
+        unless a done callback holds it: one is added here)."""
+        call = self._call(self._add.future(
             pb.AddRequest(ledger_id=ledger_id, master_key=master_key, lac=lac),
             timeout=self.config.add_timeout_s))
+        call.add_done_callback(_log_lac_failure)
+        return call
 
     def write_lac(self, ledger_id: int, master_key: bytes, lac: int) -> None:
         """Explicit LAC: tell the bookie how far the writer has been acknowledged."""
