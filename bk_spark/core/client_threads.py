@@ -13,8 +13,10 @@ handed to threads the client owns:
   when an answer frees the window. One loop runs one writer's rounds one at a time, in
   entry order, as its own sender thread did.
 * **the work pool** (``work_threads`` threads, ``bk-clientN-work_K``): work that blocks on
-  ZooKeeper or on a bookie's answer: ensemble changes, read-ahead of ``iter_batches``, a
-  streaming source's waits.
+  ZooKeeper: ensemble changes.
+* **the wait pool** (``wait_threads`` threads, ``bk-clientN-wait_K``): work that waits on
+  bookies for the caller: the read-ahead of ``iter_batches``, a streaming source's long
+  polls. Apart from the work pool, so that readers waiting never delay an ensemble change.
 
 Both start on first use and :meth:`close` joins them: nothing a client started outlives it.
 Answers from bookies arrive on gRPC's own threads (one per channel), which only count
@@ -41,22 +43,24 @@ from bk_spark.errors import BookieUnavailableError
 
 log = logging.getLogger(__name__)
 
-#: Threads of the work pool: ensemble changes and reads that wait on bookies.
+#: Threads of the work pool (ensemble changes) and of the wait pool (read-ahead, long polls).
 WORK_THREADS = 4
+WAIT_THREADS = 4
 _CLIENTS = itertools.count(1)  # numbers the clients' thread names
 
 
 class ClientThreads:
     """One I/O loop and one small work pool for a client (see the module docstring)."""
 
-    def __init__(self, work_threads: int = WORK_THREADS) -> None:
+    def __init__(self, work_threads: int = WORK_THREADS,
+                 wait_threads: int = WAIT_THREADS) -> None:
         self._cv = threading.Condition()
         self._ready: deque[Callable[[], None]] = deque()
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
         self._loop: threading.Thread | None = None
-        self._pool: ThreadPoolExecutor | None = None
-        self._work_threads = work_threads
+        self._pools: dict[str, ThreadPoolExecutor] = {}
+        self._sizes = {"work": work_threads, "wait": wait_threads}
         self._closed = False
         self._prefix = f"bk-client{next(_CLIENTS)}-"
 
@@ -109,23 +113,32 @@ class ClientThreads:
                 except Exception:  # a bug in one writer's round must not stop the others
                     log.exception("client I/O loop: %r failed", fn)
 
-    # ------------------------------------------------------------------ the work pool
+    # ------------------------------------------------------------------ the pools
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
         """Run ``fn(*args)`` on the work pool; :class:`BookieUnavailableError` after close
         (as :meth:`BookieClientPool.get`: no bookie is reached through a closed client)."""
+        return self._submit("work", fn, args)
+
+    def submit_wait(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+        """Run ``fn(*args)`` on the wait pool (a read or a long poll for a caller that
+        waits on its future meanwhile); :class:`BookieUnavailableError` after close."""
+        return self._submit("wait", fn, args)
+
+    def _submit(self, kind: str, fn: Callable[..., Any], args: tuple[Any, ...]
+                ) -> Future[Any]:
         with self._cv:
             if self._closed:
                 raise BookieUnavailableError("the BookKeeper client is closed")
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self._work_threads,
-                                                thread_name_prefix=self._prefix + "work")
-            pool = self._pool
+            pool = self._pools.get(kind)
+            if pool is None:
+                pool = self._pools[kind] = ThreadPoolExecutor(
+                    self._sizes[kind], thread_name_prefix=self._prefix + kind)
         return pool.submit(fn, *args)
 
     # ------------------------------------------------------------------ lifecycle
     def close(self, timeout: float | None = 30.0) -> None:
-        """Run what is scheduled (timers due later run now), then join the loop and the pool.
-        Work still queued on the pool runs first; nothing new is taken."""
+        """Run what is scheduled (timers due later run now), then join the loop and the
+        pools. Work a pool is running finishes; work queued there is cancelled."""
         with self._cv:
             if self._closed:
                 return
@@ -133,11 +146,11 @@ class ClientThreads:
             self._ready.extend(fn for _due, _seq, fn in sorted(self._timers))
             self._timers.clear()
             self._cv.notify_all()
-            loop, pool = self._loop, self._pool
+            loop, pools = self._loop, list(self._pools.values())
         if loop is not None and loop is not threading.current_thread():
             loop.join(timeout)
-        if pool is not None:
-            pool.shutdown(wait=True)
+        for pool in pools:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def threads(self) -> list[threading.Thread]:
         """The threads this object started and that still run (for tests and diagnosis)."""
