@@ -113,6 +113,7 @@ class LedgerHandle:
         self._threads = bk.threads
         self._ship_scheduled = False
         self._lingering = False
+        self._shipping = False  # a _ship call runs (on the loop, or inline: see _add)
         self._shipped_length = 0
         self._wake_ship = lambda: self._threads.schedule(self._ship)
         # Backpressure (core/backpressure.py): each add's payload is charged to the client
@@ -243,17 +244,27 @@ class LedgerHandle:
             self._outbox.append(payload)
             self._charged_total += size
             self._charged.append(self._charged_total)
+            inline = False
             if not self._ship_scheduled:
                 self._ship_scheduled = True
-                self._threads.schedule(self._ship)
+                # A lone add (nothing else of this ledger unacknowledged, no round being
+                # shipped) ships from the caller's thread: no hand-off to the I/O loop on
+                # a lone add's path. A framer (the log writer's) runs on the loop only.
+                inline = (eid == self._unacked_first and not self._shipping
+                          and self._framer is None)
+                if not inline:
+                    self._threads.schedule(self._ship)
             elif self._lingering and len(self._outbox) == LINGER_MIN_ENTRIES:
                 self._threads.schedule(self._ship)  # the burst came: no need to wait more
+        if inline:
+            self._ship()
         return eid
 
     def _ship(self) -> None:
         """Encode and ship one round of queued entries: one batch per bookie of the ensemble.
 
-        Runs on the client's I/O loop, one call at a time, so rounds go in entry order.
+        Runs on the client's I/O loop (a lone add's on the caller's thread, see
+        :meth:`_add`), one call at a time, so rounds go in entry order.
         While the previous batches are in flight new adds pile up in the outbox, so rounds
         grow with the load (many entries per RPC, as the bookie wants), up to
         ``add_round_max_entries``: a burst of thousands of adds becomes a few rounds in flight
@@ -264,6 +275,24 @@ class LedgerHandle:
         answer frees it), growing meanwhile. Each entry carries the last-add-confirmed at
         the time its round is encoded.
         """
+        with self._lock:
+            if self._shipping:  # one call at a time: the running one goes on with the rest
+                self._ship_scheduled = False
+                return
+            self._shipping = True
+        try:
+            self._ship_round()
+        finally:
+            with self._lock:
+                self._shipping = False
+                # What came meanwhile ships next (a call that found this one running left
+                # it), unless a call is due already (a linger's timer, a window's wake).
+                if self._outbox and self._error is None and not self._ship_scheduled:
+                    self._ship_scheduled = True
+                    self._threads.schedule(self._ship)
+
+    def _ship_round(self) -> None:
+        """The body of :meth:`_ship` (one call at a time)."""
         E, Qw = self._E, self._Qw
         config = self._bk.config
         round_max, linger = config.add_round_max_entries, config.add_linger_s
@@ -315,9 +344,6 @@ class LedgerHandle:
             self._wire += wire
             self._ends += ends
             ensemble = list(self._ensemble)
-            if self._outbox and not self._ship_scheduled:  # the next round, after others'
-                self._ship_scheduled = True
-                self._threads.schedule(self._ship)
         # The round holds entries first, first + 1, ...: those at offset k of the round
         # share the write set of (first + k) % E, so each bookie's share is a few slices.
         ids = np.arange(first, first + n, dtype=np.int64)
