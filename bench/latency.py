@@ -178,8 +178,8 @@ def many_ledgers_rate(uri: str, n_ledgers: int = 1000, in_flight: int = 2000,
 
 
 #: The client's bound on bytes in flight for the 100% figure: 1 KiB adds at ~50k/s keep
-#: 2 MiB in flight for ~40 ms (the default, 64 MiB, is sized for throughput, not latency).
-BACKPRESSURE_BYTES = 2 * 1024 * KiB
+#: 1 MiB in flight for ~20 ms (the default, 64 MiB, is sized for throughput, not latency).
+BACKPRESSURE_BYTES = 1024 * KiB
 
 
 def latency_bench(uri: str, results, seconds: float = 4.0) -> dict:  # type: ignore[no-untyped-def]

@@ -188,8 +188,8 @@ class LogFormatError(BKError):
 
 class TooManyRequestsError(BKError):
     """The client already has as many bytes of adds in flight as it may (its
-    ``ClientConfig.max_client_bytes_in_flight``) and is set to fail fast
-    (``block_when_full=False``): retry once earlier adds are acknowledged, or raise the
+    ``ClientConfig.adds_max_bytes_in_flight``) and is set to fail fast
+    (``adds_block_when_full=False``): retry once earlier adds are acknowledged, or raise the
     bound (BookKeeper's ``TooManyRequestsException``)."""
 
 

@@ -314,7 +314,7 @@ class LedgerHandle:
             try:
                 for bookie in self._ensemble:
                     if bookie is not None and not self._bk.bookies.get(bookie).has_window(
-                            share, self._wake_ship):
+                            share, self._wake_ship, self.id):
                         self._ship_scheduled = True  # _wake_ship calls again
                         return
             except BKError as exc:  # the BookKeeper client was closed under this writer

@@ -3,9 +3,12 @@
 Adds go in batches, by one path and no thread of its own: a caller (a ledger writer's
 round, a recovery write-back) hands :meth:`BookieClient.send_batch` the framed entries of one
 ledger, which go as few ``AddEntries`` requests as ``max_batch_entries`` /
-``max_batch_bytes`` allow, keeping at most ``max_in_flight`` requests outstanding (the
-caller blocks meanwhile, so its next batch grows with the load: thousands of adds in
-flight cost a handful of round trips, not one each). :meth:`BookieClient.add_entry` is one
+``max_batch_bytes`` allow, keeping at most ``max_in_flight`` requests of that ledger
+outstanding to the bookie (the caller blocks meanwhile, so its next batch grows with the
+load: thousands of adds in flight cost a handful of round trips, not one each). The window
+is per ledger (and per kind: a recovery's write-backs apart from a writer's adds), so a
+thousand writers sharing a bookie, or a recovery beside a writer, do not queue behind each
+other's requests. :meth:`BookieClient.add_entry` is one
 entry sent that way, for tools and tests.
 
 A ledger writer's rounds (:meth:`BookieClient.send_batch`) pipeline deeper when they are
@@ -271,9 +274,10 @@ class BookieClient:
         self._held = unary("HeldEntries", pb.HeldEntriesRequest, pb.HeldEntriesResponse)
         self._master_key = unary("ReadMasterKey", pb.MasterKeyRequest, pb.MasterKeyResponse)
         self._cv = threading.Condition()
-        self._in_flight = 0
+        self._in_flight: dict[tuple[int, bool], int] = {}  # requests out per (ledger, recovery)
         self._in_flight_bytes = 0  # of send_batch's requests (pipelining, see the docstring)
-        self._window_waiters: list[Callable[[], None]] = []  # see has_window
+        # see has_window: by (ledger, recovery), woken when one of its requests is answered
+        self._window_waiters: dict[tuple[int, bool], list[Callable[[], None]]] = {}
         self._closed = False
 
     # ---------------------------------------------------------------- adds (batched)
@@ -292,7 +296,7 @@ class BookieClient:
         in as few RPCs as the batch limits allow; ``sink.on_added(tokens, err)`` gets each
         RPC's answer, with the tokens of the entries it carried.
 
-        Blocks while ``max_in_flight`` requests are outstanding (backpressure: the
+        Blocks while ``max_in_flight`` requests of this ledger are outstanding (the
         caller's next batch grows meanwhile), unless the request is big enough to pipeline
         deeper (:meth:`_may_send`).
         """
@@ -307,42 +311,45 @@ class BookieClient:
             chunk_tokens = tokens[start:end]
             size = len(request)
             with self._cv:
-                while not self._closed and not self._may_send(size):
+                while not self._closed and not self._may_send(size, ledger_id, recovery):
                     self._cv.wait()
                 if self._closed:
                     err = BookieUnavailableError(f"client for bookie {self.bookie_id} is closed")
                     sink.on_added(chunk_tokens, err)
                     return
-                self._in_flight += 1
+                key = (ledger_id, recovery)
+                self._in_flight[key] = self._in_flight.get(key, 0) + 1
                 self._in_flight_bytes += size
             try:
                 fut = self._add_raw.future(request, timeout=cfg.add_timeout_s)
             except Exception as exc:  # channel closed under us
                 self._batch_done(sink, chunk_tokens,
-                                 BookieUnavailableError(f"bookie {self.bookie_id}: {exc}"), size)
+                                 BookieUnavailableError(f"bookie {self.bookie_id}: {exc}"), size,
+                                 key)
             else:
-                fut.add_done_callback(lambda f, t=chunk_tokens, n=size: self._batch_done(
-                    sink, t, self._outcome(f), n))
+                fut.add_done_callback(lambda f, t=chunk_tokens, n=size, k=key: self._batch_done(
+                    sink, t, self._outcome(f), n, k))
             start = end
 
-    def has_window(self, size: int, wake: Callable[[], None]) -> bool:
+    def has_window(self, size: int, wake: Callable[[], None], ledger_id: int) -> bool:
         """Whether a :meth:`send_batch` request of about ``size`` bytes would go now,
         without waiting for an answer (:meth:`_may_send`). If not, ``wake()`` runs once,
         on the thread of the answer that frees a request (or at :meth:`close`): a writer
         shipping on the client's I/O loop parks there instead of blocking it."""
         with self._cv:
-            if self._closed or self._may_send(size):
+            if self._closed or self._may_send(size, ledger_id, False):
                 return True
-            self._window_waiters.append(wake)
+            self._window_waiters.setdefault((ledger_id, False), []).append(wake)
             return False
 
-    def _may_send(self, size: int) -> bool:
+    def _may_send(self, size: int, ledger_id: int, recovery: bool) -> bool:
         """Whether a ``send_batch`` request of ``size`` bytes may go now (caller holds the
-        lock): while fewer than ``max_in_flight`` requests are out, always; beyond that,
+        lock): while fewer than ``max_in_flight`` requests of the ledger are out, always;
+        beyond that,
         a request of at least ``pipeline_min_bytes`` while the bytes in flight stay under
         ``max_in_flight_bytes`` (see the module docstring)."""
         cfg = self.config
-        if self._in_flight < cfg.max_in_flight:
+        if self._in_flight.get((ledger_id, recovery), 0) < cfg.max_in_flight:
             return True
         return (size >= cfg.pipeline_min_bytes
                 and self._in_flight_bytes + size <= cfg.max_in_flight_bytes)
@@ -359,12 +366,16 @@ class BookieClient:
         return error_for_code(resp.status, f"bookie {self.bookie_id}: {resp.message}")
 
     def _batch_done(self, sink: AddSink, tokens: Sequence[Any], err: BKError | None,
-                    size: int = 0) -> None:
+                    size: int, key: tuple[int, bool]) -> None:
         with self._cv:
-            self._in_flight -= 1
+            left = self._in_flight[key] - 1
+            if left:
+                self._in_flight[key] = left
+            else:
+                del self._in_flight[key]
             self._in_flight_bytes -= size
             self._cv.notify_all()
-            waiters, self._window_waiters = self._window_waiters, []
+            waiters = self._window_waiters.pop(key, ())
         try:
             sink.on_added(tokens, err)
         except Exception:
@@ -521,7 +532,8 @@ class BookieClient:
         with self._cv:
             self._closed = True
             self._cv.notify_all()
-            waiters, self._window_waiters = self._window_waiters, []
+            waiters = [w for ws in self._window_waiters.values() for w in ws]
+            self._window_waiters.clear()
         for wake in waiters:
             wake()
         self.channel.close()
