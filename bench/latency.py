@@ -13,7 +13,7 @@ Figures, each beside a reference measured in the same run:
   the aggregate rate beside one ledger's with the same window, and the client's threads
   (issue 28's goal: <= 16 threads, >= 0.8x);
 * backpressure: add p99 paced at 100% of the max with the client's bytes in flight bounded
-  (``ClientConfig.adds_max_bytes_in_flight``) beside one add alone (goal <= 10x).
+  (``ClientConfig.adds_in_flight_max_bytes``) beside one add alone (goal <= 10x).
 
 Every add's latency is kept (not a sample): the CDFs in the charts are of all of them.
 
@@ -212,7 +212,7 @@ def latency_bench(uri: str, results, seconds: float = 4.0) -> dict:  # type: ign
 
     try:
         bounded = BookKeeperConfig(client=ClientConfig(
-            adds_max_bytes_in_flight=BACKPRESSURE_BYTES))
+            adds_in_flight_max_bytes=BACKPRESSURE_BYTES))
     except TypeError:  # a client without backpressure (A/B runs against older code)
         bounded = None
     lone99 = pct(serial, 0.99) * 1e3

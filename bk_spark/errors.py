@@ -120,6 +120,11 @@ class CorruptedEntryError(BKError):
     re-replicates the ledger once the bookie is checked (``bk autorecovery status``)."""
 
 
+class MalformedRecordsError(BKError):
+    """A packed answer whose records do not parse (:mod:`bk_spark.protocol.records`):
+    treated as a corrupt copy, and the read asks another bookie."""
+
+
 class BKTimeoutError(BKError):
     """An operation did not finish within its timeout. Like an add answered with
     :class:`LedgerFencedError`, it may still have taken effect: check before retrying."""
@@ -157,6 +162,33 @@ class InvalidCookieError(BKError):
     command that fixes it (:mod:`bk_spark.protocol.cookie_rules`)."""
 
 
+class CookieNotFoundError(BKError):
+    """No cookie in ZooKeeper for that bookie id (BookKeeper's CookieNotFoundException)."""
+
+
+class CookieFormatError(BKError, ValueError):
+    """Bytes that are not a cookie of a known layout (a ``ValueError`` too, as before)."""
+
+
+class FragmentChangedError(BKError):
+    """The fragment being re-replicated changed under the copy (an ensemble change or a
+    close meanwhile): AutoRecovery starts that fragment again."""
+
+
+class SandboxError(BKError):
+    """The sandbox could not start (Java missing, port taken, process died)."""
+
+
+class TestBedError(BKError):
+    """The test bed could not be built (namespaces, a process, a readiness wait)."""
+
+    __test__ = False  # not a pytest test class, despite its name
+
+
+class ScenarioError(TestBedError):
+    """A test bed scenario's promise did not hold (the message says which)."""
+
+
 class InvalidConfigError(BKError, ValueError):
     """A bad option or argument; the message names it."""
 
@@ -188,7 +220,7 @@ class LogFormatError(BKError):
 
 class TooManyRequestsError(BKError):
     """The client already has as many bytes of adds in flight as it may (its
-    ``ClientConfig.adds_max_bytes_in_flight``) and is set to fail fast
+    ``ClientConfig.adds_in_flight_max_bytes``) and is set to fail fast
     (``adds_block_when_full=False``): retry once earlier adds are acknowledged, or raise the
     bound (BookKeeper's ``TooManyRequestsException``)."""
 

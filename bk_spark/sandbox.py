@@ -18,7 +18,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from bk_spark.errors import BKError
+from bk_spark.errors import SandboxError
 from bookie_server.main import port_is_free
 
 #: How the sandbox and the test bed start a bookie: ``bk bookie``, the bookie with its
@@ -27,10 +27,6 @@ BOOKIE_COMMAND = [sys.executable, "-m", "bk_spark.cli", "bookie"]
 
 ZK_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
 STATE_FILE = "sandbox.json"
-
-
-class SandboxError(BKError):
-    """The sandbox could not start (Java missing, port taken, process died)."""
 
 
 def zookeeper_classpath() -> str:

@@ -17,6 +17,7 @@ environment variable    meaning
 ``BK_ZK_TLS_CA``        PEM CA of ZooKeeper's ``secureClientPort`` (turns ZK TLS on)
 ``BK_ZK_TLS_CERT``      PEM client certificate for ZooKeeper's TLS port
 ``BK_ZK_TLS_KEY``       its private key
+``BK_ZK_SASL``          ``1``/``true``: authenticate with SASL DIGEST-MD5 (same credentials)
 ======================  ============================================================
 """
 
@@ -32,6 +33,7 @@ from bk_spark.errors import InvalidConfigError
 ENV_TLS_CA, ENV_TLS_CERT, ENV_TLS_KEY = "BK_TLS_CA", "BK_TLS_CERT", "BK_TLS_KEY"
 ENV_ZK_AUTH, ENV_ZK_AUTH_FILE = "BK_ZK_AUTH", "BK_ZK_AUTH_FILE"
 ENV_ZK_TLS_CA, ENV_ZK_TLS_CERT, ENV_ZK_TLS_KEY = "BK_ZK_TLS_CA", "BK_ZK_TLS_CERT", "BK_ZK_TLS_KEY"
+ENV_ZK_SASL = "BK_ZK_SASL"
 
 
 def read_secret_file(path: str | os.PathLike[str], what: str) -> str:
@@ -102,7 +104,7 @@ class ZkSecurity:
                                                              "user:password")
         elif env.get(ENV_ZK_AUTH):
             digest = env[ENV_ZK_AUTH]
-        return cls(digest=digest, sasl=env.get("BK_ZK_SASL", "") in ("1", "true"),
+        return cls(digest=digest, sasl=env.get(ENV_ZK_SASL, "") in ("1", "true"),
                    tls_ca=env.get(ENV_ZK_TLS_CA) or None,
                    tls_cert=env.get(ENV_ZK_TLS_CERT) or None,
                    tls_key=env.get(ENV_ZK_TLS_KEY) or None)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, field
 from pathlib import Path
 
 from bk_spark.errors import InvalidConfigError
-
-MiB = 1024 * 1024
+from bk_spark.protocol.limits import MAX_ENTRY_SIZE, MiB
+from bk_spark.security import ClientSecurity, ZkSecurity
 
 #: Listen addresses that mean "every interface": never an address to register.
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "[::]", ""})
@@ -33,7 +33,7 @@ class BookieConfig:
     metadata_service_uri: str | None = None
     metrics_port: int | None = None  # None: no HTTP metrics endpoint; 0: pick a free port
     http_port: int | None = None  # HTTP admin API (bk bookie --http-port); None: off
-    max_entry_size: int = 5 * MiB
+    max_entry_size: int = MAX_ENTRY_SIZE  # what clients send too (protocol.limits)
     journal_file_size: int = 64 * MiB
     journal_max_group_wait_ms: float = 0.0
     journal_max_group_bytes: int = 4 * MiB
@@ -62,6 +62,17 @@ class BookieConfig:
     # wiped or replaced disk) does: "repair" itself before serving, or "refuse" to start
     # (BookKeeper's default). See bookie_server.cookie.
     on_lost_data: str = "repair"
+    # How the bookie's own clients reach the cluster, as an object: ZooKeeper credentials and
+    # TLS (``.zk``: every ZooKeeper session the bookie opens: registration, cookie check,
+    # self-repair marks) and the TLS files of its in-process AutoRecovery, HTTP API and
+    # self-repair copies. None: from the environment (ClientSecurity.from_env), as any
+    # client. `bk bookie` reads the environment and --zk-auth-file once, into this.
+    security: ClientSecurity | None = None
+
+    @property
+    def zk_security(self) -> ZkSecurity | None:
+        """How the bookie authenticates to ZooKeeper (None: from the environment)."""
+        return None if self.security is None else self.security.zk
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -120,7 +131,49 @@ class BookieConfig:
         return f"{self.advertised_address or self.host}:{self.port}"
 
 
-def config_default(name: str) -> object:
-    """The default of the :class:`BookieConfig` field ``name`` (for option help texts, so
-    a default is written once, here)."""
-    return BookieConfig.__dataclass_fields__[name].default
+@dataclass(frozen=True)
+class AutoRecoveryConfig:
+    """Options of AutoRecovery, its one type: in a bookie's process (``bk bookie``) and
+    standalone (``bk autorecovery``), whose options take their defaults from here.
+    It lives beside :class:`BookieConfig` because a bookie's command line carries it
+    (:mod:`bookie_server.main` passes it to the AutoRecovery hook of ``bk bookie``); the
+    service itself is :class:`bk_spark.autorecovery.service.AutoRecoveryService`.
+
+    ``lost_bookie_recovery_delay_s``: how long a bookie may be gone before its ledgers are
+    marked (``--lost-bookie-recovery-delay``); ``audit_interval_s``: period of the full
+    check that asks bookies what they hold (``--audit-interval``);
+    ``open_ledger_grace_s``: how long an open ledger's last fragment must see no add before
+    a worker recovers the ledger (``--open-ledger-grace``); ``passwords``: candidate ledger
+    passwords (``--recovery-password``, the empty one always included; seldom needed: see
+    :func:`~bk_spark.autorecovery.replicator.ledger_secret`);
+    ``audit_verify_entries``: how many of the entries a bookie holds in one fragment the
+    periodic check has it read back and verify (framing, ids, crc32c checksum; the first,
+    the last and the rest at random, at most 8 MiB per fragment; 0: trust the index).
+    """
+
+    lost_bookie_recovery_delay_s: float = 60.0
+    audit_interval_s: float = 3600.0
+    open_ledger_grace_s: float = 30.0
+    worker_poll_s: float = 1.0
+    auditor_tick_s: float = 1.0
+    passwords: tuple[bytes, ...] = field(default=(b"",))
+    audit_verify_entries: int = 8
+    run_auditor: bool = True
+    run_worker: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("lost_bookie_recovery_delay_s", "open_ledger_grace_s",
+                     "audit_verify_entries"):
+            if not getattr(self, name) >= 0:
+                raise InvalidConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("audit_interval_s", "worker_poll_s", "auditor_tick_s"):
+            if not getattr(self, name) > 0:
+                raise InvalidConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+
+
+def config_default(name: str, cls: type = BookieConfig) -> object:
+    """The default of the field ``name`` of the config dataclass ``cls`` (a
+    :class:`BookieConfig` unless said): what a command-line option that leaves ``name`` to
+    the dataclass shows as its default, so a default is written once, on the field."""
+    f = cls.__dataclass_fields__[name]
+    return f.default_factory() if f.default_factory is not MISSING else f.default

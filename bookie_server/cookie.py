@@ -157,12 +157,13 @@ def _msu(config: BookieConfig) -> MetadataServiceUri:
     return parse_metadata_service_uri(config.metadata_service_uri)
 
 
-def _connect(msu: MetadataServiceUri) -> KazooClient:
-    """A ZooKeeper session for the check: a bookie cannot tell whether it may serve
-    without its cookie, so it waits for ZooKeeper (saying so) rather than serve blind."""
+def _connect(msu: MetadataServiceUri, config: BookieConfig) -> KazooClient:
+    """A ZooKeeper session for the check (with the bookie's credentials): a bookie cannot
+    tell whether it may serve without its cookie, so it waits for ZooKeeper (saying so)
+    rather than serve blind."""
     while True:
         try:
-            return connect_zk(msu)
+            return connect_zk(msu, security=config.zk_security)
         except MetadataServiceUnavailableError as exc:
             log.warning("%s; the bookie waits for it to check its cookie", exc)
             time.sleep(1.0)
@@ -192,7 +193,7 @@ def stamp_directories(config: BookieConfig, zk: KazooClient | None = None, *,
     Returns the cookie stamped."""
     msu = _msu(config)
     own = zk is None
-    client = _connect(msu) if zk is None else zk
+    client = _connect(msu, config) if zk is None else zk
     try:
         instance_id = ensure_instance_id(client, msu)
         want = master_cookie(config, instance_id)
@@ -230,7 +231,7 @@ def check_cookies(config: BookieConfig, on_lost_data: str | None = None) -> Deci
     ``on_lost_data``: ``repair`` or ``refuse`` (default: the config's)."""
     on_lost_data = on_lost_data or config.on_lost_data
     msu = _msu(config)
-    zk = _connect(msu)
+    zk = _connect(msu, config)
     try:
         facts = gather_facts(config, zk)
         decision = decide_startup(facts)

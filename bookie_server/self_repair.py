@@ -62,6 +62,7 @@ from bk_spark.protocol.recovery_plan import (
     repair_duties,
     repair_mark,
 )
+from bk_spark.security import ZkSecurity
 from bookie_server.config import BookieConfig
 from bookie_server.storage import BookieStorage
 
@@ -95,13 +96,14 @@ class RepairPeers(Protocol):
     def close(self) -> None: ...
 
 
-def mark_ledgers(uri: str, bookie_id: str) -> dict[int, RepairMark]:
+def mark_ledgers(uri: str, bookie_id: str, security: ZkSecurity | None = None
+                 ) -> dict[int, RepairMark]:
     """Step 1's reading: the mark of every ledger whose ensembles name ``bookie_id``, from
     the metadata in ZooKeeper (gets sent :data:`MARK_WINDOW` at a time)."""
     from kazoo.exceptions import NoNodeError
 
     msu = parse_metadata_service_uri(uri)
-    zk = connect_zk(msu)
+    zk = connect_zk(msu, security=security)
     try:
         ids = list(list_ledger_ids(zk, f"{msu.root.rstrip('/')}/ledgers"))
         marks: dict[int, RepairMark] = {}
@@ -230,7 +232,8 @@ def enter_repair(storage: BookieStorage, config: BookieConfig, peers: RepairPeer
         if not config.metadata_service_uri:
             raise InvalidConfigError(
                 "self-repair needs the metadata service (--metadata-service-uri)")
-        marks = mark_ledgers(config.metadata_service_uri, config.bookie_id)
+        marks = mark_ledgers(config.metadata_service_uri, config.bookie_id,
+                             config.zk_security)
         storage.begin_repair(marks)
         log.warning("bookie %s lost its data: %d ledgers to repair, %d in limbo",
                     config.bookie_id, len(marks),

@@ -340,7 +340,8 @@ class BookieServer:
                 cfg.metadata_service_uri, cfg.bookie_id,
                 info={"metrics_port": self.metrics_port, "tls": cfg.tls_cert is not None,
                       "http_port": cfg.http_port,
-                      "rack": cfg.rack, "mtls": cfg.tls_client_auth == "require"})
+                      "rack": cfg.rack, "mtls": cfg.tls_client_auth == "require"},
+                security=cfg.zk_security)
             self.registration.read_only = self.storage.read_only
             self.registration.start()
         self.storage.on_mode_change = self._on_mode_change

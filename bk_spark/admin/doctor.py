@@ -35,7 +35,7 @@ from bk_spark.errors import BKError
 from bk_spark.io.underreplication import UnderReplicationManager
 from bk_spark.log import LEDGER_LOG_KEY
 from bk_spark.protocol.ledger_metadata import LedgerState
-from bk_spark.security import ZkSecurity
+from bk_spark.security import ClientSecurity, ZkSecurity
 
 if TYPE_CHECKING:
     from bk_spark.core.client import BookKeeper
@@ -85,11 +85,13 @@ def zk_tls_context(zk: ZkSecurity | None) -> ssl.SSLContext | None:
     return ctx
 
 
-def check_zookeeper(hosts: str, bk: BookKeeper | None) -> list[Finding]:
+def check_zookeeper(hosts: str, bk: BookKeeper | None,
+                    security: ClientSecurity | None = None) -> list[Finding]:
     out: list[Finding] = []
     servers = [hp.rpartition(":") for hp in hosts.split(",")]
     serving = 0
-    tls = zk_tls_context(bk.security.zk if bk is not None else ZkSecurity.from_env())
+    tls = zk_tls_context(bk.security.zk if bk is not None else security.zk
+                         if security is not None else ZkSecurity.from_env())
     for host, _, port in servers:
         try:
             text = four_letter_word(host, int(port), tls=tls)
@@ -332,9 +334,10 @@ def check_clocks(views: list[facts.BookieView], measured_at_ms: float) -> list[F
 
 # --------------------------------------------------------------------------- all of them
 def run(metadata_service_uri: str | None, *, open_grace_s: float = 60.0,
-        sample_s: float = 2.0, cert_files: Iterable[Path] = (), cert_days: int = 30
-        ) -> list[Finding]:
-    """Every check, in the module docstring's order."""
+        sample_s: float = 2.0, cert_files: Iterable[Path] = (), cert_days: int = 30,
+        security: ClientSecurity | None = None) -> list[Finding]:
+    """Every check, in the module docstring's order (``security``: the client's TLS files
+    and ZooKeeper credentials; None: from the environment)."""
     from bk_spark.core.client import BookKeeper, BookKeeperConfig
     from bk_spark.io.bookie_client import ClientConfig
     from bk_spark.metadata_uri import parse_metadata_service_uri
@@ -342,9 +345,9 @@ def run(metadata_service_uri: str | None, *, open_grace_s: float = 60.0,
     msu = parse_metadata_service_uri(metadata_service_uri)
     try:
         bk = BookKeeper(msu.uri, BookKeeperConfig(client=ClientConfig(
-            add_timeout_s=2.0, read_timeout_s=2.0)))
+            add_timeout_s=2.0, read_timeout_s=2.0)), security=security)
     except BKError as exc:
-        return [*check_zookeeper(msu.hosts, None),
+        return [*check_zookeeper(msu.hosts, None, security),
                 Finding("zookeeper", FAIL, f"cannot open a session: {exc}",
                         "start ZooKeeper (bk sandbox start) or fix --metadata-service-uri")]
     try:

@@ -56,6 +56,7 @@ from bk_spark.core.recovery import recover_ledger
 from bk_spark.errors import (
     BKError,
     BKTimeoutError,
+    FragmentChangedError,
     NoSuchLedgerError,
     NotEnoughBookiesError,
     RecoveryKeyUnavailableError,
@@ -84,10 +85,6 @@ log = logging.getLogger(__name__)
 
 #: Entries read from the survivors and added to the replacement per batch.
 COPY_BATCH = 1000
-
-
-class FragmentChangedError(BKError):
-    """The fragment being re-replicated changed under the copy: start it again."""
 
 
 @dataclass

@@ -11,7 +11,6 @@ import logging
 import os
 import socket
 import threading
-from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry
 
@@ -20,47 +19,11 @@ from bk_spark.autorecovery.metrics import AutoRecoveryMetrics
 from bk_spark.autorecovery.replicator import LedgerReplicator, LocalKeySource
 from bk_spark.autorecovery.worker import ReplicationWorker
 from bk_spark.core.client import BookKeeper, BookKeeperConfig
-from bk_spark.errors import InvalidConfigError
 from bk_spark.io.underreplication import UnderReplicationManager
 from bk_spark.security import ClientSecurity
+from bookie_server.config import AutoRecoveryConfig
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class AutoRecoveryConfig:
-    """Options of AutoRecovery (each a ``bk bookie`` / ``bk autorecovery`` flag).
-
-    ``lost_bookie_recovery_delay_s``: how long a bookie may be gone before its ledgers are
-    marked (``--lost-bookie-recovery-delay``); ``audit_interval_s``: period of the full
-    check that asks bookies what they hold (``--audit-interval``);
-    ``open_ledger_grace_s``: how long an open ledger's last fragment must see no add before
-    a worker recovers the ledger (``--open-ledger-grace``); ``passwords``: candidate ledger
-    passwords (``--recovery-password``, the empty one always included; seldom needed: see
-    :func:`~bk_spark.autorecovery.replicator.ledger_secret`);
-    ``audit_verify_entries``: how many of the entries a bookie holds in one fragment the
-    periodic check has it read back and verify (framing, ids, crc32c checksum; the first,
-    the last and the rest at random, at most 8 MiB per fragment; 0: trust the index).
-    """
-
-    lost_bookie_recovery_delay_s: float = 60.0
-    audit_interval_s: float = 3600.0
-    open_ledger_grace_s: float = 30.0
-    worker_poll_s: float = 1.0
-    auditor_tick_s: float = 1.0
-    passwords: tuple[bytes, ...] = field(default=(b"",))
-    audit_verify_entries: int = 8
-    run_auditor: bool = True
-    run_worker: bool = True
-
-    def __post_init__(self) -> None:
-        for name in ("lost_bookie_recovery_delay_s", "open_ledger_grace_s",
-                     "audit_verify_entries"):
-            if not getattr(self, name) >= 0:
-                raise InvalidConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("audit_interval_s", "worker_poll_s", "auditor_tick_s"):
-            if not getattr(self, name) > 0:
-                raise InvalidConfigError(f"{name} must be > 0, got {getattr(self, name)}")
 
 
 class AutoRecoveryService:

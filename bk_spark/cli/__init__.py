@@ -9,6 +9,7 @@ decommission), :mod:`.doctor`, :mod:`.ui` (the status page).
 
 from __future__ import annotations
 
+import contextvars
 import os
 from pathlib import Path
 from typing import Annotated
@@ -27,8 +28,9 @@ from bk_spark.cli import (
     sandbox,
     ui,
 )
-from bk_spark.cli.common import err_console
+from bk_spark.cli.common import SecurityOptions, err_console, set_security_options
 from bk_spark.errors import BKError
+from bk_spark.security import ENV_TLS_CA, ENV_TLS_CERT, ENV_TLS_KEY, ENV_ZK_AUTH_FILE
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="bk-spark: a replicated, durable log in the design of Apache BookKeeper.")
@@ -58,29 +60,28 @@ bookie.bookie_app.command("repair-status")(bookie.repair_status)
 @app.callback()
 def _client_security(
     tls_ca: Annotated[Path | None, typer.Option(
-        "--tls-ca", envvar="BK_TLS_CA", help="client: PEM CA of the bookies' certificates "
+        "--tls-ca", envvar=ENV_TLS_CA, help="client: PEM CA of the bookies' certificates "
                                              "(turns TLS to bookies on)")] = None,
     tls_cert: Annotated[Path | None, typer.Option(
-        "--tls-cert", envvar="BK_TLS_CERT",
+        "--tls-cert", envvar=ENV_TLS_CERT,
         help="client: PEM certificate for bookies that require one")] = None,
     tls_key: Annotated[Path | None, typer.Option(
-        "--tls-key", envvar="BK_TLS_KEY", help="client: its PEM private key file")] = None,
+        "--tls-key", envvar=ENV_TLS_KEY, help="client: its PEM private key file")] = None,
     zk_auth_file: Annotated[Path | None, typer.Option(
-        "--zk-auth-file", envvar="BK_ZK_AUTH_FILE",
+        "--zk-auth-file", envvar=ENV_ZK_AUTH_FILE,
         help="file holding ZooKeeper credentials user:password (or env BK_ZK_AUTH)")] = None,
 ) -> None:
     # Given before the command (`bk --tls-ca ca.pem ledger list`), they reach every client
-    # the command opens through the environment (bk_spark.security.ClientSecurity.from_env).
-    for env, value in (("BK_TLS_CA", tls_ca), ("BK_TLS_CERT", tls_cert),
-                       ("BK_TLS_KEY", tls_key), ("BK_ZK_AUTH_FILE", zk_auth_file)):
-        if value is not None:
-            os.environ[env] = str(value)
+    # the command opens as one object (bk_spark.cli.common.cli_security), not os.environ.
+    set_security_options(SecurityOptions(tls_ca, tls_cert, tls_key, zk_auth_file))
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``bk``: typed errors become one line and exit code 1."""
     try:
-        rv = app(args=argv, prog_name="bk", standalone_mode=False)
+        # in a copy of the context: the root options (set_security_options) end with the run
+        rv = contextvars.copy_context().run(app, args=argv, prog_name="bk",
+                                            standalone_mode=False)
         if isinstance(rv, int):  # click returns typer.Exit's code in this mode
             return rv
     except typer.Exit as exc:

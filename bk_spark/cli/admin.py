@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from bk_spark.cli.common import JsonOpt, UriOpt, console, err_console, fail, print_json
+from bk_spark.cli.common import (
+    JsonOpt,
+    UriOpt,
+    cli_security,
+    console,
+    err_console,
+    fail,
+    print_json,
+)
 
 
 # --------------------------------------------------------------------------- spark-check
@@ -53,9 +61,8 @@ def zk_acl(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False) -> Non
     anyone else". Bookies and clients then need those credentials too."""
     from bk_spark.io.zk import apply_acls, connect_zk, zk_acl
     from bk_spark.metadata_uri import parse_metadata_service_uri
-    from bk_spark.security import ZkSecurity
 
-    security = ZkSecurity.from_env()
+    security = cli_security().zk
     acl = zk_acl(security)
     if acl is None:
         fail("zk-acl needs ZooKeeper credentials: put user:password in a file and pass "

@@ -16,10 +16,11 @@ from rich.table import Table
 from bk_spark.admin import facts
 from bk_spark.autorecovery.auditor import ledgers_naming, mark_ledgers_of
 from bk_spark.autorecovery.replicator import LedgerReplicator
-from bk_spark.autorecovery.service import AutoRecoveryConfig, AutoRecoveryService
+from bk_spark.autorecovery.service import AutoRecoveryService
 from bk_spark.cli.common import (
     JsonOpt,
     UriOpt,
+    cli_security,
     connect,
     console,
     err_console,
@@ -39,24 +40,28 @@ from bk_spark.errors import (
 )
 from bk_spark.io.registration import clear_decommissioning, mark_decommissioning
 from bk_spark.io.underreplication import UnderReplicationManager
+from bookie_server.main import (
+    ENV_RECOVERY_PASSWORD,
+    AuditIntervalOpt,
+    LostBookieRecoveryDelayOpt,
+    OpenLedgerGraceOpt,
+    autorecovery_config,
+)
 
 autorecovery_app = typer.Typer(
     invoke_without_command=True,
     help="AutoRecovery: run it standalone (no subcommand), or status / enable / disable.")
 
 
-DelayOpt = Annotated[float, typer.Option(
-    "--lost-bookie-recovery-delay",
-    help="seconds a bookie may be gone before its ledgers are re-replicated")]
-
-
+#: `bk recover`'s own grace (default 0: recover open ledgers now); AutoRecovery's is
+#: AutoRecoveryConfig.open_ledger_grace_s.
 GraceOpt = Annotated[float, typer.Option(
     "--open-ledger-grace",
     help="seconds without adds before an open ledger's last fragment is recovered")]
 
 
 PasswordsOpt = Annotated[list[str] | None, typer.Option(
-    "--recovery-password", envvar="BK_RECOVERY_PASSWORD",
+    "--recovery-password", envvar=ENV_RECOVERY_PASSWORD,
     help="a ledger password re-replication may use (repeatable; the empty one always is). "
          "Rarely needed: a worker in a bookie takes a ledger's key from its own copy, one "
          "with a --allow-bookie/--allow-admin certificate from a surviving bookie; a 'mac' "
@@ -67,10 +72,9 @@ PasswordsOpt = Annotated[list[str] | None, typer.Option(
 def autorecovery(
     ctx: typer.Context,
     metadata_service_uri: UriOpt = None,
-    lost_bookie_recovery_delay: DelayOpt = 60.0,
-    audit_interval: Annotated[float, typer.Option(
-        help="seconds between the Auditor's full checks of what bookies hold")] = 3600.0,
-    open_ledger_grace: GraceOpt = 30.0,
+    lost_bookie_recovery_delay: LostBookieRecoveryDelayOpt = None,
+    audit_interval: AuditIntervalOpt = None,
+    open_ledger_grace: OpenLedgerGraceOpt = None,
     recovery_password: PasswordsOpt = None,
     metrics_port: Annotated[int | None, typer.Option(
         "--metrics-port", help="Prometheus /metrics HTTP port (0: any free port)")] = None,
@@ -86,10 +90,9 @@ def autorecovery(
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     uri = parse_metadata_service_uri(metadata_service_uri).uri
-    service = AutoRecoveryService(uri, AutoRecoveryConfig(
-        lost_bookie_recovery_delay_s=lost_bookie_recovery_delay, audit_interval_s=audit_interval,
-        open_ledger_grace_s=open_ledger_grace,
-        passwords=tuple(p.encode() for p in recovery_password or ())))
+    service = AutoRecoveryService(uri, autorecovery_config(
+        lost_bookie_recovery_delay, audit_interval, open_ledger_grace, recovery_password),
+        security=cli_security())
     if metrics_port is not None:
         server, _ = start_http_server(metrics_port, addr="127.0.0.1",
                                       registry=service.metrics.registry)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -13,11 +14,12 @@ import typer
 from rich.table import Table
 
 from bk_spark.autorecovery.self_repair_peers import ReplicaPeers
-from bk_spark.autorecovery.service import AutoRecoveryConfig, AutoRecoveryService
+from bk_spark.autorecovery.service import AutoRecoveryService
 from bk_spark.cli.common import (
     JsonOpt,
     UriOpt,
     YesOpt,
+    cli_security,
     confirm,
     connect,
     console,
@@ -30,23 +32,20 @@ from bk_spark.errors import InvalidConfigError
 from bk_spark.io.cookies import CookieStore
 from bk_spark.io.registration import list_bookies
 from bk_spark.security import ClientSecurity
-from bookie_server.config import BookieConfig
+from bookie_server.config import AutoRecoveryConfig, BookieConfig
 from bookie_server.cookie import data_directories, format_directories, read_dir_facts
-from bookie_server.main import AutoRecoveryOptions, make_bookie_app
+from bookie_server.main import make_bookie_app
 from bookie_server.server import BookieServer
 
 
 # --------------------------------------------------------------------------- bookie
-def _start_autorecovery(server: BookieServer, options: AutoRecoveryOptions) -> Callable[[], None]:
+def _start_autorecovery(server: BookieServer, config: AutoRecoveryConfig) -> Callable[[], None]:
     """``bk bookie``'s hook (:mod:`bookie_server.main`): an Auditor contender and a
     Replication Worker in the bookie's process, on its metrics registry; returns their stop."""
 
     cfg = server.config
-    recovery = AutoRecoveryService(cfg.metadata_service_uri, AutoRecoveryConfig(
-        lost_bookie_recovery_delay_s=options.lost_bookie_recovery_delay_s,
-        audit_interval_s=options.audit_interval_s,
-        open_ledger_grace_s=options.open_ledger_grace_s,
-        passwords=options.passwords),
+    recovery = AutoRecoveryService(
+        cfg.metadata_service_uri, config,
         identity=cfg.bookie_id,
         registry=server.metrics.registry,
         # under mutual TLS the bookie's worker presents the bookie's own certificate
@@ -58,7 +57,7 @@ def _start_autorecovery(server: BookieServer, options: AutoRecoveryOptions) -> C
     return recovery.stop
 
 
-def _start_http(server: BookieServer, options: AutoRecoveryOptions | None
+def _start_http(server: BookieServer, autorecovery: AutoRecoveryConfig | None
                 ) -> Callable[[], None]:
     """``bk bookie --http-port``'s hook (:mod:`bookie_server.main`): the HTTP admin API and
     status page (:mod:`bk_spark.admin.http`) in the bookie's process."""
@@ -67,8 +66,8 @@ def _start_http(server: BookieServer, options: AutoRecoveryOptions | None
     assert server.config.http_port is not None
     return start_for_bookie(
         server, server.config.http_port, security=_bookie_client_security(server.config),
-        lost_bookie_recovery_delay_s=None if options is None
-        else options.lost_bookie_recovery_delay_s)
+        lost_bookie_recovery_delay_s=None if autorecovery is None
+        else autorecovery.lost_bookie_recovery_delay_s)
 
 
 def _make_repair_peers(cfg: BookieConfig, passwords: tuple[bytes, ...]) -> ReplicaPeers:
@@ -81,21 +80,19 @@ def _make_repair_peers(cfg: BookieConfig, passwords: tuple[bytes, ...]) -> Repli
 # The bookie's options, config and start live in bookie_server.main (below the CLI);
 # `bk bookie` is that command with the in-process AutoRecovery, HTTP API and self-repair hooks.
 bookie_app = make_bookie_app(start_autorecovery=_start_autorecovery, start_http=_start_http,
-                             make_repair_peers=_make_repair_peers)
+                             make_repair_peers=_make_repair_peers, client_security=cli_security)
 
 
-def _bookie_client_security(cfg: BookieConfig) -> ClientSecurity | None:
-    """The client side of a bookie's in-process AutoRecovery: with ``--tls-client-auth
-    require`` it presents the bookie's certificate (name it with ``--allow-bookie``) and
-    trusts ``--tls-ca``; otherwise None (from the environment, as any client)."""
-    if cfg.tls_client_auth != "require" or cfg.tls_ca is None:
-        return None
-    from dataclasses import replace
-
-    from bk_spark.security import ClientSecurity
-
-    return replace(ClientSecurity.from_env(), tls_ca=str(cfg.tls_ca),
-                   tls_cert=str(cfg.tls_cert), tls_key=str(cfg.tls_key))
+def _bookie_client_security(cfg: BookieConfig) -> ClientSecurity:
+    """The client side of a bookie's in-process AutoRecovery, HTTP API and self-repair: the
+    bookie's credentials (``cfg.security``, passed as an object) and, with
+    ``--tls-client-auth require``, the bookie's certificate (name it with
+    ``--allow-bookie``) and ``--tls-ca``."""
+    security = cfg.security if cfg.security is not None else ClientSecurity.from_env()
+    if cfg.tls_client_auth == "require" and cfg.tls_ca is not None:
+        security = replace(security, tls_ca=str(cfg.tls_ca), tls_cert=str(cfg.tls_cert),
+                           tls_key=str(cfg.tls_key))
+    return security
 
 
 # --------------------------------------------------------------------------- format
@@ -150,7 +147,8 @@ def format_bookie(
 def bookies(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False) -> None:
     """List registered bookies and whether each is writable or readonly."""
 
-    found = list_bookies(metadata_service_uri or "")
+    with zk_session(metadata_service_uri) as (zk, msu):
+        found = list_bookies(msu, zk=zk)
 
     def mode(b) -> str:  # type: ignore[no-untyped-def]
         return ("readonly" if b.read_only else "rw") + (

@@ -13,7 +13,10 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import IO, Annotated, Any
 
 import typer
@@ -39,7 +42,15 @@ from bk_spark.errors import (
     UnauthorizedError,
 )
 from bk_spark.io.bookie_client import ClientConfig
+from bk_spark.metadata_uri import ENV_METADATA_SERVICE_URI
 from bk_spark.protocol.log_format import Position
+from bk_spark.security import (
+    ENV_TLS_CA,
+    ENV_TLS_CERT,
+    ENV_TLS_KEY,
+    ENV_ZK_AUTH_FILE,
+    ClientSecurity,
+)
 
 console = Console()
 
@@ -48,7 +59,7 @@ err_console = Console(stderr=True)
 
 
 UriOpt = Annotated[str | None, typer.Option(
-    "--metadata-service-uri", "-m", envvar="BK_METADATA_SERVICE_URI",
+    "--metadata-service-uri", "-m", envvar=ENV_METADATA_SERVICE_URI,
     help="zk://host:port/root (default: the sandbox's zk://127.0.0.1:2181/ledgers)")]
 
 
@@ -105,15 +116,55 @@ LedgerArg = Annotated[int, typer.Argument(min=0, help="ledger id", show_default=
 LogArg = Annotated[str, typer.Argument(help="log name", show_default=False)]
 
 
+@dataclass(frozen=True)
+class SecurityOptions:
+    """``bk``'s client security options, given before the command (``bk --tls-ca ca.pem
+    ledger list``): they reach every client the command opens as an object
+    (:func:`cli_security`), never through ``os.environ``."""
+
+    tls_ca: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    zk_auth_file: Path | None = None
+
+    def security(self) -> ClientSecurity:
+        """The command's :class:`ClientSecurity`: these options over the environment's
+        ``BK_TLS_*``/``BK_ZK_*`` (read here, at the edge, as given)."""
+        given = {name: str(value) for name, value in (
+            (ENV_TLS_CA, self.tls_ca), (ENV_TLS_CERT, self.tls_cert),
+            (ENV_TLS_KEY, self.tls_key), (ENV_ZK_AUTH_FILE, self.zk_auth_file))
+            if value is not None}
+        return ClientSecurity.from_env({**os.environ, **given})
+
+
+#: The root options of the ``bk`` invocation being run: set by its root callback
+#: (:mod:`bk_spark.cli`) and scoped to that invocation (``main`` runs it in a copy of the
+#: context), so nothing outlives the command.
+_SECURITY_OPTIONS: ContextVar[SecurityOptions | None] = ContextVar("bk_security_options",
+                                                                   default=None)
+
+
+def set_security_options(options: SecurityOptions) -> None:
+    """The root callback's: the security options of this invocation."""
+    _SECURITY_OPTIONS.set(options)
+
+
+def cli_security() -> ClientSecurity:
+    """How every client of this command reaches the cluster (TLS files, ZooKeeper
+    credentials): ``bk``'s root options over the environment."""
+    return (_SECURITY_OPTIONS.get() or SecurityOptions()).security()
+
+
 @contextmanager
 def connect(uri: str | None, timeout_s: float | None = None) -> Iterator[BookKeeper]:
-    """A client for the duration of one command (``timeout_s``: bookie RPC timeouts)."""
+    """A client for the duration of one command (``timeout_s``: bookie RPC timeouts), with
+    the command's credentials (:func:`cli_security`)."""
     setup_logging()
     config = None
     if timeout_s is not None:
         config = BookKeeperConfig(client=ClientConfig(add_timeout_s=timeout_s,
                                                       read_timeout_s=timeout_s))
-    bk = BookKeeper(uri, config)
+    bk = BookKeeper(uri, config, security=cli_security())
     try:
         yield bk
     finally:

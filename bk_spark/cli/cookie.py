@@ -17,7 +17,15 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from bk_spark.cli.common import JsonOpt, UriOpt, YesOpt, confirm, console, print_json
+from bk_spark.cli.common import (
+    JsonOpt,
+    UriOpt,
+    YesOpt,
+    cli_security,
+    confirm,
+    console,
+    print_json,
+)
 from bk_spark.errors import InvalidConfigError
 from bk_spark.io.cookies import CookieStore, read_instance_id
 from bk_spark.io.registration import list_bookies
@@ -33,9 +41,10 @@ BookieIdArg = Annotated[str, typer.Argument(help="HOST:PORT of the bookie",
 
 @contextmanager
 def zk_session(uri: str | None) -> Iterator[tuple[object, MetadataServiceUri]]:
-    """A ZooKeeper session for one command: ``(kazoo client, parsed URI)``."""
+    """A ZooKeeper session for one command (with its credentials, :func:`cli_security`):
+    ``(kazoo client, parsed URI)``."""
     msu = parse_metadata_service_uri(uri)
-    zk = connect_zk(msu)
+    zk = connect_zk(msu, security=cli_security().zk)
     try:
         yield zk, msu
     finally:

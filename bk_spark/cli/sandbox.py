@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import signal
 import threading
@@ -13,6 +14,8 @@ import typer
 from rich.table import Table
 
 from bk_spark.cli.common import JsonOpt, console, err_console, fail, print_json
+from bookie_server.config import AutoRecoveryConfig
+from bookie_server.main import field_option, given
 
 sandbox_app = typer.Typer(help="The embedded sandbox: ZooKeeper plus bookies on 127.0.0.1.",
                           invoke_without_command=True)
@@ -31,20 +34,38 @@ SecureOpt = Annotated[bool, typer.Option(
                      "<data-dir>/secure")]
 
 
-def _make_sandbox(data_dir: Path, bookies: int, zk_port: int, bookie_port: int,
-                  secure: bool = False, lost_bookie_recovery_delay: float | None = None):
+def _sandbox_default(name: str) -> object:
+    """The default of a :class:`~bk_spark.sandbox.Sandbox` argument, stated once there."""
+    from bk_spark.sandbox import Sandbox
+
+    return inspect.signature(Sandbox.__init__).parameters[name].default
+
+
+# The sandbox's shape: None leaves it to Sandbox (whose default --help shows).
+BookiesOpt = Annotated[int | None, typer.Option(
+    "--bookies", help="bookie processes", show_default=str(_sandbox_default("n_bookies")))]
+ZkPortOpt = Annotated[int | None, typer.Option(
+    "--zk-port", help="ZooKeeper's client port", show_default=str(_sandbox_default("zk_port")))]
+BookiePortOpt = Annotated[int | None, typer.Option(
+    "--bookie-port", help="first bookie port",
+    show_default=str(_sandbox_default("first_bookie_port")))]
+
+
+def _make_sandbox(data_dir: Path, bookies: int | None, zk_port: int | None,
+                  bookie_port: int | None, secure: bool = False,
+                  lost_bookie_recovery_delay: float | None = None):
     from bk_spark.sandbox import Sandbox
 
     args = ([] if lost_bookie_recovery_delay is None else
             ["--lost-bookie-recovery-delay", str(lost_bookie_recovery_delay)])
-    return Sandbox(data_dir, n_bookies=bookies, zk_port=zk_port, first_bookie_port=bookie_port,
-                   secure=secure, bookie_args=args)
+    return Sandbox(data_dir, secure=secure, bookie_args=args, **given(
+        n_bookies=bookies, zk_port=zk_port, first_bookie_port=bookie_port))
 
 
-SandboxDelayOpt = Annotated[float | None, typer.Option(
-    "--lost-bookie-recovery-delay",
+SandboxDelayOpt = Annotated[float | None, field_option(
+    "lost_bookie_recovery_delay_s", "--lost-bookie-recovery-delay", cls=AutoRecoveryConfig,
     help="seconds a bookie may be gone before AutoRecovery re-replicates its ledgers "
-         "(the bookies' default: 60; 0 to watch it at once)")]
+         "(0 to watch it at once)")]
 
 
 def _print_status_page(sb, out=console) -> None:  # sb: Sandbox, out: a rich Console
@@ -85,18 +106,33 @@ def _print_secure_usage(sb) -> None:  # sb: Sandbox
                   f"{f['admin_key']}", highlight=False, soft_wrap=True)
 
 
+def _refuse_options_before_subcommand(ctx: typer.Context) -> None:
+    """`bk sandbox --data-dir X start` would start from the default directory: say so instead.
+
+    The options given before a subcommand belong to the foreground form; the subcommands take
+    their own, after their name.
+    """
+    given = [name for name in ctx.params
+             if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"]
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        fail(f"{flags} must come after the subcommand, e.g. "
+             f"`bk sandbox {ctx.invoked_subcommand} {flags.split(', ')[0]} ...`")
+
+
 @sandbox_app.callback()
 def sandbox(
     ctx: typer.Context,
-    bookies: Annotated[int, typer.Option("--bookies", help="bookie processes")] = 3,
+    bookies: BookiesOpt = None,
     data_dir: SandboxDir = DEFAULT_SANDBOX_DIR,
-    zk_port: Annotated[int, typer.Option("--zk-port")] = 2181,
-    bookie_port: Annotated[int, typer.Option("--bookie-port", help="first bookie port")] = 3181,
+    zk_port: ZkPortOpt = None,
+    bookie_port: BookiePortOpt = None,
     secure: SecureOpt = False,
     lost_bookie_recovery_delay: SandboxDelayOpt = None,
 ) -> None:
     """Run ZooKeeper and bookies in the foreground; Ctrl-C stops everything."""
     if ctx.invoked_subcommand is not None:
+        _refuse_options_before_subcommand(ctx)
         return
     sb = _make_sandbox(data_dir, bookies, zk_port, bookie_port, secure,
                        lost_bookie_recovery_delay)
@@ -121,10 +157,10 @@ def sandbox(
 
 @sandbox_app.command("start")
 def sandbox_start(
-    bookies: Annotated[int, typer.Option("--bookies", help="bookie processes")] = 3,
+    bookies: BookiesOpt = None,
     data_dir: SandboxDir = DEFAULT_SANDBOX_DIR,
-    zk_port: Annotated[int, typer.Option("--zk-port")] = 2181,
-    bookie_port: Annotated[int, typer.Option("--bookie-port", help="first bookie port")] = 3181,
+    zk_port: ZkPortOpt = None,
+    bookie_port: BookiePortOpt = None,
     secure: SecureOpt = False,
     lost_bookie_recovery_delay: SandboxDelayOpt = None,
 ) -> None:

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from bk_spark.cli.common import UriOpt, console, setup_logging
+from bk_spark.cli.common import UriOpt, cli_security, console, setup_logging
 
 
 def ui(
@@ -28,7 +28,7 @@ def ui(
 
     setup_logging()
     uri = parse_metadata_service_uri(metadata_service_uri).uri
-    ctx = AdminContext(uri, loopback=is_loopback(host),
+    ctx = AdminContext(uri, loopback=is_loopback(host), security=cli_security(),
                        checkpoints=tuple(p.resolve() for p in checkpoint or ()))
     server = AdminHttpServer(ctx, host, port)
     bound = server.start()

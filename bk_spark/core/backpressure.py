@@ -3,7 +3,7 @@
 Theory of operation. Every add a ledger handle takes is charged its payload's size here
 before it gets an entry id, and released once it is decided (acknowledged or failed):
 :meth:`AddBudget.charge` and :meth:`AddBudget.release`. Past
-``ClientConfig.adds_max_bytes_in_flight`` a new add either waits until earlier ones are
+``ClientConfig.adds_in_flight_max_bytes`` a new add either waits until earlier ones are
 decided (``adds_block_when_full``, the default) or fails at once with
 :class:`~bk_spark.errors.TooManyRequestsError`: a caller offering more than the bookies
 take learns it in the add's latency or in an error, instead of queueing seconds of work
@@ -51,7 +51,7 @@ class AddBudget:
             if not self.block:
                 raise TooManyRequestsError(
                     f"{self._used:,} bytes of adds are in flight in this client, the most its "
-                    f"adds_max_bytes_in_flight ({limit:,}) allows: retry once earlier adds "
+                    f"adds_in_flight_max_bytes ({limit:,}) allows: retry once earlier adds "
                     f"are acknowledged, or raise the bound")
             self._cv.wait_for(
                 lambda: self._used == 0 or self._used + size <= limit or self._closed)

@@ -95,7 +95,7 @@ class BookKeeper:
         # The client's own threads, however many ledgers are open (core/client_threads.py),
         # and its bound on the bytes of adds in flight (core/backpressure.py).
         self.threads = ClientThreads()
-        self.add_budget = AddBudget(self.config.client.adds_max_bytes_in_flight,
+        self.add_budget = AddBudget(self.config.client.adds_in_flight_max_bytes,
                                     self.config.client.adds_block_when_full)
         self._closed = False
         self._closing = False

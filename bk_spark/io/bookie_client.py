@@ -74,30 +74,43 @@ class AddSink(Protocol):
 
 @dataclass(frozen=True)
 class ClientConfig:
-    """Timeouts and batching of bookie RPCs."""
+    """Timeouts and batching of bookie RPCs (``BookKeeperConfig.client``). Each field's
+    docstring is its row of the README's client settings table (:mod:`bk_spark.readme`)."""
 
     add_timeout_s: float = 10.0
+    """seconds an add request to one bookie may take before that bookie counts as failed"""
     read_timeout_s: float = 10.0
+    """seconds a read or LAC request to one bookie may take"""
     max_batch_entries: int = 2048
+    """most entries in one add request to a bookie"""
     max_batch_bytes: int = 8 * MiB
+    """most payload bytes in one add request to a bookie"""
     max_in_flight: int = 2
+    """add requests of one ledger outstanding per bookie (small requests wait for one of
+    them)"""
     max_in_flight_bytes: int = 32 * MiB
+    """beyond ``max_in_flight``, big requests pipeline while the bookie's requests in flight
+    hold less than this"""
     pipeline_min_bytes: int = 256 * 1024
+    """the smallest request that may pipeline beyond ``max_in_flight``"""
     tls: TlsOptions | None = None
-    #: Backpressure (:mod:`bk_spark.core.backpressure`): the most bytes of adds one client
-    #: keeps in flight (0: no bound), and whether an add past it waits (True) or fails at
-    #: once with :class:`~bk_spark.errors.TooManyRequestsError` (False).
-    adds_max_bytes_in_flight: int = 64 * MiB
+    """TLS to bookies (CA, client certificate and key); None: from ``security`` (the
+    environment's ``BK_TLS_*`` by default), else plaintext"""
+    adds_in_flight_max_bytes: int = 64 * MiB
+    """most bytes of adds one client keeps in flight, over all its ledgers (0: no bound);
+    past it an add waits or fails (backpressure, :mod:`bk_spark.core.backpressure`)"""
     adds_block_when_full: bool = True
+    """past ``adds_in_flight_max_bytes`` an add waits (True) or fails at once with
+    ``TooManyRequestsError`` (False)"""
 
     def __post_init__(self) -> None:
         if self.max_in_flight < 1:
             raise InvalidConfigError(f"max_in_flight must be >= 1, got {self.max_in_flight}")
         if self.max_in_flight_bytes < 0 or self.pipeline_min_bytes < 0:
             raise InvalidConfigError("max_in_flight_bytes and pipeline_min_bytes must be >= 0")
-        if self.adds_max_bytes_in_flight < 0:
-            raise InvalidConfigError(f"adds_max_bytes_in_flight must be >= 0 (0: no bound), "
-                                     f"got {self.adds_max_bytes_in_flight}")
+        if self.adds_in_flight_max_bytes < 0:
+            raise InvalidConfigError(f"adds_in_flight_max_bytes must be >= 0 (0: no bound), "
+                                     f"got {self.adds_in_flight_max_bytes}")
 
     @property
     def min_connect_timeout_ms(self) -> int:

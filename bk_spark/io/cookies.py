@@ -23,7 +23,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from bk_spark.errors import (
-    BKError,
+    CookieNotFoundError,
     MetadataSerializationError,
     MetadataStoreError,
     MetadataVersionError,
@@ -31,10 +31,6 @@ from bk_spark.errors import (
 from bk_spark.io.metadata_store import Versioned, metadata_update_loop
 from bk_spark.metadata_uri import MetadataServiceUri
 from bk_spark.protocol.cookie_rules import Cookie, CookieFormatError
-
-
-class CookieNotFoundError(BKError):
-    """No cookie in ZooKeeper for that bookie id (BookKeeper's CookieNotFoundException)."""
 
 
 def read_instance_id(zk: KazooClient, msu: MetadataServiceUri) -> str | None:

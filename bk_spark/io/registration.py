@@ -31,6 +31,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from bk_spark.io.zk import connect_zk
 from bk_spark.metadata_uri import MetadataServiceUri, parse_metadata_service_uri
+from bk_spark.security import ZkSecurity
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +142,11 @@ def clear_decommissioning(zk: KazooClient, uri: str | MetadataServiceUri, bookie
 class BookieRegistration:
     """Keeps one bookie's ephemeral registration alive across session losses."""
 
-    def __init__(self, uri: str, bookie_id: str, info: dict | None = None) -> None:
+    def __init__(self, uri: str, bookie_id: str, info: dict | None = None,
+                 security: ZkSecurity | None = None) -> None:
+        """``security``: the bookie's ZooKeeper credentials (None: from the environment)."""
         self.msu = parse_metadata_service_uri(uri)
+        self.security = security
         self.bookie_id = bookie_id
         self.info = dict(info or {})
         # one id per process start: a decommissioning marker names it (module docstring)
@@ -168,7 +172,7 @@ class BookieRegistration:
                              name="bookie-registration").start()
 
     def _connect(self) -> None:
-        zk = connect_zk(self.msu)
+        zk = connect_zk(self.msu, security=self.security)
         with self._lock:
             if self._stopped:
                 zk.stop()

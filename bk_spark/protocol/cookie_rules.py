@@ -67,14 +67,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
+from bk_spark.errors import CookieFormatError
+
 #: The cookie format written by this code (a JSON document; BookKeeper's is at 4).
 COOKIE_LAYOUT_VERSION = 1
 #: The stamp's file name in every directory (BookKeeper's ``VERSION_FILENAME``).
 STAMP_FILE = "VERSION"
-
-
-class CookieFormatError(ValueError):
-    """Bytes that are not a cookie of a known layout."""
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bk_spark.errors import BKError
+from bk_spark.errors import MalformedRecordsError
 
 #: The record header: record length, ledger id, entry id, lac, digest length.
 ENTRY_HEADER = struct.Struct("<IqqqH")
@@ -37,10 +37,6 @@ HEADER_DTYPE = np.dtype([("length", "<u4"), ("ledger_id", "<i8"), ("entry_id", "
 assert HEADER_DTYPE.itemsize == HEADER_SIZE
 #: ``record_lengths``: one u32 little endian per record.
 LENGTHS_DTYPE = np.dtype("<u4")
-
-
-class MalformedRecordsError(BKError):
-    """A packed answer whose records do not parse: treated as a corrupt copy."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -23,7 +23,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from bk_spark.errors import BKError
+from bk_spark.errors import TestBedError
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +33,6 @@ SUBNET = "10.213.0"
 NOWHERE_MAC = "02:00:00:00:de:ad"
 #: Loopback addresses of the fallback start here: 127.0.0.<LOOPBACK_BASE + i>.
 LOOPBACK_BASE = 100
-
-
-class TestBedError(BKError):
-    """The test bed could not be built (namespaces, a process, a readiness wait)."""
 
 
 @dataclass(frozen=True)

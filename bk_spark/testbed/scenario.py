@@ -15,17 +15,13 @@ import textwrap
 import time
 from dataclasses import dataclass, field
 
+from bk_spark.errors import ScenarioError
 from bk_spark.testbed.bed import CHECKOUT, Proc, TestBed, bk_command
-from bk_spark.testbed.network import TestBedError
 
 EXAMPLES = CHECKOUT / "examples"
 
 #: kazoo's reconnect warning: must not reach job output while a ZooKeeper leader is down.
 KAZOO_NOISE = "Connection dropped"
-
-
-class ScenarioError(TestBedError):
-    """A scenario's promise did not hold (the message says which)."""
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """A client's threads and its bound on adds in flight (issue 28, §4 and §5), against real
 bookies: a fixed few threads however many ledgers are open, all joined at close; past
-``adds_max_bytes_in_flight`` an add waits, or fails fast with ``TooManyRequestsError``."""
+``adds_in_flight_max_bytes`` an add waits, or fails fast with ``TooManyRequestsError``."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def test_a_client_with_1000_open_ledgers_runs_at_most_16_threads_and_joins_them_
 
 
 def _bounded(block: bool) -> BookKeeperConfig:
-    return BookKeeperConfig(client=ClientConfig(adds_max_bytes_in_flight=64 * KiB,
+    return BookKeeperConfig(client=ClientConfig(adds_in_flight_max_bytes=64 * KiB,
                                                 adds_block_when_full=block,
                                                 add_timeout_s=30))
 
@@ -90,7 +90,7 @@ def test_an_add_past_the_clients_bytes_in_flight_fails_fast_when_configured(
         try:
             futures = [lh.add_entry_async(data) for _ in range(64)]
             t0 = time.monotonic()
-            with pytest.raises(TooManyRequestsError, match="adds_max_bytes_in_flight"):
+            with pytest.raises(TooManyRequestsError, match="adds_in_flight_max_bytes"):
                 lh.add_entry_async(data)
             assert time.monotonic() - t0 < 0.5
             assert lh.added == 65  # the refused add took no entry id

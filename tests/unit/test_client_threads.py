@@ -60,7 +60,7 @@ def test_the_budget_fails_fast_past_its_bound_and_takes_adds_again_once_released
     budget = AddBudget(limit=100, block=False)
     budget.charge(60)
     budget.charge(40)
-    with pytest.raises(TooManyRequestsError, match="adds_max_bytes_in_flight"):
+    with pytest.raises(TooManyRequestsError, match="adds_in_flight_max_bytes"):
         budget.charge(1)
     budget.release(40)
     budget.charge(40)

@@ -41,3 +41,53 @@ def test_the_new_types_travel_as_before():
     for cls in (errors.BKTimeoutError, errors.CorruptedEntryError, errors.BookieStorageError,
                 errors.MetadataStoreError, errors.CheckFailedError, errors.RecoveryError):
         assert cls.code == errors.BKError.code
+
+
+#: Exception classes that may live outside errors.py, with why: none of them is an error a
+#: user of bk-spark meets.
+_NOT_PUBLIC = {
+    # the fault harness's own signal that a victim is in no state for a fault (caught by
+    # its runner, never raised to a user; deliberately not a BKError)
+    "bk_spark/faults/cluster.py:FaultInjectionError",
+}
+
+
+def _exception_classes_outside_errors_py() -> list[str]:
+    """Public classes deriving (by name) from an exception, defined anywhere but errors.py."""
+    exception_names = {name for name, obj in vars(errors).items()
+                       if isinstance(obj, type) and issubclass(obj, BaseException)}
+    exception_names |= {"Exception", "ValueError", "RuntimeError", "KeyError", "OSError"}
+    found = []
+    for top in ("bk_spark", "bookie_server"):
+        for path in (ROOT / top).rglob("*.py"):
+            rel = path.relative_to(ROOT)
+            if str(rel) == "bk_spark/errors.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ClassDef) and not node.name.startswith("_") and any(
+                        (isinstance(b, ast.Name) and (b.id in exception_names
+                                                      or b.id.endswith("Error")))
+                        for b in node.bases):
+                    found.append(f"{rel}:{node.name}")
+    return found
+
+
+def test_every_error_class_lives_in_errors_py():
+    """MalformedRecordsError, FragmentChangedError, SandboxError, TestBedError,
+    CookieNotFoundError (and the rest) are defined once, in errors.py, under BKError."""
+    assert sorted(set(_exception_classes_outside_errors_py()) - _NOT_PUBLIC) == []
+
+
+def test_moved_errors_are_still_importable_where_they_were_raised():
+    from bk_spark.autorecovery.replicator import FragmentChangedError
+    from bk_spark.io.cookies import CookieNotFoundError
+    from bk_spark.protocol.cookie_rules import CookieFormatError
+    from bk_spark.protocol.records import MalformedRecordsError
+    from bk_spark.sandbox import SandboxError
+    from bk_spark.testbed import TestBedError
+    from bk_spark.testbed.scenario import ScenarioError
+
+    for cls in (FragmentChangedError, CookieNotFoundError, CookieFormatError,
+                MalformedRecordsError, SandboxError, TestBedError, ScenarioError):
+        assert cls is getattr(errors, cls.__name__) and issubclass(cls, errors.BKError)
+    assert issubclass(CookieFormatError, ValueError)  # caught as one before the move

@@ -94,3 +94,56 @@ def test_a_misspelled_option_is_suggested(option):
     with pytest.raises(InvalidConfigError) as info:
         ReadOptions.parse({"metadataServiceUri": URI, "log": "a", wrong: "1"}, streaming=None)
     assert f"'{wrong}': unknown option (did you mean '{option.name}'?)" in str(info.value)
+
+
+# ------------------------------------------------------------------ settings tables
+# The README's client settings and `bk bookie` option tables come from the config
+# dataclasses (defaults from the fields, meanings from their docstrings) and from the
+# command's own options (which take their defaults from those dataclasses).
+
+
+def test_a_readme_settings_row_that_differs_from_its_source_is_found():
+    text = readme.README.read_text()
+    for row, edited, section in (
+            ("| `--port` | `3181` |", "| `--port` | `3182` |", "bookie-options"),
+            ("| `client.add_timeout_s` | `10.0` |", "| `client.add_timeout_s` | `5.0` |",
+             "client-config"),
+            ("| `--audit-interval` | `3600.0` |", "| `--audit-interval` | `60.0` |",
+             "bookie-options autorecovery-options")):  # a row of both
+        assert row in text, row
+        assert readme.stale_sections(text.replace(row, edited)) == section.split()
+
+
+def test_a_changed_client_default_changes_the_client_table(monkeypatch):
+    from bk_spark.io.bookie_client import ClientConfig
+
+    text = readme.README.read_text()
+    monkeypatch.setattr(ClientConfig.__dataclass_fields__["add_timeout_s"], "default", 20.0)
+    assert "| `client.add_timeout_s` | `20.0` |" in readme.client_config_table()
+    assert readme.stale_sections(text) == ["client-config"]
+
+
+def test_a_changed_bookie_default_changes_the_option_and_its_row(monkeypatch):
+    import typer
+
+    from bookie_server.config import BookieConfig
+    from bookie_server.main import make_bookie_app
+
+    monkeypatch.setattr(BookieConfig.__dataclass_fields__["gc_interval_s"], "default", 99.0)
+    command = typer.main.get_command(make_bookie_app())
+    assert "| `--gc-interval` | `99.0` | entry-log GC period, seconds |" in \
+        readme.options_table(command)
+
+
+def test_a_setting_without_a_docstring_is_named():
+    from dataclasses import dataclass
+
+    @dataclass
+    class Settings:
+        documented: int = 1
+        """what it does"""
+        bare: int = 2
+
+    with pytest.raises(ValueError, match="Settings.bare has no docstring"):
+        readme.config_table(Settings)
+    assert readme.field_docs(Settings) == {"documented": "what it does"}
