@@ -216,29 +216,6 @@ def lone_adds(bookie_id: str, n: int = 1000) -> list[float]:
     return lat
 
 
-def bookie_add_per_entry(bookie_id: str, n: int, size: int = KiB, in_flight: int = 2000
-                         ) -> float:
-    """entries/s of adds to one bookie by a client that builds and queues each entry on
-    its own with a callback per entry (the reference before the batched one)."""
-    from bk_spark.io.bookie_client import BookieClient
-    from bk_spark.proto import bookie_pb2 as pb
-
-    client = BookieClient(bookie_id)
-    tally = _AddTally(n, in_flight)
-    data = b"p" * size
-    t0 = time.perf_counter()
-    try:
-        for i in range(n):
-            tally.window.acquire()
-            e = pb.Entry(ledger_id=1, entry_id=i, lac=i - 1, payload=data, digest=b"\0" * 12)
-            t = time.perf_counter()
-            client.add_entry(1, b"k", e, lambda err, t=t: tally.record(1, err, t))
-        tally.finish()
-    finally:
-        client.close()
-    return n / (time.perf_counter() - t0)
-
-
 def bookie_reads(bookie_id: str, n_entries: int, seconds: float = 1.5) -> tuple[float, float]:
     """(single-entry reads entries/s, batched range reads entries/s) from one bookie."""
     from bk_spark.io.bookie_client import BookieClient
@@ -526,10 +503,6 @@ def main() -> None:
                         f"{ref_ms:.2f} ms raw gRPC round trip + one fdatasync",
                         f"p50 {pct(lone, 0.5) * 1e3 / ref_ms:.2f}x")
                 bookie_add(b.bookie_id, n_adds)  # entries for the read figures
-                eps_single = bookie_add_per_entry(b.bookie_id, n_adds)
-                res.add("bookie add 1 KiB, per-entry client (one pb.Entry + callback each)",
-                        f"{eps_single:,.0f} e/s", f"{eps:,.0f} e/s batched client",
-                        f"{eps_single / eps:.2f}x")
                 single, batched = bookie_reads(b.bookie_id, n_adds)
                 res.add("bookie single-entry reads", f"{single:,.0f} e/s",
                         f"{calls:,.0f} raw gRPC calls/s", f"{single / calls:.2f}x")
@@ -543,8 +516,6 @@ def main() -> None:
                     f"{leps:,.0f} e/s {lmbs:,.1f} MB/s", f"{eps:,.0f} e/s one bookie",
                     f"{ratio:.2f}x (median of the pairs' ratios)")
             res.add("ledger add, the runs (e/s)", spread(lruns), "-", "-")
-            res.add("ledger add vs the per-entry bookie client", f"{leps:,.0f} e/s",
-                    f"{eps_single:,.0f} e/s", f"{leps / eps_single:.2f}x")
             res.add("ledger add latency p50 / p99", f"{lp50:.1f} / {lp99:.1f} ms", "-", "-")
             rec = ledger_recovery(sb.metadata_service_uri, lid)
             res.add(f"recovery open of a {n_adds:,}-entry ledger (writer gone)",

@@ -218,6 +218,13 @@ class LogFormatError(BKError):
     in a newer format)."""
 
 
+class TooManyRequestsError(BKError):
+    """The client already has as many bytes of adds in flight as it may (its
+    ``ClientConfig.adds_in_flight_max_bytes``) and is set to fail fast
+    (``adds_block_when_full=False``): retry once earlier adds are acknowledged, or raise the
+    bound (BookKeeper's ``TooManyRequestsException``)."""
+
+
 _BY_CODE: dict[int, type[BKError]] = {
     cls.code: cls
     for cls in (

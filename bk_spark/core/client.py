@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Protocol
 
 from bk_spark.allocator import tune_allocator
+from bk_spark.core.backpressure import AddBudget
+from bk_spark.core.client_threads import ClientThreads
 from bk_spark.core.context import BookKeeperConfig
 from bk_spark.core.ledger import LedgerHandle
 from bk_spark.core.reader import ReadHandle
@@ -99,11 +101,16 @@ class BookKeeper:
         # (a client that only reads never watches them).
         self._registrations: RegistrationCache | None = None
         self._registrations_lock = threading.Lock()
+        # The client's own threads, however many ledgers are open (core/client_threads.py),
+        # and its bound on the bytes of adds in flight (core/backpressure.py).
+        self.threads = ClientThreads()
+        self.add_budget = AddBudget(self.config.client.adds_in_flight_max_bytes,
+                                    self.config.client.adds_block_when_full)
         self._closed = False
         self._closing = False
         # What close() closes first: the writers (log writers) and the ledger handles
         # opened through this client. Weak: a handle nobody holds has nothing in flight
-        # (its sender and LAC threads hold it while it does).
+        # (the callbacks of its requests in flight hold it while it does).
         self._open_lock = threading.Lock()
         self._open_writers: weakref.WeakSet[Closeable] = weakref.WeakSet()
         self._open_ledgers: weakref.WeakSet[LedgerHandle] = weakref.WeakSet()
@@ -282,7 +289,9 @@ class BookKeeper:
            (ZooKeeper lost, bookies away) gets its final explicit LAC sent instead, so a
            non-fencing reader still sees its last acknowledged entry. A handle that failed
            or was abandoned is left OPEN (what a crashed writer leaves).
-        3. The bookie connections and the ZooKeeper session are closed.
+        3. The client's threads are joined (:meth:`ClientThreads.close`: what they had
+           scheduled runs first), then the bookie connections and the ZooKeeper session
+           are closed.
 
         Failures of steps 1 and 2 are logged, not raised: the client closes anyway.
         A writer meant to look crashed is abandoned first (:meth:`LedgerHandle.abandon`).
@@ -314,6 +323,8 @@ class BookKeeper:
             cache, self._registrations = self._registrations, None
         if cache is not None:
             cache.stop()
+        self.add_budget.close()
+        self.threads.close()
         self.bookies.close()
         self.zk.stop()
         self.zk.close()

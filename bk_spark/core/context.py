@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from bk_spark.core.backpressure import AddBudget
+from bk_spark.core.client_threads import ClientThreads
 from bk_spark.errors import InvalidConfigError
 from bk_spark.io.bookie_client import BookieClientPool, ClientConfig
 from bk_spark.io.metadata_store import LedgerMetadataStore
@@ -61,6 +63,8 @@ class ClientContext(Protocol):
     config: BookKeeperConfig
     bookies: BookieClientPool
     metadata_store: LedgerMetadataStore
+    threads: ClientThreads  # the client's I/O loop and work pool
+    add_budget: AddBudget  # bytes of adds in flight (backpressure)
 
     def topology(self) -> Topology:
         """The writable bookies and their racks, as placement decides on them."""

@@ -104,15 +104,25 @@ class LedgerHandle:
         self._failed_since_progress: set[str] = set()
         self._change_lock = threading.Lock()
         self._lac_sent = -1
-        self._lac_wakeup = threading.Condition(self._lock)
-        self._lac_thread: threading.Thread | None = None
         self._sinks: dict[tuple[int, str], _BookieSink] = {}
         # payloads handed out but not yet encoded: the ids before _next_entry
         self._outbox: list[bytes] = []
-        self._sender_idle = False
-        self._sender_lingering = False
-        self._outbox_ready = threading.Condition(self._lock)
-        self._sender: threading.Thread | None = None
+        # Rounds are shipped by the client's I/O loop (core/client_threads.py), one _ship
+        # call at a time: _ship_scheduled while a call is due, _lingering while that call is
+        # the linger's timer; _shipped_length is the ledger's length after the last round.
+        self._threads = bk.threads
+        self._ship_scheduled = False
+        self._lingering = False
+        self._shipping = False  # a _ship call runs (on the loop, or inline: see _add)
+        self._shipped_length = 0
+        self._wake_ship = lambda: self._threads.schedule(self._ship)
+        # Backpressure (core/backpressure.py): each add's payload is charged to the client
+        # until it is decided; _charged holds the running total charged at each add not yet
+        # acknowledged (in step with _targets), _charged_released what was given back.
+        self._budget = bk.add_budget
+        self._charged: list[int] = []
+        self._charged_total = 0
+        self._charged_released = 0
         self.explicit_lac_interval_s = bk.config.explicit_lac_interval_s
         self._futures_condition = shared_condition()  # see core/futures.py
         # Completes one run of decided adds in entry order (see complete_runs_with).
@@ -210,98 +220,143 @@ class LedgerHandle:
             return self._next_entry
 
     def _add(self, payload: bytes, target: Future[int] | AddDone) -> int:
-        """Hand out the next entry id; the sender thread encodes and ships it."""
-        if len(payload) > self._max_payload:
+        """Hand out the next entry id; the client's I/O loop encodes and ships it
+        (:meth:`_ship`). Waits first while the client has too many bytes of adds in flight,
+        or raises :class:`TooManyRequestsError` (:mod:`bk_spark.core.backpressure`)."""
+        size = len(payload)
+        if size > self._max_payload:
             raise TooLargeError(
-                f"entry of {len(payload)} bytes exceeds max_entry_size {self._max_entry_size}"
+                f"entry of {size} bytes exceeds max_entry_size {self._max_entry_size}"
                 + (f" (less {self._max_entry_size - self._max_payload} bytes of framing)"
                    if self._max_payload < self._max_entry_size else ""))
+        budget = self._budget
+        budget.charge(size)
         with self._lock:
-            if self._error is not None:
-                raise copy_error(self._error)
-            if self._closed or self._adds_stopped:
+            if self._error is not None or self._closed or self._adds_stopped:
+                budget.release(size)
+                if self._error is not None:
+                    raise copy_error(self._error)
                 raise LedgerClosedError(f"ledger {self.id} is closed" if self._closed else
                                         f"ledger {self.id} takes no more adds")
             eid = self._next_entry
             self._next_entry = eid + 1
             self._targets.append(target)
             self._outbox.append(payload)
-            if self._sender_idle:
-                self._sender_idle = False
-                self._outbox_ready.notify()
-            elif self._sender_lingering and len(self._outbox) >= LINGER_MIN_ENTRIES:
-                self._sender_lingering = False
-                self._outbox_ready.notify()
-            elif self._sender is None:
-                self._sender = threading.Thread(target=self._send_loop,
-                                                name=f"ledger-{self.id}-sender", daemon=True)
-                self._sender.start()
+            self._charged_total += size
+            self._charged.append(self._charged_total)
+            inline = False
+            if not self._ship_scheduled:
+                self._ship_scheduled = True
+                # A lone add (nothing else of this ledger unacknowledged, no round being
+                # shipped) ships from the caller's thread: no hand-off to the I/O loop on
+                # a lone add's path. A framer (the log writer's) runs on the loop only.
+                inline = (eid == self._unacked_first and not self._shipping
+                          and self._framer is None)
+                if not inline:
+                    self._threads.schedule(self._ship)
+            elif self._lingering and len(self._outbox) == LINGER_MIN_ENTRIES:
+                self._threads.schedule(self._ship)  # the burst came: no need to wait more
+        if inline:
+            self._ship()
         return eid
 
-    def _send_loop(self) -> None:
-        """Encode and ship the queued entries: one batch per bookie of the ensemble per round.
+    def _ship(self) -> None:
+        """Encode and ship one round of queued entries: one batch per bookie of the ensemble.
 
+        Runs on the client's I/O loop (a lone add's on the caller's thread, see
+        :meth:`_add`), one call at a time, so rounds go in entry order.
         While the previous batches are in flight new adds pile up in the outbox, so rounds
         grow with the load (many entries per RPC, as the bookie wants), up to
         ``add_round_max_entries``: a burst of thousands of adds becomes a few rounds in flight
         at once, a pipeline, rather than one. A few adds queued while others are in flight
         wait up to ``add_linger_s`` for more (the rest of a burst usually follows at once),
-        so they do not cost every bookie an RPC and a sync of their own. Each entry carries
-        the last-add-confirmed at the time its round is encoded.
+        so they do not cost every bookie an RPC and a sync of their own. A round whose
+        bookies have no request window free waits for one (it is called again when an
+        answer frees it), growing meanwhile. Each entry carries the last-add-confirmed at
+        the time its round is encoded.
         """
-        E, Qw = self._E, self._Qw
-        sets = [write_set(r, E, Qw) for r in range(E)]
-        length = self._acked_length  # the ledger's length before the next round
-        round_max, linger = self._bk.config.add_round_max_entries, self._bk.config.add_linger_s
-        while True:
+        with self._lock:
+            if self._shipping:  # one call at a time: the running one goes on with the rest
+                self._ship_scheduled = False
+                return
+            self._shipping = True
+        try:
+            self._ship_round()
+        finally:
             with self._lock:
-                while not self._outbox and not self._closed and self._error is None:
-                    self._sender_idle = True
-                    self._outbox_ready.wait()
-                self._sender_idle = False
-                if (linger > 0 and len(self._outbox) < LINGER_MIN_ENTRIES
-                        and len(self._targets) > len(self._outbox)
-                        and not self._closed and self._error is None):
-                    # Earlier adds are in flight, so these few are not alone: wait a moment
-                    # for the rest of the burst (one round of many, not one RPC each).
-                    self._sender_lingering = True
-                    self._outbox_ready.wait(linger)
-                    self._sender_lingering = False
-                if not self._outbox or self._error is not None:
-                    return  # closed and drained, or failed: _fail decided every add
-                first = self._next_entry - len(self._outbox)
-                payloads = self._outbox[:round_max]
+                self._shipping = False
+                # What came meanwhile ships next (a call that found this one running left
+                # it), unless a call is due already (a linger's timer, a window's wake).
+                if self._outbox and self._error is None and not self._ship_scheduled:
+                    self._ship_scheduled = True
+                    self._threads.schedule(self._ship)
+
+    def _ship_round(self) -> None:
+        """The body of :meth:`_ship` (one call at a time)."""
+        E, Qw = self._E, self._Qw
+        config = self._bk.config
+        round_max, linger = config.add_round_max_entries, config.add_linger_s
+        with self._lock:
+            self._ship_scheduled = False
+            lingered, self._lingering = self._lingering, False
+            if not self._outbox or self._error is not None:
+                return  # shipped already, or failed: _fail decided every add
+            n_out = len(self._outbox)
+            if (linger > 0 and not lingered and n_out < LINGER_MIN_ENTRIES
+                    and len(self._targets) > n_out and not self._closed):
+                # Earlier adds are in flight, so these few are not alone: wait a moment
+                # for the rest of the burst (one round of many, not one RPC each).
+                self._lingering = self._ship_scheduled = True
+                self._threads.call_later(linger, self._ship)
+                return
+            payloads = self._outbox[:round_max]
+            share = (sum(map(len, payloads)) + 64 * len(payloads)) * Qw // E
+            try:
+                for bookie in self._ensemble:
+                    if bookie is not None and not self._bk.bookies.get(bookie).has_window(
+                            share, self._wake_ship, self.id):
+                        self._ship_scheduled = True  # _wake_ship calls again
+                        return
+            except BKError as exc:  # the BookKeeper client was closed under this writer
+                failed: BKError | None = exc
+            else:
+                failed = None
+                first = self._next_entry - n_out
                 del self._outbox[:round_max]
                 lac = self._pending.last_add_confirmed
-            if self._framer is None:
-                wire, ends = self._codec.frame_run(first, lac, length, payloads)
-            else:
-                prefix, payloads = self._framer(payloads)
-                wire, ends = self._codec.frame_run(first, lac, length, payloads, prefix)
-            length = ends[-1]
-            n = len(wire)
-            with self._lock:
-                if self._error is not None:
-                    return
-                # Published and ensemble read together: an ensemble change resends what was
-                # published before it took the lock, and this round sees its replacement.
-                self._pending.register(first, n)
-                self._wire += wire
-                self._ends += ends
-                ensemble = list(self._ensemble)
-            # The round holds entries first, first + 1, ...: those at offset k of the round
-            # share the write set of (first + k) % E, so each bookie's share is a few slices.
-            ids = np.arange(first, first + n, dtype=np.int64)
-            per_index: list[tuple[list[np.ndarray], list[bytes]]] = [([], []) for _ in range(E)]
-            for k in range(min(E, n)):
-                part = wire[k::E]
-                for idx in sets[(first + k) % E]:
-                    per_index[idx][0].append(ids[k::E])
-                    per_index[idx][1].extend(part)
-            for idx, (id_parts, part) in enumerate(per_index):
-                bookie = ensemble[idx]
-                if part and bookie is not None:  # None: being replaced; the resend covers it
-                    self._send(idx, bookie, np.concatenate(id_parts), part)
+        if failed is not None:
+            self._fail(failed)  # every add fails with it, none waits forever
+            return
+        length = self._shipped_length
+        if self._framer is None:
+            wire, ends = self._codec.frame_run(first, lac, length, payloads)
+        else:
+            prefix, payloads = self._framer(payloads)
+            wire, ends = self._codec.frame_run(first, lac, length, payloads, prefix)
+        self._shipped_length = ends[-1]
+        n = len(wire)
+        with self._lock:
+            if self._error is not None:
+                return
+            # Published and ensemble read together: an ensemble change resends what was
+            # published before it took the lock, and this round sees its replacement.
+            self._pending.register(first, n)
+            self._wire += wire
+            self._ends += ends
+            ensemble = list(self._ensemble)
+        # The round holds entries first, first + 1, ...: those at offset k of the round
+        # share the write set of (first + k) % E, so each bookie's share is a few slices.
+        ids = np.arange(first, first + n, dtype=np.int64)
+        per_index: list[tuple[list[np.ndarray], list[bytes]]] = [([], []) for _ in range(E)]
+        for k in range(min(E, n)):
+            part = wire[k::E]
+            for idx in write_set((first + k) % E, E, Qw):
+                per_index[idx][0].append(ids[k::E])
+                per_index[idx][1].extend(part)
+        for idx, (id_parts, part) in enumerate(per_index):
+            bookie = ensemble[idx]
+            if part and bookie is not None:  # None: being replaced; the resend covers it
+                self._send(idx, bookie, np.concatenate(id_parts), part)
 
     def _send(self, index: int, bookie: str, eids: np.ndarray, entries: list[bytes]) -> None:
         sink = self._sinks.get((index, bookie))
@@ -334,13 +389,18 @@ class LedgerHandle:
             self._acked_length = self._ends[k - 1]
             del self._ends[:k]
             self._unacked_first += k
+            charged = self._charged[k - 1]
+            del self._charged[:k]
+            released, self._charged_released = charged - self._charged_released, charged
             self._deliveries.append((acked.start, targets, None))
             self._failed_since_progress.clear()
-            if not self._targets:  # idle: close may go on, the LAC thread may send the LAC
+            idle = not self._targets
+            if idle:  # close may go on
                 self._drained.notify_all()
-                self._lac_wakeup.notify_all()
+        self._budget.release(released)
         self._deliver()
-        self._ensure_lac_thread()
+        if idle and self.explicit_lac_interval_s > 0:
+            self._threads.schedule(self._flush_lac)  # the LAC the last entry could not carry
 
     def _deliver(self) -> None:
         """Complete decided adds in entry order, whichever thread decided them.
@@ -352,17 +412,23 @@ class LedgerHandle:
         with self._deliver_lock:
             q = self._deliveries
             complete = self._complete_run
-            while q:
-                first, targets, err = q.popleft()
-                try:
-                    complete(targets, first, err)
-                except Exception:  # a bug there must not stop later deliveries
-                    log.exception("completing adds %d.. failed", first)
+            self._budget.completing(True)  # a callback's own adds never wait (backpressure)
+            try:
+                while q:
+                    first, targets, err = q.popleft()
+                    try:
+                        complete(targets, first, err)
+                    except Exception:  # a bug there must not stop later deliveries
+                        log.exception("completing adds %d.. failed", first)
+            finally:
+                self._budget.completing(False)
 
     def _on_bookie_error(self, index: int, bookie: str, err: BKError) -> None:
         if isinstance(err, REPLACEABLE_ERRORS):
-            threading.Thread(target=self._change_ensemble, args=(index, bookie, err),
-                             name=f"ensemble-change-{self.id}", daemon=True).start()
+            try:  # on the client's work pool: it waits on ZooKeeper
+                self._threads.submit(self._change_ensemble, index, bookie, err)
+            except BKError as exc:  # the client closed: nobody will replace the bookie
+                self._fail(exc)
         elif isinstance(err, LedgerFencedError):
             self._fail(LedgerFencedError(
                 f"ledger {self.id} was fenced by a recovery open; this writer must stop "
@@ -385,9 +451,11 @@ class LedgerHandle:
                 self._deliveries.append((self._unacked_first, self._targets, err))
                 self._unacked_first += len(self._targets)
                 self._targets, self._wire, self._ends, self._outbox = [], [], [], []
+            released = self._charged_total - self._charged_released
+            self._charged_released = self._charged_total
+            self._charged = []
             self._drained.notify_all()
-            self._outbox_ready.notify_all()
-            self._lac_wakeup.notify_all()
+        self._budget.release(released)
         self._deliver()
 
     # ------------------------------------------------------------------ ensemble change
@@ -453,26 +521,19 @@ class LedgerHandle:
             note=f"{tried}; check the network between this client and the bookies")
 
     # ------------------------------------------------------------------ explicit LAC
-    def _ensure_lac_thread(self) -> None:
-        if self._lac_thread is None and self.explicit_lac_interval_s > 0:
-            with self._lock:
-                if self._lac_thread is None:
-                    self._lac_thread = threading.Thread(
-                        target=self._lac_loop, name=f"explicit-lac-{self.id}", daemon=True)
-                    self._lac_thread.start()
-
-    def _lac_loop(self) -> None:
-        """When the writer is idle, tell bookies the LAC the last entry could not carry."""
-        while True:
-            with self._lock:
-                self._lac_wakeup.wait(self.explicit_lac_interval_s)
-                if self._closed or self._error is not None:
-                    return
-                if self._targets:
-                    continue
-                lac, bookies = self._take_lac_to_send()
-            if bookies:
-                self._send_lac(lac, bookies)
+    def _flush_lac(self) -> None:
+        """Explicit LAC (BookKeeper's ``ExplicitLacFlushPolicy``), on the client's I/O loop
+        when the writer fell idle: tell the bookies the LAC the last entry could not carry,
+        without waiting for their answers."""
+        with self._lock:
+            if self._closed or self._error is not None or self._targets:
+                return
+            lac, bookies = self._take_lac_to_send()
+        for b in bookies:
+            try:
+                self._bk.bookies.get(b).write_lac_future(self.id, self._master_key, lac)
+            except BKError as exc:  # the client closed: the close sends the final LAC
+                log.debug("explicit LAC to %s failed: %s", b, exc)
 
     def _take_lac_to_send(self) -> tuple[int, list[str]]:
         """The LAC no bookie was told yet, and the bookies to tell (none: nothing new).
@@ -535,8 +596,6 @@ class LedgerHandle:
             if not self._drained.wait_for(lambda: not self._targets, timeout):
                 raise BKTimeoutError(f"ledger {self.id}: adds still outstanding after {timeout}s")
             self._closed = True
-            self._lac_wakeup.notify_all()
-            self._outbox_ready.notify_all()
             error = self._error
             last = self._pending.last_add_confirmed
             length = self._acked_length
@@ -547,7 +606,7 @@ class LedgerHandle:
 
     def abandon(self, reason: str) -> None:
         """Stop writing without closing: every outstanding and later add fails with
-        :class:`LedgerClosedError` (``reason``) and the sender thread ends. The ledger stays
+        :class:`LedgerClosedError` (``reason``). The ledger stays
         OPEN in the metadata: whoever owns it next recovers or deletes it (what a writer that
         crashed leaves, minus the threads a live process would keep running)."""
         self._fail(LedgerClosedError(f"ledger {self.id} abandoned: {reason}"))

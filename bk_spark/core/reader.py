@@ -15,7 +15,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 
 import numpy as np
 
@@ -303,9 +303,11 @@ class ReadHandle:
         if hi == last:  # one batch: no thread
             yield fetch(first, last)
             return
-        pool = ThreadPoolExecutor(1, thread_name_prefix=f"bk-read-{self.id}")
+        # The read-ahead runs on the client's wait pool (core/client_threads.py): no
+        # thread of its own, and a reader that stops early leaves none behind.
+        submit = self._bk.threads.submit_wait
+        pending: Future[FetchedEntries] | None = submit(fetch, first, hi)
         try:
-            pending = pool.submit(fetch, first, hi)
             while pending is not None:
                 got = pending.result()
                 nxt, pending = hi + 1, None
@@ -313,10 +315,11 @@ class ReadHandle:
                     if len(got):
                         size = got.nbytes / len(got)
                     hi = min(nxt + count(size) - 1, last)
-                    pending = pool.submit(fetch, nxt, hi)
+                    pending = submit(fetch, nxt, hi)
                 yield got
         finally:
-            pool.shutdown(wait=False, cancel_futures=True)
+            if pending is not None:
+                pending.cancel()
 
     def _check_range(self, first: int, last: int) -> None:
         if first < 0 or last < first:

@@ -39,7 +39,7 @@ from bk_spark.errors import (
     RecoveryError,
     UnauthorizedError,
 )
-from bk_spark.io.bookie_client import BookieCall
+from bk_spark.io.bookie_client import BookieCall, frame_entry
 from bk_spark.io.entry import EntryCodec
 from bk_spark.io.metadata_store import Versioned
 from bk_spark.proto import bookie_pb2 as pb
@@ -323,21 +323,35 @@ def _write_back_once(bk: ClientContext, m: LedgerMetadata, master_key: bytes,
     ok: dict[int, int] = defaultdict(int)
     bad: dict[int, list[tuple[str, BKError]]] = defaultdict(list)
 
-    def cb(eid: int, bookie: str, err: BKError | None) -> None:
-        with cv:
-            if err is None:
-                ok[eid] += 1
-            else:
-                bad[eid].append((bookie, err))
-            cv.notify_all()
+    class Tally:
+        """One bookie's answers (an :class:`~bk_spark.io.bookie_client.AddSink`)."""
 
+        def __init__(self, bookie: str) -> None:
+            self.bookie = bookie
+
+        def on_added(self, eids: Sequence[int], err: BKError | None) -> None:
+            with cv:
+                for eid in eids:
+                    if err is None:
+                        ok[eid] += 1
+                    else:
+                        bad[eid].append((self.bookie, err))
+                cv.notify_all()
+
+    # Each bookie's share of the write-back, in entry order: one batch add to it (the add
+    # path a writer's rounds take), with the recovery flag.
+    shares: dict[str, tuple[list[bytes], list[int]]] = defaultdict(lambda: ([], []))
+    lac = max((ent.lac for ent in entries), default=-1)  # what the entries carry, no more
     for ent in entries:
         ens = m.ensemble_for(ent.entry_id)
+        framed = frame_entry(ent.SerializeToString())
         for idx in write_set(ent.entry_id, E, Qw):
-            b = ens[idx]
-            bk.bookies.get(b).add_entry(
-                m.ledger_id, master_key, ent,
-                lambda err, eid=ent.entry_id, b=b: cb(eid, b, err), recovery=True)
+            wire, eids = shares[ens[idx]]
+            wire.append(framed)
+            eids.append(ent.entry_id)
+    for b, (wire, eids) in shares.items():
+        bk.bookies.get(b).send_batch(m.ledger_id, master_key, wire, eids, Tally(b),
+                                     lac=lac, recovery=True)
 
     def finished() -> bool:
         return all(ok[e.entry_id] >= Qa or len(bad[e.entry_id]) > Qw - Qa for e in entries)

@@ -35,7 +35,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -411,9 +411,11 @@ def wait_for_more(bk: BookKeeper, views: dict[str, LogView], ends: Offsets,
         return False
     if len(waits) == 1:
         return bool(waits[0]())
-    pool = ThreadPoolExecutor(len(waits), thread_name_prefix="bk-stream-wait")
+    # Several waits at once on the client's wait pool (no pool of their own: a query that
+    # waits several times a second started and left threads each time); each wait ends
+    # by its own timeout, a queued one that never started is cancelled.
+    futures = [bk.threads.submit_wait(w) for w in waits]
     try:
-        futures = [pool.submit(w) for w in waits]
         pending = set(futures)
         deadline = time.monotonic() + timeout
         while pending:
@@ -421,11 +423,12 @@ def wait_for_more(bk: BookKeeper, views: dict[str, LogView], ends: Offsets,
                                  return_when=FIRST_COMPLETED)
             if not done:
                 return False
-            if any(not f.exception() and f.result() for f in done):
+            if any(not f.cancelled() and not f.exception() and f.result() for f in done):
                 return True
         return False
     finally:
-        pool.shutdown(wait=False)
+        for f in futures:
+            f.cancel()
 
 
 def _same(a: LogOffset, b: LogOffset | None) -> bool:

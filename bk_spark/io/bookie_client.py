@@ -1,11 +1,15 @@
 """gRPC adapter to bookies: the I/O edge of the ledger core.
 
-Adds are batched: callers enqueue single entries and one sender thread per
-bookie packs everything queued for the same ledger into one ``AddEntries``
-request (up to ``max_batch_entries`` / ``max_batch_bytes``), keeping at most
-``max_in_flight`` requests outstanding. While requests are in flight the queue
-grows, so the batches grow with the load: thousands of adds in flight cost a
-handful of round trips, not one each.
+Adds go in batches, by one path and no thread of its own: a caller (a ledger writer's
+round, a recovery write-back) hands :meth:`BookieClient.send_batch` the framed entries of one
+ledger, which go as few ``AddEntries`` requests as ``max_batch_entries`` /
+``max_batch_bytes`` allow, keeping at most ``max_in_flight`` requests of that ledger
+outstanding to the bookie (the caller blocks meanwhile, so its next batch grows with the
+load: thousands of adds in flight cost a handful of round trips, not one each). The window
+is per ledger (and per kind: a recovery's write-backs apart from a writer's adds), so a
+thousand writers sharing a bookie, or a recovery beside a writer, do not queue behind each
+other's requests. :meth:`BookieClient.add_entry` is one
+entry sent that way, for tools and tests.
 
 A ledger writer's rounds (:meth:`BookieClient.send_batch`) pipeline deeper when they are
 big: beyond ``max_in_flight`` requests, a request of at least ``pipeline_min_bytes`` may
@@ -20,15 +24,11 @@ and waiting lets the next one carry more entries for one RPC.
 from __future__ import annotations
 
 import logging
-import socket
-import ssl
 import threading
 from bisect import bisect_left
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
-from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
 import grpc
@@ -41,6 +41,7 @@ from bk_spark.errors import (
     UnauthorizedError,
     error_for_code,
 )
+from bk_spark.io.tls import TlsOptions, refusal_for
 from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.protocol.records import (
     MalformedRecordsError,
@@ -72,33 +73,6 @@ class AddSink(Protocol):
 
 
 @dataclass(frozen=True)
-class TlsOptions:
-    """Client-side TLS: trust this CA when talking to bookies and, for bookies started with
-    ``--tls-client-auth require`` (mutual TLS), present this certificate and key (PEM files;
-    the key is read when a channel opens and kept nowhere else)."""
-
-    ca_cert: Path
-    cert: Path | None = None
-    key: Path | None = None
-
-    def __post_init__(self) -> None:
-        if (self.cert is None) != (self.key is None):
-            raise InvalidConfigError("a client certificate and its key go together "
-                                     "(tls cert and tls key)")
-
-    def credentials(self) -> grpc.ChannelCredentials:
-        try:
-            return grpc.ssl_channel_credentials(
-                root_certificates=Path(self.ca_cert).read_bytes(),
-                private_key=Path(self.key).read_bytes() if self.key is not None else None,
-                certificate_chain=Path(self.cert).read_bytes() if self.cert is not None
-                else None)
-        except OSError as exc:
-            raise InvalidConfigError(f"cannot read a TLS file: {exc.filename}: "
-                                     f"{exc.strerror}") from None
-
-
-@dataclass(frozen=True)
 class ClientConfig:
     """Timeouts and batching of bookie RPCs (``BookKeeperConfig.client``). Each field's
     docstring is its row of the README's client settings table (:mod:`bk_spark.readme`)."""
@@ -112,7 +86,8 @@ class ClientConfig:
     max_batch_bytes: int = 8 * MiB
     """most payload bytes in one add request to a bookie"""
     max_in_flight: int = 2
-    """add requests outstanding per bookie (small requests wait for one of them)"""
+    """add requests of one ledger outstanding per bookie (small requests wait for one of
+    them)"""
     max_in_flight_bytes: int = 32 * MiB
     """beyond ``max_in_flight``, big requests pipeline while the bookie's requests in flight
     hold less than this"""
@@ -121,12 +96,21 @@ class ClientConfig:
     tls: TlsOptions | None = None
     """TLS to bookies (CA, client certificate and key); None: from ``security`` (the
     environment's ``BK_TLS_*`` by default), else plaintext"""
+    adds_in_flight_max_bytes: int = 64 * MiB
+    """most bytes of adds one client keeps in flight, over all its ledgers (0: no bound);
+    past it an add waits or fails (backpressure, :mod:`bk_spark.core.backpressure`)"""
+    adds_block_when_full: bool = True
+    """past ``adds_in_flight_max_bytes`` an add waits (True) or fails at once with
+    ``TooManyRequestsError`` (False)"""
 
     def __post_init__(self) -> None:
         if self.max_in_flight < 1:
             raise InvalidConfigError(f"max_in_flight must be >= 1, got {self.max_in_flight}")
         if self.max_in_flight_bytes < 0 or self.pipeline_min_bytes < 0:
             raise InvalidConfigError("max_in_flight_bytes and pipeline_min_bytes must be >= 0")
+        if self.adds_in_flight_max_bytes < 0:
+            raise InvalidConfigError(f"adds_in_flight_max_bytes must be >= 0 (0: no bound), "
+                                     f"got {self.adds_in_flight_max_bytes}")
 
     @property
     def min_connect_timeout_ms(self) -> int:
@@ -189,8 +173,8 @@ def unavailable(bookie_id: str, exc: grpc.RpcError, tls: TlsOptions | None = Non
     The one place bookie RPC failures are translated. A connection that failed in or right
     after its TLS handshake is not an unavailable bookie but a refusal the user must fix
     (gRPC only says \"Socket closed\": a bookie requiring client certificates drops the
-    connection after TLS 1.3's handshake): :func:`tls_refusal` asks the bookie once more
-    with the client's TLS files and, when it refused them, the error is an
+    connection after TLS 1.3's handshake): :func:`~bk_spark.io.tls.refusal_for` asks the
+    bookie once more with the client's TLS files and, when it refused them, the error is an
     :class:`UnauthorizedError` saying which certificate or option is missing (``tls``: the
     client's TLS options, None for plaintext). Callers fail at once on it, as on a wrong
     password, instead of replacing the bookie. Calls made ``wait_for_ready`` see a refused
@@ -198,79 +182,11 @@ def unavailable(bookie_id: str, exc: grpc.RpcError, tls: TlsOptions | None = Non
     code = exc.code() if hasattr(exc, "code") else None
     detail = exc.details() if hasattr(exc, "details") else str(exc)
     detail = detail or ""
-    if code == grpc.StatusCode.UNAVAILABLE and any(h in detail for h in _HANDSHAKE_FAILURES):
-        refusal = tls_refusal(bookie_id, tls, detail)
-        if refusal is not None:
-            return UnauthorizedError(refusal)
-    elif code == grpc.StatusCode.DEADLINE_EXCEEDED and tls is not None:
-        # A call made ``wait_for_ready`` waits out its deadline on a refused handshake, so
-        # a TLS client asks once (1 s at most: a stalled bookie does not finish handshakes).
-        refusal = tls_refusal(bookie_id, tls, detail, timeout=1.0)
-        if refusal is not None:
-            return UnauthorizedError(refusal)
+    refusal = refusal_for(bookie_id, code, detail, tls)
+    if refusal is not None:
+        return UnauthorizedError(refusal)
     name = code.name if code is not None else "ERROR"
     return BookieUnavailableError(f"bookie {bookie_id} unavailable ({name}: {detail})")
-
-
-#: gRPC's detail text when a connection failed in (or right after) its TLS handshake.
-_HANDSHAKE_FAILURES = ("Socket closed", "andshake failed", "CERTIFICATE_VERIFY_FAILED")
-_CERT_OPTIONS = "BK_TLS_CERT and BK_TLS_KEY (`bk --tls-cert/--tls-key`, Spark options " \
-                "tlsCert/tlsKey)"
-
-
-def tls_refusal(bookie_id: str, tls: TlsOptions | None, detail: str = "",
-                timeout: float = 2.0) -> str | None:
-    """Why ``bookie_id`` refuses this client's TLS set-up, or None when it does not (it is
-    down, or something else failed): what to do, naming the option to set.
-
-    gRPC reports a refused handshake as \"Socket closed\", like a bookie that died, so this
-    connects once more with Python's ``ssl`` and the same files: a bookie that completes the
-    handshake and then closes without a word (no HTTP/2 settings) refused the client's
-    certificate, or its lack; one that answers a plaintext client's TLS hello serves TLS."""
-    if "CERTIFICATE_VERIFY_FAILED" in detail and tls is not None:
-        return (f"bookie {bookie_id}'s TLS certificate is not signed by the CA this client "
-                f"trusts ({tls.ca_cert}): set BK_TLS_CA (`bk --tls-ca`, Spark option "
-                f"tlsCaCert) to the CA of the cluster's bookies")
-    host, _, port = bookie_id.rpartition(":")
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.check_hostname = False
-    ctx.set_alpn_protocols(["h2"])
-    if tls is None:
-        ctx.verify_mode = ssl.CERT_NONE  # only: does the bookie speak TLS at all?
-    else:
-        try:
-            ctx.load_verify_locations(str(tls.ca_cert))
-            if tls.cert is not None and tls.key is not None:
-                ctx.load_cert_chain(str(tls.cert), str(tls.key))
-        except (OSError, ssl.SSLError):
-            return None  # unreadable files fail earlier, with their own message
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as raw, \
-                ctx.wrap_socket(raw, server_hostname=host.strip("[]")) as conn:
-            try:  # gRPC's first words after a handshake it accepts: HTTP/2 settings
-                conn.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-                answered = bool(conn.recv(1))
-            except OSError:  # an alert or a reset right after the handshake: refused
-                answered = False
-    except ssl.SSLCertVerificationError:
-        return (f"bookie {bookie_id}'s TLS certificate is not signed by the CA this client "
-                f"trusts ({tls.ca_cert if tls else None}): set BK_TLS_CA (`bk --tls-ca`, "
-                f"Spark option tlsCaCert) to the CA of the cluster's bookies")
-    except (OSError, ValueError):  # ssl.SSLError too: not a TLS server, refused, down
-        return None
-    if tls is None:
-        return (f"bookie {bookie_id} serves TLS only and closed this plaintext connection: "
-                f"set BK_TLS_CA to the CA of its certificate (`bk --tls-ca`, Spark option "
-                f"tlsCaCert) and, if it requires client certificates, {_CERT_OPTIONS}")
-    if answered:
-        return None
-    if tls.cert is None:
-        return (f"bookie {bookie_id} refused the TLS handshake: it requires a client "
-                f"certificate signed by its CA (mutual TLS) and this client has none; set "
-                f"{_CERT_OPTIONS}")
-    return (f"bookie {bookie_id} refused this client's certificate {tls.cert} in the TLS "
-            f"handshake: it is not signed by a CA the bookie trusts (its --tls-ca); use a "
-            f"certificate of the cluster's CA ({_CERT_OPTIONS})")
 
 
 class BookieCall(Generic[R]):
@@ -311,30 +227,27 @@ class BookieCall(Generic[R]):
         self._fut.cancel()
 
 
-class _PendingAdd:
-    __slots__ = ("ledger_id", "master_key", "recovery", "entry", "size", "callback", "sink",
-                 "token")
+class _CallbackSink:
+    """An :class:`AddSink` for one entry whose outcome goes to ``callback(err)``."""
 
-    def __init__(self, ledger_id: int, master_key: bytes, recovery: bool, entry: pb.Entry,
-                 callback: AddCallback | None, sink: AddSink | None, token: Any) -> None:
-        self.ledger_id = ledger_id
-        self.master_key = master_key
-        self.recovery = recovery
-        self.entry = entry
-        self.size = len(entry.payload) + 64
+    __slots__ = ("callback",)
+
+    def __init__(self, callback: AddCallback) -> None:
         self.callback = callback
-        self.sink = sink
-        self.token = token
 
-    def complete(self, err: BKError | None) -> None:
-        if self.callback is not None:
-            self.callback(err)
-        elif self.sink is not None:
-            self.sink.on_added([self.token], err)
+    def on_added(self, tokens: Sequence[Any], err: BKError | None) -> None:
+        self.callback(err)
+
+
+def _log_lac_failure(call: BookieCall[Any]) -> None:
+    try:
+        call.result()
+    except BKError as exc:  # the next add carries the LAC anyway
+        log.debug("explicit LAC to %s failed: %s", call.bookie_id, exc)
 
 
 class BookieClient:
-    """One gRPC channel to one bookie, with a batching add sender."""
+    """One gRPC channel to one bookie; adds go in batches (:meth:`send_batch`)."""
 
     def __init__(self, bookie_id: str, config: ClientConfig | None = None) -> None:
         self.bookie_id = bookie_id
@@ -373,36 +286,21 @@ class BookieClient:
         self._info = unary("Info", pb.InfoRequest, pb.InfoResponse)
         self._held = unary("HeldEntries", pb.HeldEntriesRequest, pb.HeldEntriesResponse)
         self._master_key = unary("ReadMasterKey", pb.MasterKeyRequest, pb.MasterKeyResponse)
-        self._queue: deque[_PendingAdd] = deque()
         self._cv = threading.Condition()
-        self._in_flight = 0
+        self._in_flight: dict[tuple[int, bool], int] = {}  # requests out per (ledger, recovery)
         self._in_flight_bytes = 0  # of send_batch's requests (pipelining, see the docstring)
+        # see has_window: by (ledger, recovery), woken when one of its requests is answered
+        self._window_waiters: dict[tuple[int, bool], list[Callable[[], None]]] = {}
         self._closed = False
-        self._sender: threading.Thread | None = None
 
     # ---------------------------------------------------------------- adds (batched)
     def add_entry(self, ledger_id: int, master_key: bytes, entry: pb.Entry,
-                  callback: AddCallback | None = None, *, recovery: bool = False,
-                  sink: AddSink | None = None, token: Any = None) -> None:
-        """Queue one entry for this bookie.
-
-        The outcome goes to ``callback(err)`` once, or to ``sink.on_added(tokens, err)``
-        together with the other entries of the same RPC that share the sink.
-        """
-        p = _PendingAdd(ledger_id, master_key, recovery, entry, callback, sink, token)
-        with self._cv:
-            if self._closed:
-                closed = True
-            else:
-                closed = False
-                self._queue.append(p)
-                if self._sender is None:
-                    self._sender = threading.Thread(
-                        target=self._send_loop, name=f"bk-add-{self.bookie_id}", daemon=True)
-                    self._sender.start()
-                self._cv.notify()
-        if closed:
-            p.complete(BookieUnavailableError(f"client for bookie {self.bookie_id} is closed"))
+                  callback: AddCallback, *, recovery: bool = False) -> None:
+        """Send one entry (a tool's or a test's add: writers and recovery send rounds with
+        :meth:`send_batch`, the one add path); ``callback(err)`` gets the bookie's answer
+        once, None when it stored the entry."""
+        self.send_batch(ledger_id, master_key, [frame_entry(entry.SerializeToString())],
+                        [None], _CallbackSink(callback), lac=entry.lac, recovery=recovery)
 
     def send_batch(self, ledger_id: int, master_key: bytes, entries: Sequence[bytes],
                    tokens: Sequence[Any], sink: AddSink, *, lac: int = -1,
@@ -411,7 +309,7 @@ class BookieClient:
         in as few RPCs as the batch limits allow; ``sink.on_added(tokens, err)`` gets each
         RPC's answer, with the tokens of the entries it carried.
 
-        Blocks while ``max_in_flight`` requests are outstanding (backpressure: the
+        Blocks while ``max_in_flight`` requests of this ledger are outstanding (the
         caller's next batch grows meanwhile), unless the request is big enough to pipeline
         deeper (:meth:`_may_send`).
         """
@@ -426,31 +324,45 @@ class BookieClient:
             chunk_tokens = tokens[start:end]
             size = len(request)
             with self._cv:
-                while not self._closed and not self._may_send(size):
+                while not self._closed and not self._may_send(size, ledger_id, recovery):
                     self._cv.wait()
                 if self._closed:
                     err = BookieUnavailableError(f"client for bookie {self.bookie_id} is closed")
                     sink.on_added(chunk_tokens, err)
                     return
-                self._in_flight += 1
+                key = (ledger_id, recovery)
+                self._in_flight[key] = self._in_flight.get(key, 0) + 1
                 self._in_flight_bytes += size
             try:
                 fut = self._add_raw.future(request, timeout=cfg.add_timeout_s)
             except Exception as exc:  # channel closed under us
                 self._batch_done(sink, chunk_tokens,
-                                 BookieUnavailableError(f"bookie {self.bookie_id}: {exc}"), size)
+                                 BookieUnavailableError(f"bookie {self.bookie_id}: {exc}"), size,
+                                 key)
             else:
-                fut.add_done_callback(lambda f, t=chunk_tokens, n=size: self._batch_done(
-                    sink, t, self._outcome(f), n))
+                fut.add_done_callback(lambda f, t=chunk_tokens, n=size, k=key: self._batch_done(
+                    sink, t, self._outcome(f), n, k))
             start = end
 
-    def _may_send(self, size: int) -> bool:
+    def has_window(self, size: int, wake: Callable[[], None], ledger_id: int) -> bool:
+        """Whether a :meth:`send_batch` request of about ``size`` bytes would go now,
+        without waiting for an answer (:meth:`_may_send`). If not, ``wake()`` runs once,
+        on the thread of the answer that frees a request (or at :meth:`close`): a writer
+        shipping on the client's I/O loop parks there instead of blocking it."""
+        with self._cv:
+            if self._closed or self._may_send(size, ledger_id, False):
+                return True
+            self._window_waiters.setdefault((ledger_id, False), []).append(wake)
+            return False
+
+    def _may_send(self, size: int, ledger_id: int, recovery: bool) -> bool:
         """Whether a ``send_batch`` request of ``size`` bytes may go now (caller holds the
-        lock): while fewer than ``max_in_flight`` requests are out, always; beyond that,
+        lock): while fewer than ``max_in_flight`` requests of the ledger are out, always;
+        beyond that,
         a request of at least ``pipeline_min_bytes`` while the bytes in flight stay under
         ``max_in_flight_bytes`` (see the module docstring)."""
         cfg = self.config
-        if self._in_flight < cfg.max_in_flight:
+        if self._in_flight.get((ledger_id, recovery), 0) < cfg.max_in_flight:
             return True
         return (size >= cfg.pipeline_min_bytes
                 and self._in_flight_bytes + size <= cfg.max_in_flight_bytes)
@@ -467,15 +379,34 @@ class BookieClient:
         return error_for_code(resp.status, f"bookie {self.bookie_id}: {resp.message}")
 
     def _batch_done(self, sink: AddSink, tokens: Sequence[Any], err: BKError | None,
-                    size: int = 0) -> None:
+                    size: int, key: tuple[int, bool]) -> None:
         with self._cv:
-            self._in_flight -= 1
+            left = self._in_flight[key] - 1
+            if left:
+                self._in_flight[key] = left
+            else:
+                del self._in_flight[key]
             self._in_flight_bytes -= size
             self._cv.notify_all()
+            waiters = self._window_waiters.pop(key, ())
         try:
             sink.on_added(tokens, err)
         except Exception:
             log.exception("add sink failed")
+        for wake in waiters:
+            wake()
+
+    def write_lac_future(self, ledger_id: int, master_key: bytes, lac: int
+                         ) -> BookieCall[pb.AddResponse]:
+        """:meth:`write_lac` without waiting for the answer (the client's I/O loop sends
+        a writer's explicit LAC this way). The request goes on even if the caller drops the
+        call (gRPC cancels a call whose future is garbage-collected before it is done,
+        unless a done callback holds it: one is added here)."""
+        call = self._call(self._add.future(
+            pb.AddRequest(ledger_id=ledger_id, master_key=master_key, lac=lac),
+            timeout=self.config.add_timeout_s))
+        call.add_done_callback(_log_lac_failure)
+        return call
 
     def write_lac(self, ledger_id: int, master_key: bytes, lac: int) -> None:
         """Explicit LAC: tell the bookie how far the writer has been acknowledged."""
@@ -485,69 +416,6 @@ class BookieClient:
         except grpc.RpcError as exc:
             raise unavailable(self.bookie_id, exc, self.config.tls) from None
         _raise_for(resp, self.bookie_id)
-
-    def _take_batch(self) -> list[_PendingAdd]:
-        """Pop a run of queued adds of one ledger (caller holds the lock)."""
-        first = self._queue.popleft()
-        batch = [first]
-        size = first.size
-        cfg = self.config
-        q = self._queue
-        while q and len(batch) < cfg.max_batch_entries and size < cfg.max_batch_bytes:
-            nxt = q[0]
-            if (nxt.ledger_id != first.ledger_id or nxt.recovery != first.recovery
-                    or nxt.master_key != first.master_key):
-                break
-            q.popleft()
-            batch.append(nxt)
-            size += nxt.size
-        return batch
-
-    def _send_loop(self) -> None:
-        while True:
-            with self._cv:
-                while not self._closed and (not self._queue
-                                            or self._in_flight >= self.config.max_in_flight):
-                    self._cv.wait()
-                if self._closed and not self._queue:
-                    return
-                batch = self._take_batch()
-                self._in_flight += 1
-            self._send(batch)
-
-    def _send(self, batch: list[_PendingAdd]) -> None:
-        first = batch[0]
-        req = pb.AddRequest(ledger_id=first.ledger_id, master_key=first.master_key,
-                            recovery=first.recovery, entries=[p.entry for p in batch],
-                            lac=max(p.entry.lac for p in batch))
-        try:
-            fut = self._add.future(req, timeout=self.config.add_timeout_s)
-        except Exception as exc:  # channel closed under us
-            self._finish(batch, BookieUnavailableError(f"bookie {self.bookie_id}: {exc}"))
-            return
-        fut.add_done_callback(lambda f: self._on_added(batch, f))
-
-    def _on_added(self, batch: list[_PendingAdd], fut: grpc.Future) -> None:
-        self._finish(batch, self._outcome(fut))
-
-    def _finish(self, batch: list[_PendingAdd], err: BKError | None) -> None:
-        with self._cv:
-            self._in_flight -= 1
-            self._cv.notify_all()
-        by_sink: dict[int, tuple[AddSink, list[Any]]] = {}
-        for p in batch:
-            try:
-                if p.sink is not None:
-                    by_sink.setdefault(id(p.sink), (p.sink, []))[1].append(p.token)
-                else:
-                    p.complete(err)
-            except Exception:  # a callback bug must not kill the sender
-                log.exception("add callback failed")
-        for sink, tokens in by_sink.values():
-            try:
-                sink.on_added(tokens, err)
-            except Exception:
-                log.exception("add sink failed")
 
     # ---------------------------------------------------------------- other RPCs
     def read_entries(self, ledger_id: int, *, entry_ids: Sequence[int] | None = None,
@@ -677,10 +545,10 @@ class BookieClient:
         with self._cv:
             self._closed = True
             self._cv.notify_all()
-            pending = list(self._queue)
-            self._queue.clear()
-        for p in pending:
-            p.complete(BookieUnavailableError(f"client for bookie {self.bookie_id} closed"))
+            waiters = [w for ws in self._window_waiters.values() for w in ws]
+            self._window_waiters.clear()
+        for wake in waiters:
+            wake()
         self.channel.close()
 
 
