@@ -24,7 +24,9 @@ class BookKeeperConfig:
     """Client options. ``explicit_lac_interval_s``: how soon an idle writer tells
     bookies its last-add-confirmed (so tailing readers see the last entry).
     ``tune_allocator``: raise glibc's mmap and trim thresholds in this process so that
-    megabyte-sized batches do not cost page faults each (:mod:`bk_spark.allocator`).
+    megabyte-sized batches do not cost page faults each (:mod:`bk_spark.allocator`); off
+    by default, since it changes the whole process's malloc: opt in for a process that
+    mostly moves data through the client (the benchmarks, Spark's Python workers do).
     ``add_round_max_entries``: most entries a ledger writer ships in one round (one request
     per bookie); ``add_linger_s``: how long a writer with adds in flight waits for a round of
     at least 64 entries before it ships fewer (a lone add on an idle ledger never waits).
@@ -34,7 +36,7 @@ class BookKeeperConfig:
     max_entry_size: int = 5 * 1024 * 1024
     explicit_lac_interval_s: float = 0.05
     client: ClientConfig = field(default_factory=ClientConfig)
-    tune_allocator: bool = True
+    tune_allocator: bool = False
     add_round_max_entries: int = 1000
     add_linger_s: float = 0.001
     min_racks_per_write_quorum: int = 2
