@@ -1,16 +1,26 @@
 """bk-spark: a replicated, durable log in the design of Apache BookKeeper, with a PySpark
 data source.
 
-Importing the package sets ``GRPC_ENABLE_FORK_SUPPORT=false`` unless the process already
-chose a value. With gRPC's fork support on (its default), a process whose gRPC channels are
-busy sometimes loses the children it starts with ``subprocess.Popen(preexec_fn=...)``: gRPC's
-fork handler restarts its poller in the child, which crashes on a closed epoll descriptor
-before ``exec`` (grpc/grpc#43055). On this project's machines 13 of 1,000 such children
-died; PySpark starts its JVM that way, and the sandbox starts bookies. bk-spark never uses
-a channel across a fork, so it does not need the support. gRPC reads the variable when it is
-first imported: import ``bk_spark`` before ``grpc``, or set the variable yourself.
+Importing the package changes nothing in the process. Process-wide settings happen where they
+are needed, each documented there: the gRPC adapters (:mod:`bk_spark.io`) turn gRPC's fork
+support off before importing gRPC; :func:`bk_spark.allocator.tune_allocator` retunes glibc's
+malloc in bookies and where a client opts in; the data source freezes the garbage collector's
+long-lived heap only in Spark's Python workers (:mod:`bk_spark.datasource.connections`).
+
+``from bk_spark import BookKeeper`` is the client of ledgers and logs
+(:mod:`bk_spark.client`), imported when first named.
 """
 
-import os as _os
+from __future__ import annotations
 
-_os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+from typing import Any
+
+__all__ = ["BookKeeper"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "BookKeeper":  # lazily: importing the package opens nothing, imports no gRPC
+        from bk_spark.client import BookKeeper
+
+        return BookKeeper
+    raise AttributeError(f"module 'bk_spark' has no attribute {name!r}")

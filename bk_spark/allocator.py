@@ -10,9 +10,11 @@ time, and raising the two thresholds took a 3-bookie ledger from about 83,000 to
 
 :func:`tune_allocator` raises the mmap threshold to 16 MiB (larger than any batch the client
 sends by default: ``max_batch_bytes`` is 8 MiB) and the trim threshold to 128 MiB, so a
-process keeps at most that much freed memory for reuse. Bookies call it when they start;
-a :class:`~bk_spark.core.BookKeeper` client calls it unless ``BookKeeperConfig.tune_allocator``
-is False. It changes nothing where the C library is not glibc.
+process keeps at most that much freed memory for reuse. It is process-wide, so it runs only
+where the process is ours or the user opts in: bookies call it when they start, Spark's Python
+workers when the data source opens its client there (:mod:`bk_spark.datasource.connections`),
+and a :class:`~bk_spark.core.BookKeeper` client when ``BookKeeperConfig(tune_allocator=True)``
+(the benchmarks do). It changes nothing where the C library is not glibc.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import bk_spark.io  # noqa: F401 - gRPC's fork support off before grpc: this process starts bookies
 from bk_spark.errors import SandboxError
 from bookie_server.main import port_is_free
 

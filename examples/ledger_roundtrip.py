@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from bk_spark.core import BookKeeper
+from bk_spark import BookKeeper
 
 
 def main() -> None:

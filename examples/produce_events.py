@@ -13,8 +13,7 @@ import time
 
 from _spark import parser, session
 
-from bk_spark.core import BookKeeper
-from bk_spark.log import log_ledgers
+from bk_spark import BookKeeper
 
 
 def main() -> None:
@@ -39,7 +38,7 @@ def main() -> None:
         print(f"batch {b}: appended {args.rows} events to log {args.log!r} in "
               f"{time.perf_counter() - t0:.2f}s")
     with BookKeeper(uri) as bk:
-        ledgers = log_ledgers(bk, args.log)
+        ledgers = bk.log_ledgers(args.log)
     total = spark.read.format("bookkeeper").option("metadataServiceUri", uri) \
         .option("log", args.log).load()
     print(f"log {args.log!r}: {len(ledgers)} ledgers, {total.count()} events, schema "

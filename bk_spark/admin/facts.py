@@ -296,7 +296,7 @@ def query_lag(bk: BookKeeper, name: str, checkpoint: Path, password: str) -> dic
     now_at = view.at(off.index)
     if off.ledger < 0 and now_at is not None and off.log_id in ("", view.incarnation):
         off = LogOffset(off.index, off.entry, now_at.ledger_id, off.log_id)  # added since
-    out: dict[str, Any] = {"batch": batch, "position": off.describe(), **off.to_json(),
+    out: dict[str, Any] = {"batch": batch, "position": off.describe(), **off.fields(),
                            "lag_entries": None, "lag_bytes": None, "note": None}
     if off.log_id and off.log_id != view.incarnation:
         out["note"] = (f"the position is in a deleted log of this name (log id {off.log_id});"

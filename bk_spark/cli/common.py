@@ -8,7 +8,6 @@ import base64
 import json
 import logging
 import os
-import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
@@ -229,19 +228,22 @@ def spinner_status(message: str):
 
 
 def format_position(p: Position) -> str:
-    return f"{p.ledger_id}:{p.entry_id}" if p.ledger_id >= 0 else "end"
+    """How the CLI shows a position: ``LEDGER:ENTRY`` (:meth:`Position.to_string` without
+    the index), ``end`` for the ledger not added yet."""
+    return p.without_index().to_string() if p.ledger_id >= 0 else "end"
 
 
 def parse_position(text: str, option: str, keywords: bool = True) -> Position | str:
-    """``LEDGER:ENTRY`` (or, with ``keywords``, ``earliest`` / ``latest``)."""
+    """:meth:`Position.parse`'s form (or, with ``keywords``, ``earliest`` / ``latest``)."""
     t = text.strip().lower()
     if keywords and t in ("earliest", "latest"):
         return t
-    m = re.fullmatch(r"(\d+):(\d+)", t)
-    if m is None:
+    try:
+        return Position.parse(t)
+    except InvalidConfigError:
         also = ", 'earliest' or 'latest'" if keywords else ""
-        raise InvalidConfigError(f"{option} {text!r}: expected LEDGER:ENTRY (e.g. 12:0){also}")
-    return Position(int(m.group(1)), int(m.group(2)))
+        raise InvalidConfigError(
+            f"{option} {text!r}: expected LEDGER:ENTRY (e.g. 12:0){also}") from None
 
 
 def format_time(ms: int | None) -> str:

@@ -37,9 +37,11 @@ class BookKeeperConfig:
     the last entry)"""
     client: ClientConfig = field(default_factory=ClientConfig)
     """timeouts and batching of bookie RPCs (the ``client.*`` rows)"""
-    tune_allocator: bool = True
+    tune_allocator: bool = False
     """raise glibc's mmap and trim thresholds in this process so that megabyte-sized batches
-    do not cost page faults each (:mod:`bk_spark.allocator`)"""
+    do not cost page faults each (:mod:`bk_spark.allocator`); off by default, since it
+    changes the whole process's malloc: opt in for a process that mostly moves data through
+    the client (the benchmarks and Spark's Python workers do)"""
     add_round_max_entries: int = 1000
     """most entries a ledger writer ships in one round (one request per bookie)"""
     add_linger_s: float = 0.001

@@ -8,6 +8,13 @@ garbage collector must then trace), which cost more than the rest of an add toge
 condition. Sharing is safe because :meth:`result` and :meth:`exception` wait in a loop: a
 wake-up meant for another future of the same writer is a spurious one, and they wait again
 until their own future is done or their own timeout expires.
+
+That relies on CPython's private ``Future`` fields (``_condition``, ``_state``, ...) and
+state names (``concurrent.futures._base``): :func:`init_future` is the one place that fills
+them, and :func:`_finish` the one that completes through them. Where they are absent (another
+Python implementation or a future CPython), :data:`PRIVATE_FIELDS` is False and every future
+takes the public road instead: ``Future.__init__`` (a condition of its own),
+``set_result``/``set_exception`` and ``Future.result``: slower, the same behaviour.
 """
 
 from __future__ import annotations
@@ -18,30 +25,69 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import CancelledError, Future
-from concurrent.futures._base import (
-    CANCELLED,
-    CANCELLED_AND_NOTIFIED,
-    FINISHED,
-    PENDING,
-    RUNNING,
-)
 from itertools import repeat
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
 
+#: The private fields :func:`init_future` fills, as CPython's ``Future.__init__`` does.
+_FIELDS = ("_condition", "_state", "_result", "_exception", "_waiters", "_done_callbacks")
+
+
+def _private_fields() -> bool:
+    """True when ``Future`` keeps its state in the fields and states this module fills."""
+    try:
+        from concurrent.futures import _base
+        states = (_base.PENDING, _base.RUNNING, _base.FINISHED, _base.CANCELLED,
+                  _base.CANCELLED_AND_NOTIFIED)
+    except (ImportError, AttributeError):
+        return False
+    probe: Future[Any] = Future()
+    return (all(hasattr(probe, f) for f in _FIELDS) and probe._state in states
+            and callable(getattr(probe, "_invoke_callbacks", None)))
+
+
+#: Whether the fast path applies (read at each call, so a test can take either road).
+PRIVATE_FIELDS = _private_fields()
+if PRIVATE_FIELDS:
+    from concurrent.futures._base import (
+        CANCELLED,
+        CANCELLED_AND_NOTIFIED,
+        FINISHED,
+        PENDING,
+        RUNNING,
+    )
+else:  # never compared against on the public road
+    CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING, RUNNING = (
+        "CANCELLED", "CANCELLED_AND_NOTIFIED", "FINISHED", "PENDING", "RUNNING")
+
+
+def init_future(fut: Future[Any], condition: threading.Condition) -> None:
+    """Make ``fut`` a pending future waiting on ``condition`` (shared with its owner's other
+    futures): CPython's fields set directly, or, without them, ``Future.__init__``."""
+    if PRIVATE_FIELDS:
+        fut._condition = condition  # type: ignore[attr-defined]
+        fut._state = PENDING  # type: ignore[attr-defined]
+        fut._result = None  # type: ignore[attr-defined]
+        fut._exception = None  # type: ignore[attr-defined]
+        fut._waiters = []  # type: ignore[attr-defined]
+        fut._done_callbacks = []  # type: ignore[attr-defined]
+    else:
+        Future.__init__(fut)
+        fut._shared_condition = condition  # type: ignore[attr-defined]
+
+
+def _condition_attr() -> str:
+    """The attribute holding the condition a future shares (what runs are grouped by)."""
+    return "_condition" if PRIVATE_FIELDS else "_shared_condition"
+
 
 class SharedConditionFuture(Future[T]):
     """A ``Future`` whose condition variable is shared with other futures of one owner."""
 
     def __init__(self, condition: threading.Condition) -> None:  # no super(): see module doc
-        self._condition = condition
-        self._state = PENDING
-        self._result: Any = None
-        self._exception: BaseException | None = None
-        self._waiters: list[Any] = []
-        self._done_callbacks: list[Any] = []
+        init_future(self, condition)
 
     def _wait_done(self, timeout: float | None) -> None:
         """Wait (holding the condition) until done; raise TimeoutError / CancelledError."""
@@ -61,6 +107,8 @@ class SharedConditionFuture(Future[T]):
                 self._condition.wait(remaining)
 
     def result(self, timeout: float | None = None) -> T:
+        if not PRIVATE_FIELDS:
+            return Future.result(self, timeout)
         if self._state == FINISHED and self._exception is None:
             return self._result  # done: its result is set before its state, no lock needed
         with self._condition:
@@ -70,6 +118,8 @@ class SharedConditionFuture(Future[T]):
         return self._result
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
+        if not PRIVATE_FIELDS:
+            return Future.exception(self, timeout)
         with self._condition:
             self._wait_done(timeout)
         return self._exception
@@ -87,7 +137,8 @@ def complete_in_order(items: list[tuple[SharedConditionFuture[Any], Any, BaseExc
     futures = [fut for fut, _, _ in items]
     for start, end in _condition_runs(futures):
         run = items[start:end]
-        _finish(futures[start]._condition, futures[start:end], [r for _, r, _ in run],
+        _finish(getattr(futures[start], _condition_attr()), futures[start:end],
+                [r for _, r, _ in run],
                 [e for _, _, e in run])
 
 
@@ -95,17 +146,18 @@ def complete_results(futures: list[SharedConditionFuture[Any]], results: list[An
     """Give ``futures[i]`` the result ``results[i]``, in list order: :func:`complete_in_order`
     for a run that succeeded, without a tuple per future."""
     for start, end in _condition_runs(futures):
-        _finish(futures[start]._condition, futures[start:end], results[start:end],
+        _finish(getattr(futures[start], _condition_attr()), futures[start:end],
+                results[start:end],
                 repeat(None))
 
 
 def _condition_runs(futures: list[SharedConditionFuture[Any]]) -> Iterator[tuple[int, int]]:
     """``(start, end)`` of each run of consecutive futures sharing a condition."""
-    start, n = 0, len(futures)
+    start, n, attr = 0, len(futures), _condition_attr()
     while start < n:
-        condition = futures[start]._condition
+        condition = getattr(futures[start], attr)
         end = start + 1
-        while end < n and futures[end]._condition is condition:
+        while end < n and getattr(futures[end], attr) is condition:
             end += 1
         yield start, end
         start = end
@@ -119,7 +171,7 @@ def complete_adds(targets: list[Any], first: int, error: BaseException | None) -
     futures is completed holding their condition once; a callback runs after every earlier
     future of the list is done. A failing callback is logged and does not stop the others.
     """
-    start, n = 0, len(targets)
+    start, n, attr = 0, len(targets), _condition_attr()
     while start < n:
         target = targets[start]
         if not isinstance(target, SharedConditionFuture):
@@ -129,9 +181,9 @@ def complete_adds(targets: list[Any], first: int, error: BaseException | None) -
                 _log.exception("add callback failed")
             start += 1
             continue
-        condition = target._condition
+        condition = getattr(target, attr)
         end = start + 1
-        while end < n and getattr(targets[end], "_condition", None) is condition:
+        while end < n and getattr(targets[end], attr, None) is condition:
             end += 1
         _finish(condition, targets[start:end], range(first + start, first + end),
                 repeat(error))
@@ -142,6 +194,15 @@ def _finish(condition: threading.Condition, futures: list[Any], results: Iterabl
             errors: Iterable[BaseException | None]) -> None:
     """Complete ``futures`` (sharing ``condition``) in order, each with its result or its
     error; skips cancelled ones; wakes waiters once, then runs the done-callbacks."""
+    if not PRIVATE_FIELDS:
+        for fut, result, error in zip(futures, results, errors):  # noqa: B905 - repeat()
+            if fut.cancelled():
+                continue
+            if error is None:
+                fut.set_result(result)
+            else:
+                fut.set_exception(error)
+        return
     done: list[SharedConditionFuture[Any]] = []
     with condition:
         for fut, result, error in zip(futures, results, errors):  # noqa: B905 - repeat()

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 
 import numpy as np
@@ -24,7 +23,6 @@ from bk_spark.core.lac import BEST_EFFORT, COVERAGE, LacRead, read_lac
 from bk_spark.errors import (
     BKError,
     BookieUnavailableError,
-    DigestMismatchError,
     NoSuchEntryError,
     ReadPastLacError,
     UnauthorizedError,
@@ -34,8 +32,8 @@ from bk_spark.io.metadata_store import Versioned
 from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.protocol.answers import NEGATIVE_ANSWERS
 from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
+from bk_spark.protocol.read_plan import ReadPlan, failure_of
 from bk_spark.protocol.records import Records
-from bk_spark.protocol.schedule import write_set_members
 
 __all__ = ["FetchedEntries", "ReadHandle", "fetch_entries", "read_lac"]
 
@@ -122,93 +120,37 @@ def fetch_entries(bk: ClientContext, md: LedgerMetadata, codec: EntryCodec,
     Answers are checked as columns (:meth:`EntryCodec.verify_records`): the entries that
     come back good cost no Python object each; only failures are handled entry by entry.
     """
-    E, Qw = md.ensemble_size, md.write_quorum_size
+    plan = ReadPlan(md.ledger_id, md.ensembles, md.write_quorum_size, entry_ids)
     deadline = time.monotonic() + bk.config.client.read_timeout_s
-    if isinstance(entry_ids, range) and entry_ids.step == 1:
-        ids = np.arange(entry_ids.start, entry_ids.stop, dtype=np.int64)
-    else:
-        ids = np.unique(np.asarray(list(entry_ids), dtype=np.int64))
-    n = len(ids)
-    firsts = np.asarray([first for first, _ens in md.ensembles], dtype=np.int64)
-    fragment = np.searchsorted(firsts, ids, "right") - 1  # each entry's fragment
-    attempt = np.zeros(n, dtype=np.int64)  # which copy to ask next (a write set position)
-    limit = np.full(n, Qw, dtype=np.int64)  # copies to ask before giving up
-    done = np.zeros(n, dtype=np.bool_)
-    # by position in ids, filled on failures only: the copies (write-set positions) still
-    # to ask once the first pass found no good copy; the unreachable ones; the reasons
-    patient: dict[int, list[int]] = {}
-    unreachable: dict[int, list[int]] = defaultdict(list)
-    problems: dict[int, list[str]] = defaultdict(list)
     pieces: list[Records] = []
-
-    def failed(positions: Iterable[int], why: str) -> None:
-        for i in positions:
-            problems[i].append(why)
-            attempt[i] += 1
-
-    while not done.all():
-        todo = np.flatnonzero(~done)
-        for i in todo[attempt[todo] >= limit[todo]].tolist():  # out of copies (failures)
-            if i not in patient and unreachable.get(i) and time.monotonic() < deadline:
-                patient[i] = unreachable.pop(i)
-                limit[i], attempt[i] = len(patient[i]), 0
-            else:
-                raise _no_good_copy(md.ledger_id, int(ids[i]), problems[i])
-        groups: dict[tuple[str, int], list[np.ndarray]] = defaultdict(list)
-        plain = todo if not patient else todo[~np.isin(todo, list(patient))]
-        if len(plain):
-            bookie_index = write_set_members(ids[plain], attempt[plain], E)
-            key = fragment[plain] * E + bookie_index
-            for k in np.unique(key).tolist():
-                bookie = md.ensembles[k // E][1][k % E]
-                groups[(bookie, -1)].append(ids[plain[key == k]])
-        for i in patient:  # second pass: wait for the connection, a share of the time left
-            if done[i]:
-                continue
-            copies, a, e = patient[i], int(attempt[i]), int(ids[i])
-            bookie = md.ensembles[int(fragment[i])][1][(e + copies[a]) % E]
-            groups[(bookie, len(copies) - a)].append(ids[i:i + 1])
-        asks = {k: np.sort(np.concatenate(v)) for k, v in groups.items()}
+    while not plan.finished():
+        asks = plan.next_asks(time_left=time.monotonic() < deadline)
         calls = bk.bookies.scatter_reads(
             md.ledger_id, master_key, asks, bookie=lambda key: key[0],
             timeout=lambda key: (max(0.05, (deadline - time.monotonic()) / key[1])
                                  if key[1] > 0 else None), packed=True)
         for (bookie, _shares), chunk, call in calls:
-            asked = np.searchsorted(ids, np.asarray(chunk, dtype=np.int64))
+            asked = plan.positions(chunk)
             try:
                 answer = call.result()
-            except NEGATIVE_ANSWERS:
-                failed(asked.tolist(), f"{bookie}: no such ledger")
+            except NEGATIVE_ANSWERS as exc:
+                plan.failed(asked.tolist(), failure_of(exc, False), f"{bookie}: no such ledger")
                 continue
-            except UnauthorizedError as exc:
+            except UnauthorizedError as exc:  # every bookie refuses a wrong key alike
                 raise UnauthorizedError(f"ledger {md.ledger_id}: {exc}") from None
             except BKError as exc:
-                if isinstance(exc, BookieUnavailableError):
-                    for i in asked.tolist():
-                        if i not in patient:
-                            unreachable[i].append(int(attempt[i]))
-                failed(asked.tolist(), f"{bookie}: {exc}")
+                plan.failed(asked.tolist(),
+                            failure_of(exc, isinstance(exc, BookieUnavailableError)),
+                            f"{bookie}: {exc}")
                 continue
             r = answer.records
-            pos = np.minimum(np.searchsorted(ids, r.entry_ids), max(n - 1, 0))
-            asked_for = np.flatnonzero((ids[pos] == r.entry_ids) & np.isin(pos, asked) &
-                                       ~done[pos])
-            _, first = np.unique(pos[asked_for], return_index=True)  # one record per entry
-            wanted = np.zeros(len(r), dtype=np.bool_)
-            wanted[asked_for[first]] = True
-            good = wanted & codec.verify_records(r)
-            failed(pos[wanted & ~good].tolist(),
-                   f"{bookie}: {codec.digest.digest_type} digest mismatch (corrupt or foreign "
-                   f"copy): read it from another bookie of its write quorum")
+            good = plan.on_records(
+                asked, r.entry_ids, codec.verify_records(r),
+                f"{bookie}: {codec.digest.digest_type} digest mismatch (corrupt or foreign "
+                f"copy): read it from another bookie of its write quorum")
             if bool(good.any()):
-                done[pos[good]] = True
                 pieces.append(r if bool(good.all()) else r.take(good))
-            if answer.missing:
-                m = np.asarray(answer.missing, dtype=np.int64)
-                mpos = np.minimum(np.searchsorted(ids, m), max(n - 1, 0))
-                hit = (ids[mpos] == m) & np.isin(mpos, asked) & ~done[mpos]
-                failed(mpos[hit].tolist(), f"{bookie}: no such entry")
-            # ids neither found nor missing were cut by the bookie's size limit: ask again
+            plan.on_missing(asked, answer.missing, f"{bookie}: no such entry")
     return FetchedEntries(md.ledger_id, pieces)
 
 
@@ -216,18 +158,6 @@ def fetch_entries(bk: ClientContext, md: LedgerMetadata, codec: EntryCodec,
 #: (one packed request per bookie of a 3-bookie ensemble).
 FETCH_TARGET_BYTES = 16 << 20
 FETCH_MAX_ENTRIES = 8192
-
-
-def _no_good_copy(ledger_id: int, entry_id: int, problems: list[str]) -> BKError:
-    detail = "; ".join(problems)
-    if problems and all("digest" in p for p in problems):
-        return DigestMismatchError(f"entry {entry_id} of ledger {ledger_id}: every copy is "
-                                   f"corrupt ({detail})")
-    if problems and all("no such" in p for p in problems):
-        return NoSuchEntryError(f"entry {entry_id} of ledger {ledger_id} is on no bookie of "
-                                f"its write set ({detail})")
-    return BookieUnavailableError(f"entry {entry_id} of ledger {ledger_id}: no bookie of its "
-                                  f"write set could serve it ({detail})")
 
 
 class ReadHandle:

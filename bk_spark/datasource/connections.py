@@ -5,12 +5,18 @@ costly to open, so ``read()``/``write()`` borrow a cached one instead of opening
 The cache is keyed by URI and by process id: a forked worker never uses its parent's
 sockets. Nothing here is pickled.
 
-Spark's Python worker runs a full ``gc.collect()`` after every task; with a client open
-the process holds a large, long-lived heap (gRPC, kazoo, pyarrow, the client itself) that
-each collection walks again (tens of milliseconds per task, on a CPU the other tasks and
-the bookies need). So once a client is open, the objects then alive are moved out of the
-collector's reach (``gc.freeze()``: they are never garbage collected; the interpreter's
-own objects and the client live as long as the process anyway).
+Two process-wide settings are made only in Spark's Python workers (a task is running:
+``TaskContext.get()``), processes Spark starts and reuses for tasks, never in the driver (the
+user's own process, which gets a plain client):
+
+* Spark's Python worker runs a full ``gc.collect()`` after every task; with a client open
+  the process holds a large, long-lived heap (gRPC, kazoo, pyarrow, the client itself) that
+  each collection walks again (tens of milliseconds per task, on a CPU the other tasks and
+  the bookies need). So once a client is open, the objects then alive are moved out of the
+  collector's reach (``gc.freeze()``: they are never garbage collected; the interpreter's
+  own objects and the client live as long as the process anyway).
+* The client retunes glibc's malloc for megabyte batches (``tune_allocator``,
+  :mod:`bk_spark.allocator`).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import gc
 import os
 import threading
 
-from bk_spark.core.client import BookKeeper
+from bk_spark.core.client import BookKeeper, BookKeeperConfig
 from bk_spark.security import ClientSecurity
 
 _lock = threading.Lock()
@@ -34,11 +40,22 @@ def client(uri: str, security: ClientSecurity | None = None) -> BookKeeper:
     with _lock:
         bk = _clients.get(key)
         if bk is None or bk.is_closed:
-            bk = BookKeeper(uri, security=security)
+            worker = in_spark_worker()
+            bk = BookKeeper(uri, BookKeeperConfig(tune_allocator=worker), security=security)
             _clients[key] = bk
-            gc.collect()
-            gc.freeze()  # the long-lived heap, out of the per-task collections' way
+            if worker:
+                gc.collect()
+                gc.freeze()  # the long-lived heap, out of the per-task collections' way
         return bk
+
+
+def in_spark_worker() -> bool:
+    """True in a Spark Python worker running a task (not in the driver)."""
+    try:
+        from pyspark import TaskContext
+    except ImportError:
+        return False
+    return TaskContext.get() is not None
 
 
 def close_all() -> None:

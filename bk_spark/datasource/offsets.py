@@ -1,21 +1,23 @@
 """Streaming offsets: a position per log, as kept in Spark's checkpoint (JSON).
 
-An offset names, for every log read, the next entry to read::
+An offset names, for every log read, the next entry to read, in :class:`Position`'s stable
+string form ``LEDGER:ENTRY@INDEX``::
 
-    {"events": {"index": 3, "ledger": 12, "entry": 5, "log_id": "6f1c..."}}
+    {"events": {"position": "12:5@3", "log_id": "6f1c..."}}
 
-``index`` is the ledger's absolute index in the log (its place in the ledger list, never
-renumbered by truncation), ``ledger`` its id (-1: the ledger that will be added at
-``index``, not there yet) and ``entry`` the next entry id. ``log_id`` names the incarnation
+``INDEX`` is the ledger's absolute index in the log (its place in the ledger list, never
+renumbered by truncation), ``LEDGER`` its id (-1: the ledger that will be added at
+``INDEX``, not there yet) and ``ENTRY`` the next entry id. ``log_id`` names the incarnation
 of the log (:func:`bk_spark.log.log_incarnation`): a log deleted and created again
 under the same name has another, so an offset of the old log is never taken for a place in
 the new one (data loss). A micro-batch reads ``[start, end)``. The index orders positions
 and finds the ledger without searching.
 
-Checkpoints written before ``log_id`` existed (no ``log_id``) stay readable: such an offset
-is taken to be in the log's current incarnation (only its ledger id is checked), and every
-offset after it carries the log id. Offsets are plain dicts; :class:`LogOffset` is the
-typed form used while planning.
+Older checkpoints stay readable: offsets written before the string form, as
+``{"index": 3, "ledger": 12, "entry": 5, "log_id": "6f1c..."}``, and before ``log_id``
+existed (no ``log_id``: such an offset is taken to be in the log's current incarnation,
+only its ledger id is checked, and every offset after it carries the log id). Offsets are
+plain dicts; :class:`LogOffset` is the typed form used while planning.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bk_spark.errors import InvalidConfigError
+from bk_spark.protocol.log_format import Position
 
 
 @dataclass(frozen=True, order=True)
@@ -39,7 +42,21 @@ class LogOffset:
     ledger: int = field(default=-1, compare=False)
     log_id: str = field(default="", compare=False)
 
+    @property
+    def position(self) -> Position:
+        """The offset as a :class:`Position` (with its ledger index)."""
+        return Position(self.ledger, self.entry, self.index)
+
     def to_json(self) -> dict[str, Any]:
+        """The checkpoint form: ``{"position": "LEDGER:ENTRY@INDEX"[, "log_id": ..]}``."""
+        d: dict[str, Any] = {"position": self.position.to_string()}
+        if self.log_id:
+            d["log_id"] = self.log_id
+        return d
+
+    def fields(self) -> dict[str, Any]:
+        """``index``, ``ledger``, ``entry`` (and ``log_id`` when known) as separate numbers
+        (for reports; also the checkpoint form before :meth:`to_json`'s)."""
         d: dict[str, Any] = {"index": self.index, "ledger": self.ledger, "entry": self.entry}
         if self.log_id:
             d["log_id"] = self.log_id
@@ -53,20 +70,29 @@ class LogOffset:
 
     @classmethod
     def from_json(cls, log: str, d: Any) -> LogOffset:
+        """Either form: :meth:`to_json`'s, or the older :meth:`fields` form."""
         try:
+            log_id = str(d.get("log_id", ""))
+            if "position" in d:
+                p = Position.parse(d["position"])
+                if p.ledger_index < 0:
+                    raise ValueError("no ledger index")
+                return cls(index=p.ledger_index, entry=p.entry_id, ledger=p.ledger_id,
+                           log_id=log_id)
             return cls(index=int(d["index"]), entry=int(d["entry"]), ledger=int(d["ledger"]),
-                       log_id=str(d.get("log_id", "")))
+                       log_id=log_id)
         except (KeyError, TypeError, ValueError, AttributeError):
             raise InvalidConfigError(
                 f"streaming offset of log {log!r} is malformed: {d!r} (expected "
-                f'{{"index": .., "ledger": .., "entry": ..}}); the checkpoint was not written '
-                f"by this source") from None
+                f'{{"position": "LEDGER:ENTRY@INDEX"}} or, from older checkpoints, '
+                f'{{"index": .., "ledger": .., "entry": ..}}); the checkpoint was not '
+                f"written by this source") from None
 
 
 Offsets = dict[str, LogOffset]
 
 
-def to_json(offsets: Offsets) -> dict[str, dict[str, int]]:
+def to_json(offsets: Offsets) -> dict[str, dict[str, Any]]:
     return {name: off.to_json() for name, off in sorted(offsets.items())}
 
 

@@ -34,7 +34,7 @@ from typing import Any, Literal
 
 from bk_spark.errors import InvalidConfigError
 from bk_spark.metadata_uri import parse_metadata_service_uri
-from bk_spark.protocol.log_format import validate_log_name
+from bk_spark.protocol.log_format import Position, validate_log_name
 from bk_spark.protocol.log_rules import resolve_quorums
 from bk_spark.security import ClientSecurity, ZkSecurity, read_secret_file
 
@@ -146,7 +146,8 @@ class Option:
 
 _BOUND_DOC = ('`earliest`, `latest` (streams only) or JSON per log, `{"events": {"ledger": '
               '12, "entry": 5}}` = start at entry 5 of ledger 12; a log\'s value may also be '
-              '`"earliest"`/`"latest"`; unnamed logs start at the default.')
+              '`"earliest"`/`"latest"` or a checkpoint\'s offset, `{"position": "12:5@3"}` '
+              '(`LEDGER:ENTRY@INDEX`); unnamed logs start at the default.')
 
 #: Every option, in the order the docs list them.
 OPTIONS: tuple[Option, ...] = (
@@ -503,13 +504,24 @@ def _bounds(options: Mapping[str, str], name: str, logs: tuple[str, ...],
         if isinstance(pos, str) and pos.lower() in allowed:
             out[log_name] = pos.lower()
             continue
+        if isinstance(pos, dict) and set(pos) <= {"position", "log_id"} and "position" in pos:
+            try:  # a checkpoint's offset: Position's string form
+                p = Position.parse(pos["position"])
+            except InvalidConfigError as exc:
+                raise _fail(name, f"position of log {log_name!r}: {exc}") from None
+            if p.ledger_id < 0:
+                raise _fail(name, f"position of log {log_name!r} names no ledger: "
+                                  f"{json.dumps(pos)}")
+            out[log_name] = GivenPosition(p.ledger_id, p.entry_id, p.ledger_index)
+            continue
         if not (isinstance(pos, dict) and set(pos) <= {"ledger", "entry", "index", "log_id"}
                 and all(isinstance(pos.get(k, 0), int) and pos.get(k, 0) >= 0
                         for k in ("ledger", "entry", "index"))
                 and "ledger" in pos and "entry" in pos):
             raise _fail(name, f"position of log {log_name!r} must be "
                               f'{{"ledger": <id>, "entry": <id>}} (ids >= 0; optionally '
-                              f'"index": <the ledger\'s index in the log>) or one of '
+                              f'"index": <the ledger\'s index in the log>), '
+                              f'{{"position": "LEDGER:ENTRY[@INDEX]"}} or one of '
                               f"{', '.join(allowed)}, got {json.dumps(pos)}")
         out[log_name] = GivenPosition(pos["ledger"], pos["entry"], pos.get("index", -1))
     return out

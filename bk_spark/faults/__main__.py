@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bk_spark.faults.cluster import FaultCluster
+from bk_spark.faults.cluster import Cluster, FaultCluster
 from bk_spark.faults.plan import generate
 from bk_spark.faults.runner import Runner, Summary
 
@@ -80,8 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.network:
         from bk_spark.faults.netcluster import NetFaultCluster
 
-        cluster: FaultCluster | NetFaultCluster = NetFaultCluster(work / "bed",
-                                                                  n_bookies=args.bookies)
+        cluster: Cluster = NetFaultCluster(work / "bed", n_bookies=args.bookies)
         # SIGTERM unwinds like Ctrl-C: the bed stops its processes and removes namespaces
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     else:

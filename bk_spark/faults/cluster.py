@@ -20,8 +20,10 @@ import random
 import shutil
 import signal
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from kazoo.client import KazooClient
 
@@ -85,6 +87,59 @@ def dir_bytes(path: Path) -> int:
             except FileNotFoundError:
                 continue
     return total
+
+
+class Slot(Protocol):
+    """What the runner reads of one bookie of a cluster."""
+
+    index: int
+    state: str  # up | killed | paused
+    limited: bool  # running with --max-disk-bytes
+    forever: bool  # killed until the end of the schedule
+
+
+class Cluster(Protocol):
+    """What the fault runner needs of a cluster, local (:class:`FaultCluster`, one host) or
+    networked (:class:`~bk_spark.faults.netcluster.NetFaultCluster`, the test bed): its
+    bookies' lifecycle, ZooKeeper sessions and healing between schedules. Faults only one
+    kind can inject (files of a local bookie, network cuts) need that class."""
+
+    zk_down: bool
+
+    @property
+    def slots(self) -> Sequence[Slot]: ...
+
+    @property
+    def uri(self) -> str: ...
+
+    @property
+    def hosts(self) -> str: ...
+
+    def bookie_id(self, i: int) -> str: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    def pids(self) -> list[int]: ...
+
+    def remove_data(self) -> None: ...
+
+    def running_bookies(self) -> list[int]: ...
+
+    def kill(self, i: int, forever: bool = False) -> None: ...
+
+    def restart(self, i: int, max_disk_bytes: int | None = None) -> None: ...
+
+    def pause(self, i: int) -> None: ...
+
+    def resume(self, i: int) -> None: ...
+
+    def expire_session(self, session_id: int, password: bytes) -> None: ...
+
+    def heal(self, keep_forever: bool = False) -> list[str]: ...
+
+    def wait_writable(self, timeout: float = 60.0) -> None: ...
 
 
 class FaultCluster:

@@ -35,7 +35,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from bk_spark.autorecovery.auditor import bookies_lacking_entries
 from bk_spark.core.client import BookKeeper, BookKeeperConfig
@@ -43,10 +43,9 @@ from bk_spark.core.reader import ReadHandle
 from bk_spark.errors import BKError, BKTimeoutError, NoSuchLedgerError, UnauthorizedError
 from bk_spark.faults import checker
 from bk_spark.faults.checker import FencedLedger, Findings, LogRecordRead
-from bk_spark.faults.cluster import FaultCluster, FaultInjectionError, signal_pid
+from bk_spark.faults.cluster import Cluster, FaultCluster, FaultInjectionError, signal_pid
 from bk_spark.faults.plan import (
     HEALING_KINDS,
-    NETWORK_KINDS,
     WIPING_KINDS,
     Fault,
     FaultKind,
@@ -396,7 +395,7 @@ class Summary:
 class Runner:
     """Runs schedules on one shared cluster (see the module docstring)."""
 
-    def __init__(self, cluster: FaultCluster | NetFaultCluster, work_dir: Path,
+    def __init__(self, cluster: Cluster, work_dir: Path,
                  log: Callable[[str], None] | None = None) -> None:
         self.cluster = cluster
         self.work_dir = Path(work_dir)
@@ -435,7 +434,9 @@ class _ScheduleRun:
         uri = self.cluster.uri
         self.slots = {spec.name: WriterSlot(spec, uri, self.log_dir)
                       for spec in (*schedule.ledger_writers, *schedule.log_writers)}
-        self.threads: list[threading.Thread] = []
+        self.threads: list[threading.Thread] = []  # background work, joined at the end
+        self.long_threads: list[threading.Thread] = []  # joined after the workload ends
+        self.fault_threads: dict[Fault, threading.Thread] = {}  # the thread a fault started
         self.observer: Observer | None = None
         self.spark = None
         self._counted_as: FaultKind | None = None  # the kind a fault really was
@@ -484,11 +485,10 @@ class _ScheduleRun:
             self._background("wrong-password", self._wrong_password_live)
         self._sleep_until(s.duration)
         for t in self.threads:
-            if not t.name.startswith("spark"):
-                t.join(60)
+            t.join(60)
         self._finish_workload()
-        for t in self.threads:  # a driver kill waits for a committed batch: minutes
-            t.join(600)
+        for t in (*self.threads, *self.long_threads):  # a driver kill waits for a committed
+            t.join(600)  # batch: minutes
         self._check()
         if any(self.injected[k.value] for k in HEALING_KINDS):
             self._check_healed()
@@ -498,7 +498,11 @@ class _ScheduleRun:
         if delay > 0:
             time.sleep(delay)
 
-    def _background(self, name: str, fn: Callable[[], None]) -> None:
+    def _background(self, name: str, fn: Callable[[], None], fault: Fault | None = None,
+                    long: bool = False) -> None:
+        """Run ``fn`` on a thread of its own; its handle is kept by ``fault`` (what the
+        fault's undo waits for) and, with ``long`` (the Spark faults: a driver kill waits
+        for a committed batch, minutes), not waited for before the workload ends."""
         def run() -> None:
             try:
                 fn()
@@ -507,7 +511,9 @@ class _ScheduleRun:
 
         t = threading.Thread(target=run, daemon=True, name=name)
         t.start()
-        self.threads.append(t)
+        (self.long_threads if long else self.threads).append(t)
+        if fault is not None:
+            self.fault_threads[fault] = t
 
     def _all_ledgers(self) -> list[int]:
         return [lid for slot in self.slots.values() if slot.kind == "ledger"
@@ -533,74 +539,18 @@ class _ScheduleRun:
         self.event(f"{phase} {f.kind.value} {f.target} {detail}".rstrip())
 
     def _inject(self, f: Fault) -> str | None:
-        c = self.cluster
-        k = f.kind
-        if k in (FaultKind.BOOKIE_KILL, FaultKind.BOOKIE_KILL_FOREVER):
-            c.kill(bookie_index(f.target), forever=k == FaultKind.BOOKIE_KILL_FOREVER)
-        elif k == FaultKind.BOOKIE_PAUSE:
-            c.pause(bookie_index(f.target))
-        elif k == FaultKind.BOOKIE_LOST:
-            c.lose(bookie_index(f.target))
-            return "(data dir removed)"
-        elif k in WIPING_KINDS:
-            return self._wipe(f)
-        elif k == FaultKind.BOOKIE_DISK_FULL:
-            limit = c.fill_disk(bookie_index(f.target), int(f.param("headroom_kib", 0)))
-            return f"--max-disk-bytes {limit}"
-        elif k == FaultKind.ENTRY_LOG_CORRUPTION:
-            return c.corrupt_entry_log(bookie_index(f.target), int(f.param("bytes", 1)),
-                                       int(f.param("salt", 0)))
-        elif k == FaultKind.JOURNAL_TAIL_TRUNCATION:
-            return c.tear_journal_tail(bookie_index(f.target), str(f.param("tear", "cut")),
-                                       int(f.param("salt", 0)))
-        elif k == FaultKind.ZK_RESTART:
-            c.stop_zookeeper()
-        elif k == FaultKind.ZK_EXPIRE_BOOKIE:
-            return c.expire_bookie_session(bookie_index(f.target))
-        elif k == FaultKind.ZK_EXPIRE_WRITER:
-            p = self._writer(f.target)
-            session = p.zk_session()
-            if session is None:
-                raise FaultInjectionError(f"{p.tag} printed no ZooKeeper session yet")
-            c.expire_session(*session)
-            return f"{p.tag} session {session[0]:x}"
-        elif k in (FaultKind.WRITER_KILL, FaultKind.WRITER_KILL_MID_ROLL):
-            p = self._writer(f.target)
-            mid_roll = False
-            if k == FaultKind.WRITER_KILL_MID_ROLL:
-                mid_roll = p.wait_for_line("roll-cas", len(p.lines), ROLL_WAIT)
-            p.kill9()
-            if k == FaultKind.WRITER_KILL_MID_ROLL and not mid_roll:
-                self._counted_as = FaultKind.WRITER_KILL
-                return f"{p.tag} (no roll within {ROLL_WAIT}s: killed mid-stream)"
-            return p.tag
-        elif k in (FaultKind.WRITER_PAUSE_FENCE, FaultKind.FENCE_DELETE):
-            p = self._writer(f.target)
-            p.signal(signal.SIGSTOP)
-            p.paused = True
-            delete = k == FaultKind.FENCE_DELETE
-            self._background(f"fence {f.target}",
-                             lambda: self._fence(f.target, p, delete=delete))
-            return p.tag
-        elif k == FaultKind.FENCE:
-            p = self._writer(f.target)
-            self._background(f"fence {f.target}", lambda: self._fence(f.target, p))
-            return p.tag
-        elif k == FaultKind.SPARK_DRIVER_KILL:
-            if self.spark is None:
-                raise FaultInjectionError("no spark workload")
-            self._background("spark-driver-kill", lambda: self._spark_kill(f))
-            return "(once the driver committed a batch)"
-        elif k in NETWORK_KINDS:
-            return self._inject_network(f)
-        elif k in (FaultKind.SPARK_LOG_TRUNCATE, FaultKind.SPARK_LOG_RECREATE):
-            if self.spark is None:
-                raise FaultInjectionError("no spark workload")
-            side = self.spark.side
-            act = side.truncate if k == FaultKind.SPARK_LOG_TRUNCATE else side.recreate
-            self._background(k.value, lambda: self._with_client(act))
-            return f"(log {side.name}, read with failOnDataLoss=false)"
-        return None
+        inject, _undo = FAULT_ACTIONS[f.kind]
+        return inject(self, f)
+
+    def _undo(self, f: Fault) -> str | None:
+        _inject, undo = FAULT_ACTIONS[f.kind]
+        return undo(self, f) if undo is not None else None
+
+    def _local(self) -> FaultCluster:
+        """The cluster, for faults on a local bookie's files or processes."""
+        if not isinstance(self.cluster, FaultCluster):
+            raise FaultInjectionError("this fault needs the local fault cluster (not --network)")
+        return self.cluster
 
     def _net(self) -> NetFaultCluster:
         from bk_spark.faults.netcluster import NetFaultCluster
@@ -609,66 +559,145 @@ class _ScheduleRun:
             raise FaultInjectionError("network faults need the test bed (--network)")
         return self.cluster
 
-    def _inject_network(self, f: Fault) -> str:
-        c = self._net()
-        k = f.kind
-        if k == FaultKind.PARTITION_WRITER_BOOKIE:
-            return c.cut_writer_from(bookie_index(f.target))
-        if k == FaultKind.PARTITION_BOOKIE_ZK:
-            return c.cut_bookie_from_zk(bookie_index(f.target))
-        if k in (FaultKind.PARTITION_ZK_LEADER_MINORITY, FaultKind.PARTITION_ZK_LEADER_MAJORITY):
-            return c.cut_zk_leader(majority=k == FaultKind.PARTITION_ZK_LEADER_MAJORITY)
-        if k == FaultKind.LINK_DELAY:
-            return c.set_link(bookie_index(f.target), delay_ms=float(f.param("delay_ms", 10)))
-        if k == FaultKind.LINK_LOSS:
-            return c.set_link(bookie_index(f.target), loss_pct=float(f.param("loss_pct", 1)))
-        raise FaultInjectionError(f"not a network fault: {k.value}")
+    # -- inject and undo, one pair per kind of fault (FAULT_ACTIONS) ----------------------
+    def _kill_bookie(self, f: Fault) -> None:
+        self.cluster.kill(bookie_index(f.target), forever=f.kind == FaultKind.BOOKIE_KILL_FOREVER)
 
-    def _undo_network(self, f: Fault) -> None:
-        c = self._net()
-        k = f.kind
-        if k == FaultKind.PARTITION_WRITER_BOOKIE:
-            c.heal_writer_from(bookie_index(f.target))
-        elif k == FaultKind.PARTITION_BOOKIE_ZK:
-            c.heal_bookie_from_zk(bookie_index(f.target))
-        elif k in (FaultKind.LINK_DELAY, FaultKind.LINK_LOSS):
-            c.set_link(bookie_index(f.target))
-        else:
-            c.heal_zk()
+    def _restart_killed_bookie(self, f: Fault) -> None:
+        i = bookie_index(f.target)
+        if self.cluster.slots[i].state == "killed":
+            self.cluster.restart(i)
 
-    def _undo(self, f: Fault) -> str | None:
-        c = self.cluster
-        k = f.kind
-        if k in NETWORK_KINDS:
-            self._undo_network(f)
-            return None
-        if k in (FaultKind.BOOKIE_KILL, FaultKind.JOURNAL_TAIL_TRUNCATION):
-            i = bookie_index(f.target)
-            if c.slots[i].state == "killed":
-                c.restart(i)
-        elif k == FaultKind.BOOKIE_PAUSE:
-            i = bookie_index(f.target)
-            if c.slots[i].state == "paused":
-                c.resume(i)
-        elif k == FaultKind.ZK_RESTART:
-            c.start_zookeeper()
-        elif k in (FaultKind.WRITER_KILL, FaultKind.WRITER_KILL_MID_ROLL):
-            return self.slots[f.target].spawn().tag
-        elif k in (FaultKind.WRITER_PAUSE_FENCE, FaultKind.FENCE_DELETE):
-            for t in self.threads:  # let the fence finish while the writer is stopped
-                if t.name == f"fence {f.target}":
-                    t.join(30)
-            p = self.slots[f.target].current
-            if p is not None:
-                p.signal(signal.SIGCONT)
-                p.paused = False
-        return None
+    def _pause_bookie(self, f: Fault) -> None:
+        self.cluster.pause(bookie_index(f.target))
+
+    def _resume_bookie(self, f: Fault) -> None:
+        i = bookie_index(f.target)
+        if self.cluster.slots[i].state == "paused":
+            self.cluster.resume(i)
+
+    def _lose_bookie(self, f: Fault) -> str:
+        self._local().lose(bookie_index(f.target))
+        return "(data dir removed)"
+
+    def _fill_disk(self, f: Fault) -> str:
+        limit = self._local().fill_disk(bookie_index(f.target),
+                                        int(f.param("headroom_kib", 0)))
+        return f"--max-disk-bytes {limit}"
+
+    def _corrupt_entry_log(self, f: Fault) -> str:
+        return self._local().corrupt_entry_log(bookie_index(f.target), int(f.param("bytes", 1)),
+                                               int(f.param("salt", 0)))
+
+    def _tear_journal_tail(self, f: Fault) -> str:
+        return self._local().tear_journal_tail(bookie_index(f.target),
+                                               str(f.param("tear", "cut")),
+                                               int(f.param("salt", 0)))
+
+    def _stop_zookeeper(self, f: Fault) -> None:
+        self._local().stop_zookeeper()
+
+    def _start_zookeeper(self, f: Fault) -> None:
+        self._local().start_zookeeper()
+
+    def _expire_bookie_session(self, f: Fault) -> str:
+        return self._local().expire_bookie_session(bookie_index(f.target))
+
+    def _expire_writer_session(self, f: Fault) -> str:
+        p = self._writer(f.target)
+        session = p.zk_session()
+        if session is None:
+            raise FaultInjectionError(f"{p.tag} printed no ZooKeeper session yet")
+        self.cluster.expire_session(*session)
+        return f"{p.tag} session {session[0]:x}"
+
+    def _kill_writer(self, f: Fault) -> str:
+        p = self._writer(f.target)
+        mid_roll = False
+        if f.kind == FaultKind.WRITER_KILL_MID_ROLL:
+            mid_roll = p.wait_for_line("roll-cas", len(p.lines), ROLL_WAIT)
+        p.kill9()
+        if f.kind == FaultKind.WRITER_KILL_MID_ROLL and not mid_roll:
+            self._counted_as = FaultKind.WRITER_KILL
+            return f"{p.tag} (no roll within {ROLL_WAIT}s: killed mid-stream)"
+        return p.tag
+
+    def _respawn_writer(self, f: Fault) -> str:
+        return self.slots[f.target].spawn().tag
+
+    def _fence_writer(self, f: Fault) -> str:
+        """FENCE: fence the writer's ledger or log while it runs; WRITER_PAUSE_FENCE and
+        FENCE_DELETE (which also deletes the ledger) stop the writer first (SIGSTOP)."""
+        p = self._writer(f.target)
+        if f.kind != FaultKind.FENCE:
+            p.signal(signal.SIGSTOP)
+            p.paused = True
+        delete = f.kind == FaultKind.FENCE_DELETE
+        self._background(f"fence {f.target}", lambda: self._fence(f.target, p, delete=delete),
+                         fault=f)
+        return p.tag
+
+    def _resume_fenced_writer(self, f: Fault) -> None:
+        t = self.fault_threads.get(f)
+        if t is not None:  # let the fence finish while the writer is stopped
+            t.join(30)
+        p = self.slots[f.target].current
+        if p is not None:
+            p.signal(signal.SIGCONT)
+            p.paused = False
+
+    def _spark(self) -> Any:
+        if self.spark is None:
+            raise FaultInjectionError("no spark workload")
+        return self.spark
+
+    def _kill_spark_driver(self, f: Fault) -> str:
+        self._spark()
+        self._background("spark-driver-kill", lambda: self._spark_kill(f), fault=f,
+                         long=True)
+        return "(once the driver committed a batch)"
+
+    def _change_spark_side_log(self, f: Fault) -> str:
+        side = self._spark().side
+        act = side.truncate if f.kind == FaultKind.SPARK_LOG_TRUNCATE else side.recreate
+        self._background(f.kind.value, lambda: self._with_client(act), fault=f, long=True)
+        return f"(log {side.name}, read with failOnDataLoss=false)"
+
+    def _cut_writer_from_bookie(self, f: Fault) -> str:
+        return self._net().cut_writer_from(bookie_index(f.target))
+
+    def _heal_writer_from_bookie(self, f: Fault) -> None:
+        self._net().heal_writer_from(bookie_index(f.target))
+
+    def _cut_bookie_from_zk(self, f: Fault) -> str:
+        return self._net().cut_bookie_from_zk(bookie_index(f.target))
+
+    def _heal_bookie_from_zk(self, f: Fault) -> None:
+        self._net().heal_bookie_from_zk(bookie_index(f.target))
+
+    def _cut_zk_leader(self, f: Fault) -> str:
+        return self._net().cut_zk_leader(
+            majority=f.kind == FaultKind.PARTITION_ZK_LEADER_MAJORITY)
+
+    def _heal_zk(self, f: Fault) -> None:
+        self._net().heal_zk()
+
+    def _delay_link(self, f: Fault) -> str:
+        return self._net().set_link(bookie_index(f.target),
+                                    delay_ms=float(f.param("delay_ms", 10)))
+
+    def _lose_on_link(self, f: Fault) -> str:
+        return self._net().set_link(bookie_index(f.target),
+                                    loss_pct=float(f.param("loss_pct", 1)))
+
+    def _clear_link(self, f: Fault) -> None:
+        self._net().set_link(bookie_index(f.target))
 
     def _wipe(self, f: Fault) -> str:
         """A wiping fault (:data:`~bk_spark.faults.plan.WIPING_KINDS`): the bookie restarts
         in self-repair; killed again while it repairs; or, once its repair is done,
         another bookie wiped (in the background)."""
-        c, i = self.cluster, bookie_index(f.target)
+        c, i = self._local(), bookie_index(f.target)
         c.wipe(i)
         self.wiped.append(i)
         if f.kind == FaultKind.BOOKIE_WIPED_REPAIR_KILLED:
@@ -911,10 +940,10 @@ class _ScheduleRun:
             if self.cluster.slots[i].state != "up":  # killed for good since: AutoRecovery's
                 self.event(f"bookie-{i} wiped, then down for good: its repair ends with it")
                 continue
-            state = self.cluster.repair_state(i)
+            state = self._local().repair_state(i)
             while state != "done" and time.monotonic() - started < HEAL_BOUND_S:
                 time.sleep(0.2)
-                state = self.cluster.repair_state(i)
+                state = self._local().repair_state(i)
             if state == "done":
                 self.findings.counts["repairs"] += 1
             else:
@@ -923,7 +952,7 @@ class _ScheduleRun:
         urm = UnderReplicationManager(bk.zk, bk.msu.root)
         try:
             while True:
-                lost = set(self.cluster.lost_bookies())
+                lost = set(self._local().lost_bookies())
                 registered = {b.bookie_id for b in list_bookies(bk.msu, zk=bk.zk)}
                 ledgers, not_healed = 0, []
                 for lid in bk.list_ledgers():
@@ -1005,3 +1034,44 @@ def _add_sync(bc, lid: int, key: bytes) -> None:  # type: ignore[no-untyped-def]
         raise BKTimeoutError("add timed out")
     if result[0] is not None:
         raise result[0]
+
+
+_Action = Callable[[_ScheduleRun, Fault], "str | None"]
+
+#: Each kind of fault -> (inject, undo): what injecting it does (returning the detail for
+#: the schedule's event line) and what undoing it does once its duration is over (None:
+#: nothing to undo, or undone by the healing between schedules). Every kind has a row
+#: (tests/unit/test_fault_actions.py).
+FAULT_ACTIONS: dict[FaultKind, tuple[_Action, _Action | None]] = {
+    FaultKind.BOOKIE_KILL: (_ScheduleRun._kill_bookie, _ScheduleRun._restart_killed_bookie),
+    FaultKind.BOOKIE_KILL_FOREVER: (_ScheduleRun._kill_bookie, None),
+    FaultKind.BOOKIE_PAUSE: (_ScheduleRun._pause_bookie, _ScheduleRun._resume_bookie),
+    FaultKind.BOOKIE_LOST: (_ScheduleRun._lose_bookie, None),
+    **{k: (_ScheduleRun._wipe, None) for k in WIPING_KINDS},
+    FaultKind.BOOKIE_DISK_FULL: (_ScheduleRun._fill_disk, None),
+    FaultKind.ENTRY_LOG_CORRUPTION: (_ScheduleRun._corrupt_entry_log, None),
+    FaultKind.JOURNAL_TAIL_TRUNCATION: (_ScheduleRun._tear_journal_tail,
+                                        _ScheduleRun._restart_killed_bookie),
+    FaultKind.ZK_RESTART: (_ScheduleRun._stop_zookeeper, _ScheduleRun._start_zookeeper),
+    FaultKind.ZK_EXPIRE_BOOKIE: (_ScheduleRun._expire_bookie_session, None),
+    FaultKind.ZK_EXPIRE_WRITER: (_ScheduleRun._expire_writer_session, None),
+    FaultKind.WRITER_KILL: (_ScheduleRun._kill_writer, _ScheduleRun._respawn_writer),
+    FaultKind.WRITER_KILL_MID_ROLL: (_ScheduleRun._kill_writer, _ScheduleRun._respawn_writer),
+    FaultKind.WRITER_PAUSE_FENCE: (_ScheduleRun._fence_writer,
+                                   _ScheduleRun._resume_fenced_writer),
+    FaultKind.FENCE_DELETE: (_ScheduleRun._fence_writer, _ScheduleRun._resume_fenced_writer),
+    FaultKind.FENCE: (_ScheduleRun._fence_writer, None),
+    FaultKind.SPARK_DRIVER_KILL: (_ScheduleRun._kill_spark_driver, None),
+    FaultKind.SPARK_LOG_TRUNCATE: (_ScheduleRun._change_spark_side_log, None),
+    FaultKind.SPARK_LOG_RECREATE: (_ScheduleRun._change_spark_side_log, None),
+    FaultKind.PARTITION_WRITER_BOOKIE: (_ScheduleRun._cut_writer_from_bookie,
+                                        _ScheduleRun._heal_writer_from_bookie),
+    FaultKind.PARTITION_BOOKIE_ZK: (_ScheduleRun._cut_bookie_from_zk,
+                                    _ScheduleRun._heal_bookie_from_zk),
+    FaultKind.PARTITION_ZK_LEADER_MINORITY: (_ScheduleRun._cut_zk_leader,
+                                             _ScheduleRun._heal_zk),
+    FaultKind.PARTITION_ZK_LEADER_MAJORITY: (_ScheduleRun._cut_zk_leader,
+                                             _ScheduleRun._heal_zk),
+    FaultKind.LINK_DELAY: (_ScheduleRun._delay_link, _ScheduleRun._clear_link),
+    FaultKind.LINK_LOSS: (_ScheduleRun._lose_on_link, _ScheduleRun._clear_link),
+}

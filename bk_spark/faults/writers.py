@@ -47,6 +47,7 @@ from bk_spark.io.bookie_client import ClientConfig
 from bk_spark.io.entry import EntryCodec
 from bk_spark.io.metadata_store import Versioned
 from bk_spark.log import open_log_writer
+from bk_spark.log.testing import after_roll_cas
 from bk_spark.protocol.digest import DigestManager, master_key
 from bk_spark.protocol.ledger_metadata import LedgerMetadata
 from bk_spark.protocol.log_format import Position, encode_entry, now_ms
@@ -284,7 +285,8 @@ def log_writer(args: argparse.Namespace, stop: threading.Event) -> None:
         try:
             w = open_log_writer(bk, args.log, password=PASSWORD, ensemble_size=E,
                                 write_quorum_size=Qw, ack_quorum_size=Qa,
-                                roll_max_entries=args.roll_every, after_roll_cas=hook)
+                                roll_max_entries=args.roll_every)
+            after_roll_cas(w, hook)
         except Exception as exc:  # noqa: BLE001 - lost the race, no bookies, ...: retry
             say(f"open-failed {_name(exc)}")
             stop.wait(random.uniform(0.1, 0.4))

@@ -20,15 +20,19 @@ One protocol step, one module:
 * :mod:`~bk_spark.log.commit`: ledgers written elsewhere added in one CAS with a
   transaction id (the Spark sink's exactly-once commit).
 
-Usage::
+Applications reach logs from the client, like ledgers (:mod:`bk_spark.client`)::
 
-    with BookKeeper(uri) as bk:
-        w = open_log_writer(bk, "events", roll_max_entries=10_000)
+    with bk_spark.BookKeeper(uri) as bk:
+        w = bk.open_log_writer("events", password=b"p", roll_max_entries=10_000)
         pos = w.append(b"hello")                       # Position(ledger_id, entry_id)
         w.close()
-        r = open_log_reader(bk, "events", start="earliest")
+        r = bk.open_log_reader("events", start="earliest", password=b"p")
         for record in r.read_available():
             print(record.position, record.timestamp_ms, record.payload)  # None: null
+
+The functions here take the client first (``open_log_writer(bk, "events", ...)``): the log
+layer's API, used by the client's methods, the data source and the CLI. For applications
+they are the older style (deprecated: prefer the client's methods); they keep working.
 """
 
 from bk_spark.log.admin import (

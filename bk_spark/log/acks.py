@@ -15,14 +15,13 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures._base import FINISHED, PENDING
 from threading import Condition
-from typing import Any
 
 from bk_spark.core.futures import (
     SharedConditionFuture,
     complete_in_order,
     complete_results,
+    init_future,
 )
 from bk_spark.errors import BKError, copy_error
 from bk_spark.protocol.log_format import (
@@ -36,20 +35,13 @@ class AppendFuture(SharedConditionFuture[Position]):
     every time)."""
 
     def __init__(self, condition: Condition, segment: AckSegment) -> None:
-        # SharedConditionFuture.__init__'s fields, set here (one frame per append, not two)
-        self._condition = condition
-        self._state = PENDING
-        self._result: Any = None
-        self._exception: BaseException | None = None
-        self._waiters: list[Any] = []
-        self._done_callbacks: list[Any] = []
+        init_future(self, condition)  # the Future's fields (core/futures.py)
         self._segment = segment
 
     def result(self, timeout: float | None = None) -> Position:
-        if self._state != FINISHED or self._exception is not None:
-            SharedConditionFuture.result(self, timeout)  # waits; raises the append's error
+        entry_id = SharedConditionFuture.result(self, timeout)  # waits; raises its error
         s = self._segment
-        return Position(s.ledger_id, self._result, s.index)
+        return Position(s.ledger_id, entry_id, s.index)
 
 
 class AckSegment:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from bk_spark.core.ledger import LedgerHandle
@@ -161,8 +161,7 @@ def open_log_writer(bk: BookKeeper, name: str, *, create_if_missing: bool = True
                     ack_quorum_size: int | None = None, password: bytes = b"",
                     roll_max_entries: int | None = None, roll_max_bytes: int | None = None,
                     roll_max_age_s: float | None = None, digest: str = "crc32c",
-                    limits: LogLimits | None = None,
-                    after_roll_cas: Callable[[int], None] | None = None) -> LogWriter:
+                    limits: LogLimits | None = None) -> LogWriter:
     """Become the writer of log ``name`` (fencing any previous writer); see :func:`take_over`.
 
     ``create_if_missing``: create the log if it does not exist (else
@@ -184,8 +183,7 @@ def open_log_writer(bk: BookKeeper, name: str, *, create_if_missing: bool = True
         ensemble_size=e, write_quorum_size=qw,
         ack_quorum_size=qa, password=password, digest=digest,
         roll_max_entries=roll_max_entries, roll_max_bytes=roll_max_bytes,
-        roll_max_age_s=roll_max_age_s, limits=limits or LogLimits(),
-        after_roll_cas=after_roll_cas)
+        roll_max_age_s=roll_max_age_s, limits=limits or LogLimits())
     lh, md, ts_floor = take_over(bk, name, config, create_if_missing)
     # The previous writers' unused spare ledgers (a writer that died leaves its own): this
     # writer owns the log now, so they can never be listed.

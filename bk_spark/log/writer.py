@@ -58,7 +58,7 @@ from bk_spark.errors import (
 from bk_spark.io.metadata_store import Versioned
 from bk_spark.log import pending
 from bk_spark.log.acks import AckSegment, AppendFuture, InOrderAcks
-from bk_spark.log.admin import delete_ledger_quietly
+from bk_spark.log.admin import delete_ledger_quietly, truncate_log
 from bk_spark.log.roller import Roller
 from bk_spark.log.store import LEDGER_LOG_KEY, update_log
 from bk_spark.log.view import unlisted_ledgers
@@ -165,11 +165,6 @@ class LogWriterConfig:
     max_open_attempts: int = 30
     close_timeout_s: float = 60.0
     limits: LogLimits = field(default_factory=LogLimits)
-    #: Called with the new ledger's id right after a roll's CAS succeeded (step 3) and
-    #: before the previous ledger is closed (step 4), on the rolling thread: the window in
-    #: which two ledgers of one writer are open. For fault injection and tests (the fault
-    #: harness pauses there); it must not raise.
-    after_roll_cas: Callable[[int], None] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         LedgerMetadata.validate_quorums(self.ensemble_size, self.write_quorum_size,
@@ -201,6 +196,12 @@ class LogWriter:
     (fences this writer's ledger, or wins the CAS of a roll), every add not yet acknowledged
     and every later call fails with :class:`LogOwnershipLostError`.
     """
+
+    #: Called with the new ledger's id right after a roll's CAS succeeded (step 3) and
+    #: before the previous ledger is closed (step 4), on the rolling thread: the window in
+    #: which two ledgers of one writer are open. A test seam, not API: set it through
+    #: :func:`bk_spark.log.testing.after_roll_cas`.
+    _after_roll_cas: Callable[[int], None] | None = None
 
     def __init__(self, bk: BookKeeper, name: str, config: LogWriterConfig,
                  lh: LedgerHandle, md: Versioned[LogMetadata], ts_floor: int) -> None:
@@ -464,8 +465,8 @@ class LogWriter:
                 self._set_error(exc)
             raise
         self._md = md
-        if self.config.after_roll_cas is not None:
-            self.config.after_roll_cas(new.id)
+        if self._after_roll_cas is not None:  # a test seam: bk_spark.log.testing
+            self._after_roll_cas(new.id)
         with self._acks.lock, self._lock:  # (lock order: see InOrderAcks.lock)
             prev, prev_stamps = self._lh, self._stamps
             appended = prev.stop_adds()  # an append meeting it retries under self._lock
@@ -613,6 +614,11 @@ class LogWriter:
                 raise copy_error(self._set_error(exc)) from None
             self._ends_to_record.clear()
             return dict(self._md.value.properties)
+
+    def truncate(self, before: Position) -> list[int]:
+        """:func:`~bk_spark.log.truncate_log` with this writer's password (given once, when
+        it was opened): drop the log's whole ledgers before ``before``; their ids."""
+        return truncate_log(self._bk, self.name, before, self.config.password)
 
     # ----------------------------------------------------------------- closing
     def close(self) -> None:

@@ -2,8 +2,8 @@
 
 Recovery's read-forward (:class:`~bk_spark.protocol.schedule.RecoveryReadTally`), LAC reads
 and fences over a quorum coverage (``ask_last_fragment``), the reader's fail-over
-(``fetch_entries``) and the Auditor's held-entries check each count a bookie's answer as
-one of three kinds:
+(:mod:`~bk_spark.protocol.read_plan`) and the Auditor's held-entries check each count a
+bookie's answer as one of three kinds:
 
 * ``HOLDS``: it returned what was asked;
 * ``LACKS``: a negative, "I do not have it" (NoSuchLedger, NoSuchEntry): it counts toward

@@ -235,21 +235,30 @@ def validate_log_name(name: str) -> str:
 # ------------------------------------------------------------------------------- positions
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True, init=False, eq=False)
 class Position:
-    """A place in a log: entry ``entry_id`` of ledger ``ledger_id``.
+    """A place in a log: entry ``entry_id`` of ledger ``ledger_id``, the ledger at absolute
+    index ``ledger_index`` of the log's ledger list.
 
-    Positions are ordered by the log's ledger order (``ledger_index``, the ledger's absolute
-    index in the log, then ``entry_id``), not by ledger id; equality and hashing use
-    ``(ledger_id, entry_id)``. Positions made by writers and readers carry their index;
-    one made by hand without it (``ledger_index=-1``) can be passed to a reader but not
-    compared. ``ledger_id=-1`` names the ledger that will be added at ``ledger_index``
-    (the end of a log with no readable ledger there yet). Plain, picklable data.
+    A position is the triple ``(ledger_index, ledger_id, entry_id)``: equality, hashing and
+    ordering all use that one key, so ``a == b`` exactly when neither ``a < b`` nor
+    ``b < a`` (a total order). Within a log the index fixes the ledger, so positions made by
+    writers and readers sort in log order (by ledger index, then entry), not by ledger id.
+    One made by hand without the index (``ledger_index=-1``, e.g. parsed from ``"12:5"``)
+    can be passed to a reader, which finds the ledger by its id; it equals only positions
+    also without an index and sorts before every indexed one. ``ledger_id=-1`` names the
+    ledger that will be added at ``ledger_index`` (the end of a log with no readable ledger
+    there yet). Plain, picklable data.
+
+    Stable forms (:meth:`to_string` / :meth:`parse`, :meth:`to_bytes` / :meth:`from_bytes`):
+    ``"LEDGER:ENTRY"`` or ``"LEDGER:ENTRY@INDEX"`` with the index, and 25 bytes (a version
+    byte, then the three numbers as signed 64-bit big-endian). The CLI, Spark's streaming
+    offsets and checkpoints use them.
     """
 
     ledger_id: int
     entry_id: int
-    ledger_index: int = field(default=-1, compare=False)
+    ledger_index: int = -1
 
     def __init__(self, ledger_id: int, entry_id: int, ledger_index: int = -1) -> None:
         # The dataclass's frozen __init__ sets each field through object.__setattr__ (~0.5
@@ -259,36 +268,83 @@ class Position:
         d["entry_id"] = entry_id
         d["ledger_index"] = ledger_index
 
-    def _keys(self, other: Position) -> tuple[tuple[int, int], tuple[int, int]]:
-        if self.ledger_index < 0 or other.ledger_index < 0:
-            raise TypeError(
-                "positions without a ledger_index cannot be ordered: use positions returned "
-                "by a log writer or reader")
-        return (self.ledger_index, self.entry_id), (other.ledger_index, other.entry_id)
+    @property
+    def key(self) -> tuple[int, int, int]:
+        """``(ledger_index, ledger_id, entry_id)``: what equality, hashing and order use."""
+        return self.ledger_index, self.ledger_id, self.entry_id
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Position):
+            return NotImplemented
+        return self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
 
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, Position):
             return NotImplemented
-        a, b = self._keys(other)
-        return a < b
+        return self.key < other.key
 
     def __le__(self, other: object) -> bool:
         if not isinstance(other, Position):
             return NotImplemented
-        a, b = self._keys(other)
-        return a <= b
+        return self.key <= other.key
 
     def __gt__(self, other: object) -> bool:
         if not isinstance(other, Position):
             return NotImplemented
-        a, b = self._keys(other)
-        return a > b
+        return self.key > other.key
 
     def __ge__(self, other: object) -> bool:
         if not isinstance(other, Position):
             return NotImplemented
-        a, b = self._keys(other)
-        return a >= b
+        return self.key >= other.key
+
+    def without_index(self) -> Position:
+        """The same ledger and entry with no ledger index (as a user names it)."""
+        return Position(self.ledger_id, self.entry_id)
+
+    def to_string(self) -> str:
+        """``"LEDGER:ENTRY"``, with ``"@INDEX"`` appended when the index is known; stable
+        (what :meth:`parse` reads back)."""
+        s = f"{self.ledger_id}:{self.entry_id}"
+        return s if self.ledger_index < 0 else f"{s}@{self.ledger_index}"
+
+    @classmethod
+    def parse(cls, text: str) -> Position:
+        """A position from :meth:`to_string`'s form: ``"12:5"`` or ``"12:5@3"`` (ledger 12,
+        entry 5, the log's ledger #3); ``-1:0@3`` is the ledger still to be added at #3."""
+        m = _POSITION.fullmatch(text.strip()) if isinstance(text, str) else None
+        if m is None or (m.group(1) == "-1" and m.group(3) is None):
+            raise InvalidConfigError(
+                f"position {text!r}: expected LEDGER:ENTRY or LEDGER:ENTRY@INDEX "
+                f"(e.g. 12:0 or 12:0@3)")
+        index = m.group(3)
+        return cls(int(m.group(1)), int(m.group(2)), int(index) if index is not None else -1)
+
+    def to_bytes(self) -> bytes:
+        """25 bytes: version 1, then ledger id, entry id, ledger index (signed 64-bit
+        big-endian); stable (what :meth:`from_bytes` reads back)."""
+        return _POSITION_BYTES.pack(POSITION_BYTES_VERSION, self.ledger_id, self.entry_id,
+                                    self.ledger_index)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Position:
+        """A position from :meth:`to_bytes`'s form."""
+        if len(data) != _POSITION_BYTES.size or data[0] != POSITION_BYTES_VERSION:
+            raise LogFormatError(
+                f"a position of {len(data)} bytes starting {bytes(data[:1])!r} is not in "
+                f"format version {POSITION_BYTES_VERSION} ({_POSITION_BYTES.size} bytes): "
+                f"it was not written by Position.to_bytes (upgrade bk-spark if it is newer)")
+        _v, ledger_id, entry_id, index = _POSITION_BYTES.unpack(data)
+        return cls(ledger_id, entry_id, index)
+
+
+#: Version byte of :meth:`Position.to_bytes`.
+POSITION_BYTES_VERSION = 1
+_POSITION_BYTES = struct.Struct(">Bqqq")
+_POSITION = re.compile(r"(-1|\d+):(\d+)(?:@(\d+))?")
 
 
 @dataclass(frozen=True)

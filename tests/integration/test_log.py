@@ -630,3 +630,22 @@ def test_timestamp_seek_lands_on_the_first_entry_at_or_after_the_timestamp(
             assert got[0] == expected, target
             assert len(got) == 210 - records.index(expected)
     w.close()
+
+
+def test_the_client_opens_logs_like_ledgers_and_a_writer_or_reader_takes_its_password_once(
+        cluster, metadata_uri: str) -> None:
+    import bk_spark
+
+    with bk_spark.BookKeeper(metadata_uri) as bk:
+        w = bk.open_log_writer("facade", password=PW, roll_max_entries=2)
+        positions = [w.append(f"{i}".encode()) for i in range(5)]  # ledgers of 2, 2, 1
+        assert w.truncate(positions[2]) == [positions[0].ledger_id]  # the writer's password
+        w.close()
+        r = bk.open_log_reader("facade", "earliest", password=PW)
+        assert payloads(list(r.read_available())) == [b"2", b"3", b"4"]
+        assert bk.log_ledgers("facade")[0].ledger_id == positions[2].ledger_id
+        assert payloads(read_all(bk, "facade")) == [b"2", b"3", b"4"]  # the older style
+        with pytest.raises(UnauthorizedError, match="password"):
+            bk.delete_log("facade")  # the bookies check the ledgers' password
+        ids = [i.ledger_id for i in bk.log_ledgers("facade")]
+        assert bk.delete_log("facade", password=PW) == ids and "facade" not in bk.list_logs()

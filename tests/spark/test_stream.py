@@ -253,3 +253,34 @@ def test_a_log_empty_when_the_query_started_then_written_in_arrow_fails_the_quer
     with pytest.raises(LogFormatError, match=f"log '{name}' now holds arrow rows of "
                                              f"struct<value:string>.*restart the query"):
         r.latestOffset(start, ReadAllAvailable())
+
+
+def test_a_query_resumes_from_a_checkpoint_written_in_the_older_offset_form(
+        spark, bk, uri, log_name, tmp_path):
+    """Checkpoints store Position's string form; one written before it (separate index,
+    ledger, entry numbers) is read on restart and the query goes on where it stopped."""
+    import json
+
+    name = log_name()
+    fill(bk, name, 30)
+    rows, _ = run_available_now(stream(spark, uri, name), tmp_path, "q_old_form")
+    assert len(rows) == 30
+    for f in (tmp_path / "q_old_form" / "offsets").iterdir():
+        if f.name.isdigit():
+            lines = f.read_text().splitlines()
+            d = json.loads(lines[2])[name]
+            assert set(d) == {"position", "log_id"}, d
+            old = {**older_offset_form(d["position"]), "log_id": d["log_id"]}
+            f.write_text("\n".join(lines[:2] + [json.dumps({name: old})]) + "\n")
+            crc = f.with_name(f".{f.name}.crc")
+            crc.unlink(missing_ok=True)
+    fill(bk, name, 20)
+    rows, _ = run_available_now(stream(spark, uri, name), tmp_path, "q_old_form")
+    assert sorted(bytes(r.value) for r in rows) == sorted(f"{name}:{i}".encode()
+                                                          for i in range(20))
+
+
+def older_offset_form(position: str) -> dict[str, int]:
+    """The offset form of checkpoints before Position's string form."""
+    p = Position.parse(position)
+    return {"index": p.ledger_index, "ledger": p.ledger_id, "entry": p.entry_id}

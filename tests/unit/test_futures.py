@@ -1,4 +1,8 @@
-"""SharedConditionFuture: a real concurrent.futures.Future whose condition is shared."""
+"""SharedConditionFuture: a real concurrent.futures.Future whose condition is shared.
+
+Every test runs on both roads of core/futures.py: CPython's private Future fields filled
+directly (PRIVATE_FIELDS, what runs here) and the public constructor and setters used where
+those fields are absent."""
 
 from __future__ import annotations
 
@@ -8,8 +12,53 @@ from concurrent.futures import CancelledError, Future, as_completed, wait
 
 import pytest
 
+from bk_spark.core import futures as futures_module
 from bk_spark.core.futures import InFlightWindow, SharedConditionFuture, shared_condition
 from bk_spark.io.bookie_client import _chunk_ends
+
+
+@pytest.fixture(autouse=True, params=["private fields", "public constructor"])
+def road(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "public constructor":
+        monkeypatch.setattr(futures_module, "PRIVATE_FIELDS", False)
+    return str(request.param)
+
+
+def test_this_cpython_has_the_private_fields_and_a_future_without_them_takes_the_public_road(
+        road: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert futures_module._private_fields()  # CPython 3.10-3.13: the fast path is the one used
+
+    class BareFuture:  # a Future keeping its state some other way
+        pass
+
+    monkeypatch.setattr(futures_module, "Future", BareFuture)
+    assert not futures_module._private_fields()
+
+
+def test_a_future_filled_on_either_road_holds_its_own_state_and_shares_the_condition(
+        road: str) -> None:
+    cond = shared_condition()
+    f: SharedConditionFuture[int] = SharedConditionFuture(cond)
+    own = f._condition  # type: ignore[attr-defined]
+    assert (own is cond) == (road == "private fields")
+    assert not f.done() and not f.running() and not f.cancelled()
+
+
+def test_append_futures_give_positions_in_order_on_either_road() -> None:
+    from bk_spark.errors import BKError
+    from bk_spark.log.acks import AppendFuture, InOrderAcks
+    from bk_spark.protocol.log_format import Position
+
+    acks = InOrderAcks(lambda exc, lid: BKError(f"lost at ledger {lid}"))
+    segment = acks.open_segment(7, 4)
+    cond = shared_condition()
+    futs = [AppendFuture(cond, segment) for _ in range(3)]
+    segment.complete_run(futs[:2], 10, None)
+    assert [f.result(0) for f in futs[:2]] == [Position(7, 10, 4), Position(7, 11, 4)]
+    assert not futs[2].done()
+    segment.complete_run(futs[2:], 12, RuntimeError("fenced"))
+    with pytest.raises(BKError, match="lost at ledger 7"):
+        futs[2].result(0)
 
 
 def test_is_a_future_and_completes() -> None:

@@ -28,6 +28,7 @@ from collections import deque
 from bk_spark.core import BookKeeper
 from bk_spark.errors import LogOwnershipLostError
 from bk_spark.log import open_log_writer
+from bk_spark.log.testing import after_roll_cas
 
 
 def stall_after_roll_cas(new_id: int) -> None:
@@ -56,9 +57,8 @@ def main() -> None:
     while acked < args.count and time.monotonic() < deadline:
         session += 1
         w = open_log_writer(bk, args.log, password=b"pw", roll_max_entries=args.roll_every,
-                            roll_max_age_s=args.roll_age,
-                            after_roll_cas=stall_after_roll_cas if args.stall_after_roll_cas
-                            else None)
+                            roll_max_age_s=args.roll_age)
+        after_roll_cas(w, stall_after_roll_cas if args.stall_after_roll_cas else None)
         print(f"open {session} {w.ledger_id}", flush=True)
         window: deque = deque()
         try:
