@@ -345,13 +345,14 @@ def log_append(uri: str, n: int, roll_entries: int, size: int = KiB, in_flight: 
     :func:`bk_spark.io.zk.zk_operations`), the median over the rolls."""
     from bk_spark.core import BookKeeper
     from bk_spark.io.zk import zk_operations
+    from bk_spark.log.testing import after_roll_cas
 
     with BookKeeper(uri) as bk:
         name = f"bench-log-{os.getpid()}"  # its own log (runs may share a sandbox)
         at_cas: list[int] = []
-        w = open_log_writer(bk, name, roll_max_entries=roll_entries, password=b"p",
-                            after_roll_cas=lambda _id: at_cas.append(
-                                zk_operations(bk.zk).total()))
+        w = after_roll_cas(
+            open_log_writer(bk, name, roll_max_entries=roll_entries, password=b"p"),
+            lambda _id: at_cas.append(zk_operations(bk.zk).total()))
         data = b"g" * size
         window: deque = deque()
         t0 = time.perf_counter()

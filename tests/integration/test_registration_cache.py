@@ -14,6 +14,7 @@ from bk_spark.core import BookKeeper
 from bk_spark.io.registration import RegistrationCache, list_bookies
 from bk_spark.io.zk import SESSION_TIMEOUT_S, connect_zk, zk_operations
 from bk_spark.log import open_log_reader, open_log_writer
+from bk_spark.log.testing import after_roll_cas
 from bk_spark.metadata_uri import parse_metadata_service_uri
 
 PW = b"p"
@@ -44,7 +45,7 @@ def test_a_log_roll_takes_at_most_four_zookeeper_operations(bk: BookKeeper) -> N
     def count(_new_id: int) -> None:
         at_cas.append(zk_operations(bk.zk).total())
 
-    w = open_log_writer(bk, "rolls", password=PW, roll_max_entries=20, after_roll_cas=count)
+    w = after_roll_cas(open_log_writer(bk, "rolls", password=PW, roll_max_entries=20), count)
     values = [f"v{i}".encode() for i in range(20 * 7)]
     for v in values:  # acknowledged one by one: the roller prepares each spare half-way
         w.append(v)
