@@ -91,16 +91,27 @@ class Written:
     crc: int
 
 
+def in_progress(path: str) -> str:
+    """Where :func:`write_ledger` writes before the file is whole: a hidden sibling
+    (``.<name>.inprogress``), which Spark, Hadoop and pyarrow datasets skip, so
+    ``spark.read.parquet`` of the offload path never meets a half-written file."""
+    head, _, name = path.rpartition("/")
+    return f"{head}/.{name}.inprogress"
+
+
 def write_ledger(uri: str, schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> None:
-    """Write one ledger's rows to ``uri`` (step 2 of the protocol)."""
+    """Write one ledger's rows to ``uri`` (step 2 of the protocol): to a hidden sibling
+    first, moved to ``uri`` once the writer closed it."""
     fs, path = filesystem(uri)
+    tmp = in_progress(path)
     try:
         fs.create_dir(path.rpartition("/")[0], recursive=True)
-        with pq.ParquetWriter(path, schema, filesystem=fs, compression=COMPRESSION,
+        with pq.ParquetWriter(tmp, schema, filesystem=fs, compression=COMPRESSION,
                               write_statistics=True) as w:
             for b in batches:
                 if b.num_rows:
                     w.write_batch(b, row_group_size=ROW_GROUP_ROWS)
+        fs.move(tmp, path)
     except OSError as exc:
         raise OffloadTargetError(f"cannot write {shown_uri(uri)}: {exc}") from exc
 
@@ -155,18 +166,21 @@ def iter_batches(uri: str, first_entry: int = 0) -> Iterator[pa.RecordBatch]:
 
 
 def delete(uri: str) -> bool:
-    """Remove a file (a stale attempt's, or a truncated ledger's); False if it was not
-    there."""
+    """Remove a file (a stale attempt's, or a truncated ledger's) and any half-written copy
+    of it (an attempt that died mid-file); False if neither was there."""
     fs, path = filesystem(uri)
-    try:
-        fs.delete_file(path)
-        return True
-    except FileNotFoundError:
-        return False
-    except OSError as exc:
-        if "not exist" in str(exc) or "NoSuchKey" in str(exc):
-            return False
-        raise OffloadTargetError(f"cannot delete {shown_uri(uri)}: {exc}") from exc
+    found = False
+    for p in (in_progress(path), path):
+        try:
+            fs.delete_file(p)
+            found = True
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            if "not exist" in str(exc) or "NoSuchKey" in str(exc):
+                continue
+            raise OffloadTargetError(f"cannot delete {shown_uri(uri)}: {exc}") from exc
+    return found
 
 
 def entry_records(uri: str, first_entry: int = 0
