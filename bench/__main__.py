@@ -469,8 +469,10 @@ def main() -> None:
                 finally:
                     rb.stop()
                     shutil.rmtree(tmpd / f"bookie-ref-{rep}", ignore_errors=True)
+                # --no-offload: the tiered-storage figures run their own offloader (two
+                # offloading one ledger at once would take it over from each other)
                 sb = Sandbox(tmpd / "sandbox", n_bookies=3, zk_port=free_port(),
-                             first_bookie_port=0)
+                             first_bookie_port=0, bookie_args=["--no-offload"])
                 sb.start()
                 lruns.append(ledger_add(sb.metadata_service_uri, n_adds))
                 bookie_rate, ledger_rate = runs[-1][0], lruns[-1][0]

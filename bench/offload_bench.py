@@ -123,7 +123,7 @@ def main() -> None:
     res = Results()
     with tempfile.TemporaryDirectory() as d:
         sb = Sandbox(Path(d) / "sandbox", n_bookies=3, zk_port=free_port(),
-                     first_bookie_port=0)
+                     first_bookie_port=0, bookie_args=["--no-offload"])
         sb.start()
         try:
             offload_bench(sb.metadata_service_uri, Path(d), res, rows)
