@@ -5,8 +5,6 @@
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 import time
 from typing import Annotated
 
@@ -27,6 +25,7 @@ from bk_spark.cli.common import (
     format_time,
     print_json,
     progress_bar,
+    serve_in_foreground,
 )
 from bk_spark.core.client import BookKeeper
 from bk_spark.errors import (
@@ -83,8 +82,6 @@ def autorecovery(
     if ctx.invoked_subcommand is not None:
         return
 
-    from prometheus_client import start_http_server
-
     from bk_spark.metadata_uri import parse_metadata_service_uri
 
     logging.basicConfig(level=logging.INFO,
@@ -93,15 +90,7 @@ def autorecovery(
     service = AutoRecoveryService(uri, autorecovery_config(
         lost_bookie_recovery_delay, audit_interval, open_ledger_grace, recovery_password),
         security=cli_security())
-    if metrics_port is not None:
-        server, _ = start_http_server(metrics_port, addr="127.0.0.1",
-                                      registry=service.metrics.registry)
-        console.print(f"metrics on http://127.0.0.1:{server.server_port}/metrics")
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    signal.signal(signal.SIGINT, lambda *_: done.set())
-    console.print(f"autorecovery {service.identity} running on {uri}")
-    service.serve_forever(done)
+    serve_in_foreground(service, "autorecovery", uri, metrics_port)
 
 
 @autorecovery_app.command("status")

@@ -361,3 +361,22 @@ def kv_table(rows: Iterable[tuple[str, Any]]) -> Table:
     for k, v in rows:
         t.add_row(k, v if isinstance(v, Text) else Text(str(v)))
     return t
+
+
+def serve_in_foreground(service: Any, what: str, uri: str, metrics_port: int | None) -> None:
+    """Run an elected service (``bk autorecovery``, ``bk offloader``) until SIGTERM or
+    Ctrl-C, with its metrics on ``metrics_port`` (0: any free port) when given."""
+    import signal
+    import threading
+
+    from prometheus_client import start_http_server
+
+    if metrics_port is not None:
+        server, _ = start_http_server(metrics_port, addr="127.0.0.1",
+                                      registry=service.metrics.registry)
+        console.print(f"metrics on http://127.0.0.1:{server.server_port}/metrics")
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    signal.signal(signal.SIGINT, lambda *_: done.set())
+    console.print(f"{what} {service.identity} running on {uri}")
+    service.serve_forever(done)

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from bk_spark.cli.common import JsonOpt, UriOpt, connect, console, print_json
+from bk_spark.cli.common import (
+    JsonOpt,
+    UriOpt,
+    cli_security,
+    connect,
+    console,
+    print_json,
+    serve_in_foreground,
+)
 from bk_spark.errors import LogNotFoundError
 from bk_spark.io.election import elected
 from bk_spark.io.offload_files import shown_uri
@@ -45,23 +51,14 @@ def offloader(
 ) -> None:
     """Run an offloader contender in the foreground (Ctrl-C stops): while elected it copies
     every log's due closed ledgers to Parquet and drops bookie copies past their lag."""
-    from prometheus_client import start_http_server
-
     from bk_spark.metadata_uri import parse_metadata_service_uri
 
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     uri = parse_metadata_service_uri(metadata_service_uri).uri
-    service = OffloaderService(uri, offloader_config(password, offload_target, tick))
-    if metrics_port is not None:
-        server, _ = start_http_server(metrics_port, addr="127.0.0.1",
-                                      registry=service.metrics.registry)
-        console.print(f"metrics on http://127.0.0.1:{server.server_port}/metrics")
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
-    signal.signal(signal.SIGINT, lambda *_: done.set())
-    console.print(f"offloader {service.identity} running on {uri}")
-    service.serve_forever(done)
+    service = OffloaderService(uri, offloader_config(password, offload_target, tick),
+                               security=cli_security())
+    serve_in_foreground(service, "offloader", uri, metrics_port)
 
 
 def offloader_config(passwords: list[str] | None, target: str | None,
