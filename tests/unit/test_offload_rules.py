@@ -25,6 +25,7 @@ from bk_spark.protocol.offload_rules import (
     read_from,
     start_offload,
     states_of,
+    target_of,
     tier,
     with_state,
     without_states,
@@ -154,3 +155,18 @@ def test_each_attempt_writes_its_own_file():
 def test_a_target_query_stays_at_the_end_of_the_file_uri():
     f = offload_file("ev", "lid", 7, OffloadState("a", "s3://b/p?endpoint_override=h&x=1"))
     assert f == "s3://b/p/ev/lid/ledger-0000000000000000007-a.parquet?endpoint_override=h&x=1"
+
+
+def test_the_files_are_where_the_policy_says_else_where_the_records_say():
+    """A sandbox log's policy names no target (the offloader's default): offload_path must
+    still find the files, through the target its records name (a new user's
+    ``offload_path(uri, "events")`` failed with 'names no offload target')."""
+    assert target_of({}) is None
+    no_target = {"bk-spark.offload": OffloadPolicy(after="0").to_json()}
+    assert target_of(no_target) is None
+    props = with_state(no_target, 4, OffloadState("a", "file:///sandbox/offload"))
+    props = with_state(props, 9, OffloadState("b", "file:///elsewhere"))
+    assert target_of(props) == "file:///elsewhere"
+    pol = OffloadPolicy(after="0", target="s3://b/p")
+    assert target_of(with_state({"bk-spark.offload": pol.to_json()}, 4,
+                                OffloadState("a", "file:///x"))) == "s3://b/p"
