@@ -90,5 +90,39 @@ python "$DIR/iceberg.py" 2>&1
 echo "[exit $?]"
 echo
 
+echo "# 5b. A log whose ledgers have a password, as most users' do: written, offloaded by the"
+echo "#     sandbox's offloader (it was given no password), read back with the password"
+run bk log create secrets
+run bk log set secrets --offload-after 0
+cat > "$DIR/secrets.py" <<EOF
+from pyspark.sql import SparkSession
+
+spark = SparkSession.builder.master("local[2]").config("spark.log.level", "ERROR").getOrCreate()
+rows = spark.range(0, 50000, 1, 2).selectExpr("id", "CAST(id * 2 AS STRING) AS doubled")
+rows.write.format("bookkeeper").mode("append").option("metadataServiceUri", "$URI") \\
+    .option("log", "secrets").option("password", "p").save()
+EOF
+echo "\$ python $DIR/secrets.py"
+sed 's/^/    /' "$DIR/secrets.py"
+python "$DIR/secrets.py" 2>"$DIR/secrets.log"
+echo "[exit $?]"
+echo
+sleep 8
+run bk log show secrets
+run bk offload status
+cat > "$DIR/secrets_read.py" <<EOF
+from pyspark.sql import SparkSession
+from bk_spark.spark import read_log
+
+spark = SparkSession.builder.master("local[2]").config("spark.log.level", "ERROR").getOrCreate()
+df = read_log(spark, "secrets", uri="$URI", password="p")
+print("rows:", df.count(), " distinct ids:", df.select("id").distinct().count())
+EOF
+echo "\$ python $DIR/secrets_read.py"
+sed 's/^/    /' "$DIR/secrets_read.py"
+python "$DIR/secrets_read.py" 2>"$DIR/secrets_read.log"
+echo "[exit $?]"
+echo
+
 echo "# 6. Stop"
 run bk sandbox stop --data-dir "$DIR"
