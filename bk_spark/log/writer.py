@@ -354,7 +354,8 @@ class LogWriter:
                     self._check_usable()  # raises
                 lh, segment = self._current
                 fut = AppendFuture(self._futures_condition, segment)
-                if assign.append(size, (payload, fut)) is not Placement.ROLL_BEFORE:
+                if assign.take(size) or assign.append(
+                        size, (payload, fut)) is not Placement.ROLL_BEFORE:
                     try:
                         lh.add_entry_token(payload, fut)
                     except BKError as exc:  # the ledger failed: the writer stops

@@ -246,6 +246,20 @@ class LedgerAssignment(Generic[T]):
             self._count(size)
         return where
 
+    def take(self, size: int) -> bool:
+        """:meth:`append` of an append that fits the current ledger while nothing waits
+        (:data:`PLACEMENT`'s CURRENT rows, counted), with no item to keep: True. False: not
+        so, nothing changed (call :meth:`append`). The writer's hot path (issue 28)."""
+        entries, nbytes = self.entries + 1, self.nbytes + size
+        if self.waiting or entries > self._max_entries or nbytes > self._max_bytes:
+            return False
+        if entries == 1:
+            self.first_at = self._clock()
+        self.entries, self.nbytes = entries, nbytes
+        if entries >= self._wake_entries or nbytes >= self._wake_bytes:
+            self.wake = True
+        return True
+
     def _count(self, size: int) -> None:
         if self.entries == 0:
             self.first_at = self._clock()

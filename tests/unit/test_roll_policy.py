@@ -311,3 +311,25 @@ def test_listing_ahead_by_bytes_alone_wakes_the_roller_before_the_byte_limit() -
         i += 1
     assert a.nbytes == 80_000  # capped: LIST_AHEAD_SHARE of the limit before it
     assert a.step(clock.now, has_spare=True) is RollerStep.LIST_NEXT
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 300), max_size=60), st.integers(1, 20),
+       st.integers(100, 2_000))
+def test_take_is_append_for_every_append_that_fits_while_nothing_waits(
+        sizes: list[int], max_entries: int, max_bytes: int) -> None:
+    """The writer's hot path (take, else append) places and counts as append alone."""
+    limits = RollLimits(max_entries=max_entries, max_bytes=max_bytes)
+    fast: LedgerAssignment[int] = LedgerAssignment(limits, Clock())
+    slow: LedgerAssignment[int] = LedgerAssignment(limits, Clock())
+    fast.arm(has_spare=True)
+    slow.arm(has_spare=True)
+    for i, size in enumerate(sizes):
+        took = fast.take(size)
+        where = P.CURRENT if took else fast.append(size, i)
+        expected = slow.append(size, i)
+        assert (where is P.ROLL_BEFORE) == (expected is P.ROLL_BEFORE)
+        assert (fast.entries, fast.nbytes, list(fast.waiting), fast.wake) == (
+            slow.entries, slow.nbytes, list(slow.waiting), slow.wake)
+        if took:
+            assert expected is P.CURRENT
