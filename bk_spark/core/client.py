@@ -185,7 +185,7 @@ class BookKeeper:
         return lh
 
     def open_ledger(self, ledger_id: int, password: bytes = b"", recovery: bool = True, *,
-                    best_effort_lac: bool = False) -> ReadHandle:
+                    best_effort_lac: bool = False, confirmed: int = -1) -> ReadHandle:
         """Open a ledger for reading.
 
         ``recovery=True`` (the default, BookKeeper's ``openLedger``) fences a live
@@ -194,6 +194,10 @@ class BookKeeper:
         quorum coverage (:meth:`ReadHandle.read_last_add_confirmed`), or with
         ``best_effort_lac`` from whatever bookies answer
         (:meth:`ReadHandle.try_read_last_add_confirmed`: possibly stale, for tailing).
+        ``confirmed`` (with ``recovery=False``): an entry the caller knows is confirmed (a
+        planner read a LAC at least this); then no LAC is read
+        (:meth:`ReadHandle.confirmed_up_to`): a Spark task reads the slice its planner
+        found readable without asking the bookies again.
         """
         password = password_bytes(password)
         md = self.metadata_store.read(ledger_id)
@@ -205,7 +209,9 @@ class BookKeeper:
             return ReadHandle(self, md, codec, key)
         rh = ReadHandle(self, md, codec, key)
         if not rh.is_closed:
-            if best_effort_lac:
+            if confirmed >= 0:
+                rh.confirmed_up_to(confirmed)
+            elif best_effort_lac:
                 rh.try_read_last_add_confirmed()
             else:
                 rh.read_last_add_confirmed()

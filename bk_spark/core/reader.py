@@ -191,6 +191,14 @@ class ReadHandle:
     def length(self) -> int:
         return self._md.value.length
 
+    def confirmed_up_to(self, entry_id: int) -> None:
+        """The caller knows entries up to ``entry_id`` are confirmed (a LAC it read
+        before, e.g. a planner's): the LAC rises to it without asking the bookies. Only
+        ever a LAC some reader was told (any LAC a bookie reports is confirmed)."""
+        with self._lock:
+            if entry_id > self._lac:
+                self._lac = entry_id
+
     def read_entries(self, first: int, last: int) -> list[LedgerEntry]:
         """Entries ``first..last`` inclusive, in order (one batched fetch per bookie)."""
         return list(self.iter_entries(first, last))

@@ -91,10 +91,11 @@ class LogView:
     """One read of a log's metadata for planning (the log layer's
     :class:`~bk_spark.log.LogView`, plus the log's incarnation and offsets)."""
 
-    def __init__(self, bk: BookKeeper, name: str) -> None:
+    def __init__(self, bk: BookKeeper, name: str, md: LogMetadata | None = None) -> None:
+        """``md``: the log's metadata read already (None: read it now)."""
         self.bk = bk
         self.name = name
-        self._view = open_log_view(bk, name)
+        self._view = open_log_view(bk, name, md)
         self.md: LogMetadata = self._view.md
         self.incarnation = log_incarnation(self.md)
 

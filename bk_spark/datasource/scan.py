@@ -67,7 +67,9 @@ def read_partition(spec: ScanSpec, partition: InputPartition) -> Iterator[pa.Rec
                 yield from _parquet_rows(spec, s)
                 continue
             try:
-                rh = bk.open_ledger(s.ledger_id, spec.password, recovery=False)
+                # the planner found the slice readable: no LAC read again (issue 28)
+                rh = bk.open_ledger(s.ledger_id, spec.password, recovery=False,
+                                    confirmed=s.last_entry)
                 for batch in (_arrow_rows(spec, s, rh) if spec.entry_format == "arrow"
                               else _raw_rows(spec, s, rh)):
                     yield batch

@@ -19,6 +19,13 @@ most :data:`LATEST_OFFSET_WAIT_S`) before answering, watching instead of polling
 a ZooKeeper watch of the log's metadata. Spark asks again right after an empty answer, so
 with no trigger interval a micro-batch starts as soon as an entry is readable.
 
+Per micro-batch the driver reads nothing from ZooKeeper while the logs do not change
+(issue 28): a log's metadata is read again only once the watch its last read armed fired
+(:meth:`BookKeeperStreamReader._view`; the view read last is current until then), and the
+open ledgers' read handles are kept (:class:`OpenLedgers`), so the readable end is one
+last-add-confirmed request to the ledger's bookies, and none right after a long poll that
+just returned the new one.
+
 ``reportLatestOffset()`` returns the readable ends, each with the query's lag behind it
 (entries and estimated bytes), so query progress shows the lag. The logs read are those
 named, or those matching ``logPattern`` (listed again at every ``latestOffset``, so new
@@ -50,6 +57,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from bk_spark.core.client import BookKeeper
+from bk_spark.core.reader import ReadHandle
 from bk_spark.datasource import connections
 from bk_spark.datasource.formats import check_still_readable
 from bk_spark.datasource.offsets import LogOffset, Offsets, from_json, to_json
@@ -63,7 +71,6 @@ from bk_spark.datasource.planning import (
     after,
     data_lost,
     lag_behind,
-    log_end,
     logs_read,
     pack,
     start_offset,
@@ -94,7 +101,12 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         self._last_batch_at = time.monotonic()
         self._sizes = EntrySizes()
         self._idle_ends: Offsets = {}
+        # The logs' metadata as read last, each with the watch that read armed, and the
+        # views of them (see _view); the open ledgers' read handles.
         self._watches: Watches = {}
+        self._views: dict[str, LogView] = {}
+        self._views_client: BookKeeper | None = None
+        self._open = OpenLedgers()
 
     # ------------------------------------------------------------------ offsets
     def _bk(self) -> BookKeeper:
@@ -134,7 +146,7 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         for name in self._logs(bk):
             view = self._view(bk, name)
             if view is not None:
-                target[name] = log_end(view, self.options.password)
+                target[name] = self._open.end(view, self.options.password)
         self._target = target
 
     def reportLatestOffset(self) -> dict | None:
@@ -169,13 +181,16 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         end, views, idle = self._latest_offset(start, limit)
         if idle and self._target is None and views:
             if wait_for_more(self._bk(), views, self._idle_ends, self.options.password,
-                             LATEST_OFFSET_WAIT_S, self._watches):
-                end, _views, _idle = self._latest_offset(start, limit)
+                             LATEST_OFFSET_WAIT_S, self._watches, self._open):
+                # the long poll that ended the wait brought the new LAC: no request again
+                end, _views, _idle = self._latest_offset(start, limit, ask_lac=False)
         return end
 
-    def _latest_offset(self, start: dict, limit: ReadLimit
+    def _latest_offset(self, start: dict, limit: ReadLimit, ask_lac: bool = True
                        ) -> tuple[dict, dict[str, LogView], bool]:
-        """``(end, the logs' views, nothing readable past start in any log)``."""
+        """``(end, the logs' views, nothing readable past start in any log)``;
+        ``ask_lac`` False: the open ledgers' LACs as last learned (:meth:`OpenLedgers.end`).
+        """
         o = self.options
         bk = self._bk()
         starts = from_json(start)
@@ -193,7 +208,7 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
                                  self.spec.entry_format, self.stored)
             views[name] = view
             s = self._checked_start(view, starts.get(name))
-            e = log_end(view, o.password)
+            e = self._open.end(view, o.password, ask_lac=ask_lac)
             if self._target is not None:
                 # availableNow: stop where the logs ended when the trigger started (a log
                 # found since then is read to its end as of now).
@@ -271,11 +286,32 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     # ------------------------------------------------------------------ data loss
     def _view(self, bk: BookKeeper, name: str) -> LogView | None:
-        try:
-            return LogView(bk, name)
-        except LogNotFoundError:
-            self._lost(f"log {name!r} was deleted")
-            return None
+        """The log's view for planning (None: the log is gone, data loss), read again only
+        once its metadata changed: each read arms a ZooKeeper watch (kept in
+        :data:`Watches`, shared with :func:`wait_for_more`) and until it fires the
+        metadata read last is the current one (ZooKeeper tells a client of a change before
+        the client can read the changed data; a lost session fires every watch). Before,
+        each micro-batch read it twice (``latestOffset``, ``partitions``), twice more
+        after a wait."""
+        if self._views_client is not bk:  # another client (the last one was closed)
+            self._watches.clear()
+            self._views.clear()
+            self._views_client = bk
+        armed = self._watches.get(name)
+        if armed is None or armed[1].is_set():  # none yet, or it fired: read and arm one
+            changed = threading.Event()
+            try:
+                md = watch_log(bk, name, changed.set)
+            except LogNotFoundError:
+                self._watches.pop(name, None)
+                self._views.pop(name, None)
+                self._lost(f"log {name!r} was deleted")
+                return None
+            armed = self._watches[name] = (md, changed)
+        view = self._views.get(name)
+        if view is None or view.md is not armed[0]:
+            view = self._views[name] = LogView(bk, name, armed[0])
+        return view
 
     def _lost(self, what: str, instead: str = "skip the lost data and go on") -> None:
         if what in self._reported:  # planning the same batch again: said once
@@ -367,8 +403,70 @@ LATEST_OFFSET_WAIT_S = 0.25
 Watches = dict[str, tuple[LogMetadata, threading.Event]]
 
 
+class OpenLedgers:
+    """Read handles of the logs' open ledgers, kept by the driver across micro-batches.
+
+    The readable end of a log (:func:`~bk_spark.datasource.planning.log_end`) is in its
+    first ledger not closed: that ledger's last-add-confirmed, asked of its bookies with
+    quorum coverage (:meth:`ReadHandle.read_last_add_confirmed`). ``log_end`` opens the
+    ledger for each ask, which reads its metadata from ZooKeeper too; a kept handle reads
+    it again only while a later ledger is listed (the writer rolled: this one may be
+    closed now, and its end is not recorded yet). A handle is dropped once its ledger is
+    no longer the open one of its log.
+    """
+
+    def __init__(self) -> None:
+        self.client: BookKeeper | None = None  # the handles' client
+        self._handles: dict[str, dict[int, ReadHandle]] = {}  # log -> ledger id -> handle
+
+    def handle(self, view: LogView, info: LedgerInfo, password: bytes) -> ReadHandle:
+        """The kept handle of ``info`` (opened without recovery, reading its LAC, when
+        none is kept)."""
+        if self.client is not view.bk:
+            self._handles.clear()
+            self.client = view.bk
+        kept = self._handles.setdefault(view.name, {})
+        rh = kept.get(info.ledger_id)
+        if rh is None:
+            rh = kept[info.ledger_id] = view.bk.open_ledger(info.ledger_id, password,
+                                                            recovery=False)
+        return rh
+
+    def end(self, view: LogView, password: bytes, ask_lac: bool = True) -> LogOffset:
+        """``log_end`` of ``view`` through the kept handles; ``ask_lac`` False: a kept
+        handle's LAC as last learned (e.g. by the long poll that just returned it), which
+        is confirmed, only possibly older than the bookies' now."""
+        md = view.md
+        end = LogOffset(md.end_index, 0, -1)
+        undescribed = [r.index for r in md.tail if r.index >= md.first_index
+                       and not r.is_described]
+        kept = self._handles.get(view.name, {}) if self.client is view.bk else {}
+        open_ids: set[int] = set()
+        for index in range(undescribed[0] if undescribed else md.end_index, md.end_index):
+            info = view.at(index)
+            assert info is not None
+            if info.is_described:
+                continue
+            fresh = info.ledger_id not in kept
+            rh = self.handle(view, info, password)  # (opening it reads its LAC)
+            if not fresh:
+                if index < md.end_index - 1 and not rh.is_closed:
+                    rh.refresh_metadata()  # a later ledger is listed: closed now?
+                if ask_lac:
+                    rh.read_last_add_confirmed()
+            if not rh.is_closed:
+                open_ids.add(info.ledger_id)
+                end = LogOffset(index, rh.last_add_confirmed + 1, info.ledger_id)
+                break
+        kept = self._handles.get(view.name, {})
+        for lid in [lid for lid in kept if lid not in open_ids]:
+            del kept[lid]
+        return end
+
+
 def wait_for_more(bk: BookKeeper, views: dict[str, LogView], ends: Offsets,
-                  password: bytes, timeout: float, watches: Watches | None = None) -> bool:
+                  password: bytes, timeout: float, watches: Watches | None = None,
+                  handles: OpenLedgers | None = None) -> bool:
     """Wait until some log may have more to read past ``ends``, at most ``timeout``
     seconds; True if one does (or may: its ledger closed or its metadata changed).
 
@@ -382,7 +480,8 @@ def wait_for_more(bk: BookKeeper, views: dict[str, LogView], ends: Offsets,
     fired yet is waited on again instead of arming another. A ZooKeeper client keeps
     every watcher armed on a path until the path changes, so arming one per wait made an
     idle query (several waits a second on a log nobody writes) hold ever more of them,
-    without bound, all run at once at the log's next change."""
+    without bound, all run at once at the log's next change. ``handles``: the open
+    ledgers' kept read handles (:class:`OpenLedgers`; None: open each one here)."""
     if watches is None:
         watches = {}
     waits: list[Callable[[], bool]] = []
@@ -393,8 +492,8 @@ def wait_for_more(bk: BookKeeper, views: dict[str, LogView], ends: Offsets,
         info = view.at(end.index)
         if info is not None and not info.is_described:
             # best effort: a wait needs no coverage (any LAC a bookie reports is confirmed)
-            rh = bk.open_ledger(info.ledger_id, password, recovery=False,
-                                best_effort_lac=True)
+            rh = handles.handle(view, info, password) if handles is not None else \
+                bk.open_ledger(info.ledger_id, password, recovery=False, best_effort_lac=True)
             if rh.is_closed or rh.last_add_confirmed >= end.entry:
                 return True  # it grew or closed since it was planned
             waits.append(lambda rh=rh, e=end.entry: rh.wait_for_entry(e, timeout))

@@ -161,6 +161,15 @@ class LogReader:
         if last is None:
             self._index, self._entry = md.end_index, 0
             return
+        # A writer lists its next ledger shortly before it switches to it (a roll, issue
+        # 28): until then new entries still go to the ledger before it, still open.
+        for info in md.tail[:-1]:
+            if info.index >= md.first_index and not info.is_described:
+                rh = self._handle_for(info)
+                lac = rh.read_last_add_confirmed()
+                if not rh.is_closed:
+                    self._index, self._entry = info.index, lac + 1
+                    return
         self._index = last.index
         self._entry = (last.last_entry_id if last.is_described
                        else self._handle_for(last).read_last_add_confirmed()) + 1

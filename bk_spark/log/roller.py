@@ -16,6 +16,11 @@ next ledger once the current one is half-way. The roller does it:
   four: this one, the roll's CAS, closing the previous ledger and recording its end.
   The writer's roll takes it (:meth:`Roller.take_spare`) and claims it in its CAS; an
   unused one is deleted when the writer closes or stops (:meth:`Roller.discard_spare`).
+* **listing ahead** (issue 28): with the spare ready, once the current ledger would be
+  full within :data:`~bk_spark.protocol.roll_policy.LIST_AHEAD_S` at its rate, the roller
+  runs the roll's CAS early (``list_next``: the spare claimed and listed, appends still
+  going into the current ledger), so the roll due when the ledger is full is only the
+  switch: the appends waiting for the next ledger wait for no ZooKeeper operation.
 * **the thread**: waits on the writer's condition until an append reaches the next
   threshold (:meth:`LedgerAssignment.arm`; appends notify it) or the age check is due,
   then takes one step under the writer's metadata lock: the writer's roll (its four steps
@@ -56,7 +61,9 @@ class Roller:
 
     ``create_ledger(**kw)`` makes a ledger for the log (``kw``: for
     :meth:`BookKeeper.create_ledger`); ``roll()`` is the writer's roll (under
-    ``meta_lock``, which the roller holds when it calls it); ``stopped()`` (under the
+    ``meta_lock``, which the roller holds when it calls it); ``list_next()`` the writer's
+    steps 2-3 ahead of the switch (under ``meta_lock``), ``listed()`` (under the writer's
+    lock): the next ledger is listed already; ``stopped()`` (under the
     writer's lock): the writer closed or failed; ``fail(error)``: stop the writer with
     ``error`` (its appends waiting for the next ledger fail with it).
     """
@@ -65,6 +72,7 @@ class Roller:
                  assignment: LedgerAssignment[Any], wakeup: threading.Condition,
                  meta_lock: threading.Lock, *, max_age_s: float | None,
                  create_ledger: Callable[..., LedgerHandle], roll: Callable[[], object],
+                 list_next: Callable[[], object], listed: Callable[[], bool],
                  stopped: Callable[[], bool], fail: Callable[[BKError], object]) -> None:
         self._bk, self.name, self._password = bk, name, password
         self._assign = assignment
@@ -72,6 +80,7 @@ class Roller:
         self._max_age_s = max_age_s
         self._create_ledger, self._roll, self._stopped = create_ledger, roll, stopped
         self._fail = fail
+        self._list_next, self._listed = list_next, listed
         #: The next ledger, created ahead and registered as pending (None: none).
         self.spare: LedgerHandle | None = None
         self._ids = ReservedIds()  # the next spare's id, reserved by the last one's creation
@@ -93,12 +102,12 @@ class Roller:
             while True:
                 with self._wakeup:
                     while not self._stopped():
-                        has_spare = self.spare is not None
-                        assign.arm(has_spare)  # before looking: no wake-up is lost
+                        has_spare, listed = self.spare is not None, self._listed()
                         now = time.monotonic()
-                        if assign.step(now, has_spare) is not RollerStep.WAIT:
+                        assign.arm(has_spare, listed, now)  # before looking: none is lost
+                        if assign.step(now, has_spare, listed) is not RollerStep.WAIT:
                             break
-                        wait = assign.next_age_check(now, has_spare)
+                        wait = assign.next_age_check(now, has_spare, listed)
                         if wait is None and self._max_age_s is not None:
                             wait = self._max_age_s * SPARE_AT  # no entry yet: look again
                         self._wakeup.wait(None if wait is None else max(0.005, wait))
@@ -109,9 +118,11 @@ class Roller:
                     with self._meta_lock:
                         with self._wakeup:
                             step = RollerStep.WAIT if self._stopped() else assign.step(
-                                time.monotonic(), self.spare is not None)
+                                time.monotonic(), self.spare is not None, self._listed())
                         if step is RollerStep.ROLL:
                             self._roll()
+                        elif step is RollerStep.LIST_NEXT:
+                            self._list_next()
                         elif step is RollerStep.PREPARE_SPARE:
                             self._prepare_spare()
                 except (LogOwnershipLostError, LogNotFoundError):

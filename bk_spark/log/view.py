@@ -123,10 +123,11 @@ class LogView:
         return self._segments[number]
 
 
-def open_log_view(bk: BookKeeper, name: str) -> LogView:
-    """A :class:`LogView` of the current ledger list of log ``name``."""
+def open_log_view(bk: BookKeeper, name: str, md: LogMetadata | None = None) -> LogView:
+    """A :class:`LogView` of the current ledger list of log ``name`` (``md``: of that
+    metadata, read already, e.g. by :func:`watch_log`)."""
     store = log_store(bk)
-    return LogView(store, name, store.read(name).value)
+    return LogView(store, name, store.read(name).value if md is None else md)
 
 
 def watch_log(bk: BookKeeper, name: str, on_change: Callable[[], None]) -> LogMetadata:

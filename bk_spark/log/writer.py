@@ -17,7 +17,16 @@ ledger (the *spare*) and registers it as pending for the log (:mod:`bk_spark.log
 A roll is then one ZooKeeper transaction: the CAS that lists the spare also claims it
 (deletes its pending record) and checks its metadata is as created (not recovered by
 AutoRecovery meanwhile); if the claim or the check fails, nothing is written and the roll
-creates the next ledger itself. An unused spare is deleted when the writer closes or stops,
+creates the next ledger itself. The roller runs that transaction ahead too
+(:meth:`LogWriter._list_next_locked`, issue 28), shortly before the current ledger is
+expected to be full (:func:`~bk_spark.protocol.roll_policy.list_ahead_due`): the next
+ledger is then listed while appends still go into the current one, as in the seed's
+window between steps 3 and 4 ("we can continue writing to the log while we perform
+metadata update operations"), and the roll due once the current ledger is full is only
+the switch, with no ZooKeeper operation on the appends' path. While the next ledger is
+listed, the current one is second to last (a new owner fences both), readers move on to
+the next one only once the current one is closed, and this writer owns the log through
+the listed one. An unused spare is deleted when the writer closes or stops,
 and a crashed writer's spare is swept by the next writer of the log (or by ``delete_log``):
 no spare outlives the next owner.
 
@@ -235,6 +244,9 @@ class LogWriter:
         # and the acknowledgement segment of its appends.
         self._current = (lh, segment)
         self._futures_condition = shared_condition()  # see core/futures.py
+        # The next ledger when it is listed ahead of the switch (see the module docstring),
+        # with the first timestamp its CAS recorded (under _lock; changed under _meta_lock).
+        self._listed: tuple[LedgerHandle, int] | None = None
         # Which ledger each append goes to (roll_policy.py; under _lock): the current one, or
         # the queue of the next one once the current one is full for it. None: no limits.
         self._assign: LedgerAssignment[tuple[bytes, AppendFuture]] | None = (
@@ -248,6 +260,8 @@ class LogWriter:
                 max_age_s=config.roll_max_age_s,
                 create_ledger=lambda **kw: create_log_ledger(bk, name, config, **kw),
                 roll=lambda: self._roll_locked(None),
+                list_next=lambda: self._list_next_locked(None),
+                listed=lambda: self._listed is not None,
                 stopped=lambda: self._closed or self._error is not None,
                 fail=self._set_error)
             self._roller.start()
@@ -340,7 +354,8 @@ class LogWriter:
                     self._check_usable()  # raises
                 lh, segment = self._current
                 fut = AppendFuture(self._futures_condition, segment)
-                if assign.append(size, (payload, fut)) is not Placement.ROLL_BEFORE:
+                if assign.take(size) or assign.append(
+                        size, (payload, fut)) is not Placement.ROLL_BEFORE:
                     try:
                         lh.add_entry_token(payload, fut)
                     except BKError as exc:  # the ledger failed: the writer stops
@@ -417,7 +432,9 @@ class LogWriter:
     def roll(self, properties: PropertiesUpdate | None = None) -> int:
         """Roll to a new ledger; returns its id. Appends continue meanwhile.
 
-        ``properties`` (see :meth:`LogMetadata.with_properties`) are changed in the same CAS.
+        ``properties`` (see :meth:`LogMetadata.with_properties`) are changed in the same CAS,
+        or, when the roller listed the next ledger ahead already, in a CAS of their own
+        right before the switch to it.
         """
         with self._meta_lock:
             self._check_usable()
@@ -433,11 +450,26 @@ class LogWriter:
 
         "By deferring the closing of the previous ledger until step 4, we can continue
         writing to the log while we perform metadata update operations to add the new
-        ledger." Appends switch to the new ledger right after step 3. Then the previous
+        ledger." Appends switch to the new ledger right after step 3 (the roller may have
+        done steps 1-3 ahead, :meth:`_list_next_locked`: then the roll is the switch and
+        step 4). Then the previous
         ledger's last entry and timestamp are recorded for seeks (one more CAS). Appends
         that waited for the next ledger (a full one: :class:`LedgerAssignment`) are added to
         it at the switch, in append order, as many as fit it.
         """
+        if self._error is not None:
+            raise copy_error(self._error)
+        if self._listed is None:
+            self._list_next_locked(properties)  # steps 1-3
+        elif properties is not None:  # listed ahead already: the properties' own CAS
+            self._md = self._cas_properties(properties)
+        return self._switch_to_listed()
+
+    def _list_next_locked(self, properties: PropertiesUpdate | None) -> None:
+        """Steps 1-3 of a roll (under _meta_lock): the next ledger is created (or the
+        spare taken) and listed with a CAS; appends still go to the current ledger until
+        :meth:`_switch_to_listed`. The roller calls it ahead of the switch (the module
+        docstring), a roll right before it."""
         if self._error is not None:
             raise copy_error(self._error)
         # Step 1: create a new ledger (or take the one prepared ahead).
@@ -465,9 +497,21 @@ class LogWriter:
                 self._set_error(exc)
             raise
         self._md = md
+        with self._lock:
+            self._listed = (new, first_ts)
+            if self._assign is not None:
+                self._assign.listed_at = time.monotonic()
         if self._after_roll_cas is not None:  # a test seam: bk_spark.log.testing
             self._after_roll_cas(new.id)
+
+    def _switch_to_listed(self) -> int:
+        """The rest of a roll (under _meta_lock), once the next ledger is listed: appends
+        switch to it, then step 4 closes the previous ledger and its end is recorded.
+        Returns the new ledger's id."""
+        assert self._listed is not None
+        md = self._md
         with self._acks.lock, self._lock:  # (lock order: see InOrderAcks.lock)
+            (new, first_ts), self._listed = self._listed, None
             prev, prev_stamps = self._lh, self._stamps
             appended = prev.stop_adds()  # an append meeting it retries under self._lock
             prev_stamps.seal()  # its rounds still to ship: no later than the next ledger's
@@ -524,7 +568,7 @@ class LogWriter:
         transaction (its pending record deleted, its metadata checked unchanged since it
         was created: :class:`LedgerStateError` if either is not so, and nothing is
         written)."""
-        current_id, new_id = self._lh.id, new.id
+        current_id, new_id = self._owner_ledger(), new.id
         first_ts = [0]
 
         def needs_change(m: LogMetadata) -> bool:
@@ -549,6 +593,11 @@ class LogWriter:
                          make_change=make_change, current=self._md, also_check=checks,
                          also_delete=deletes)
         return md, first_ts[0] or max(now_ms(), self._clock.last)
+
+    def _owner_ledger(self) -> int:
+        """The ledger through which this writer owns the log: the last one it listed."""
+        listed = self._listed
+        return listed[0].id if listed is not None else self._lh.id
 
     def _forget_unlisted_ledger(self, ledger_id: int, spare: bool = False) -> None:
         """Delete a ledger whose CAS failed, unless the log lists it after all (a spare:
@@ -601,19 +650,24 @@ class LogWriter:
         """
         with self._meta_lock:
             self._check_usable()
-            current_id = self._lh.id
-
-            def make_change(m: LogMetadata) -> LogMetadata:
-                self._ownership_check(m, current_id)
-                return self._apply_descriptions(m).with_properties(update)
-
-            try:
-                self._md = update_log(self._bk, self.name, needs_change=lambda m: True,
-                                       make_change=make_change, current=self._md)
-            except (LogOwnershipLostError, LogNotFoundError) as exc:
-                raise copy_error(self._set_error(exc)) from None
-            self._ends_to_record.clear()
+            self._md = self._cas_properties(update)
             return dict(self._md.value.properties)
+
+    def _cas_properties(self, update: PropertiesUpdate) -> Versioned[LogMetadata]:
+        """CAS the log properties while this writer owns the log (under _meta_lock)."""
+        current_id = self._owner_ledger()
+
+        def make_change(m: LogMetadata) -> LogMetadata:
+            self._ownership_check(m, current_id)
+            return self._apply_descriptions(m).with_properties(update)
+
+        try:
+            md = update_log(self._bk, self.name, needs_change=lambda m: True,
+                            make_change=make_change, current=self._md)
+        except (LogOwnershipLostError, LogNotFoundError) as exc:
+            raise copy_error(self._set_error(exc)) from None
+        self._ends_to_record.clear()
+        return md
 
     def truncate(self, before: Position) -> list[int]:
         """:func:`~bk_spark.log.truncate_log` with this writer's password (given once, when
@@ -638,6 +692,8 @@ class LogWriter:
                 while self._error is None and self._assign is not None and (
                         self._assign.waiting):
                     self._roll_locked(None)
+                if self._error is None and self._listed is not None:
+                    self._switch_to_listed()  # listed ahead: close it as the current one
             except BaseException as exc:  # the waiting appends fail with the roll's error
                 self._set_error(exc if isinstance(exc, BKError) else BKError(
                     f"log {self.name!r}: closing could not roll to a ledger for the "

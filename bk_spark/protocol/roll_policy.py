@@ -21,6 +21,20 @@ number of appends in flight can overshoot a limit:
   younger than its limit. Once a ledger reaches :data:`SPARE_AT` of a limit the roller
   prepares the next ledger ahead (the *spare*), so that a roll is one metadata transaction
   and the appends queued behind it wait only for that.
+* **Listing ahead** (:func:`list_ahead_due`, issue 28): with a spare ready, the roller does
+  that transaction too before the current ledger is full: once, at the rate the ledger
+  filled so far, it would be full within :data:`LIST_AHEAD_S`, the next ledger is listed
+  (the roll's CAS) while appends still go into the current one, and the roll that is due
+  once it is full is only the switch, with no metadata operation on the appends' path (a
+  roll waited for on a full ledger stalled every append for one ZooKeeper transaction). The
+  ledgers fill to their limits as before: the switch still happens when one is due. A
+  ledger filling slowly (less than one entry per :data:`LIST_AHEAD_S`) is never listed
+  ahead: its roll is the CAS and the switch, as before; nor one with more than
+  :data:`LIST_AHEAD_SHARE` of a limit left (a burst's rate says little about the rest). A
+  listed ledger the writer has not switched to :data:`SWITCH_AFTER_S` later (the appends
+  stopped) is switched to then, the current ledger ending below its limit: the log keeps
+  no listed ledger waiting behind an open one for long (readers at the end of the open
+  one look for its close while a later one is listed).
 
 :class:`LedgerAssignment` keeps the counts of the current ledger and the appends waiting
 for the next; it is plain data, not thread-safe (the writer holds its own lock around it),
@@ -41,6 +55,14 @@ from typing import Generic, TypeVar
 #: next ledger.
 SPARE_AT = 0.5
 
+#: The roller lists the next ledger this long (seconds) before the current one is expected
+#: to be full (a few ZooKeeper transactions' time on a loaded machine).
+LIST_AHEAD_S = 0.03
+#: ... and only within this share of a limit from it.
+LIST_AHEAD_SHARE = 0.2
+#: A ledger listed ahead is switched to at most this long (seconds) after it was listed.
+SWITCH_AFTER_S = 1.0
+
 T = TypeVar("T")
 
 
@@ -57,7 +79,8 @@ class RollerStep(Enum):
 
     WAIT = "wait"                    #: nothing due
     PREPARE_SPARE = "prepare-spare"  #: create the next ledger ahead (step 1 of the next roll)
-    ROLL = "roll"                    #: roll now
+    LIST_NEXT = "list-next"          #: list the spare ahead (steps 2-3 of the next roll)
+    ROLL = "roll"                    #: roll now (only the switch, if listed ahead)
 
 
 @dataclass(frozen=True)
@@ -146,6 +169,34 @@ def roller_step(limits: RollLimits, entries: int, nbytes: int, age_s: float, wai
     return ROLLER_STEP[due, spare_due]
 
 
+def list_ahead_margin(entries: int, nbytes: int, age_s: float, lead_s: float
+                      ) -> tuple[int, float]:
+    """``(entries, bytes)`` a ledger of ``entries`` entries and ``nbytes`` bytes whose first
+    entry is ``age_s`` old is expected to take in the next ``lead_s`` seconds, at the rate
+    it filled so far (whole entries: 0 for a ledger filling slower than one per
+    ``lead_s``)."""
+    if entries <= 0 or age_s <= 0:
+        return 0, 0.0
+    return int(entries * lead_s / age_s), nbytes * lead_s / age_s
+
+
+def _capped(limits: RollLimits, entries: int, nbytes: float) -> tuple[float, float]:
+    """A margin of whole entries and bytes (0 below one) within LIST_AHEAD_SHARE of the
+    limits."""
+    return (min(entries, limits.entries * LIST_AHEAD_SHARE) if entries >= 1 else 0,
+            min(nbytes, limits.bytes * LIST_AHEAD_SHARE) if nbytes >= 1 else 0)
+
+
+def list_ahead_due(limits: RollLimits, entries: int, nbytes: int, age_s: float,
+                   lead_s: float = LIST_AHEAD_S) -> bool:
+    """The roller lists the next ledger now (the spare is ready): at the rate the current
+    ledger filled, it reaches a limit within ``lead_s`` (see the module docstring)."""
+    e, b = _capped(limits, *list_ahead_margin(entries, nbytes, age_s, lead_s))
+    return ((e >= 1 and entries + e >= limits.entries)
+            or (b >= 1 and nbytes + b >= limits.bytes)
+            or (entries > 0 and age_s + lead_s >= limits.age_s))
+
+
 class LedgerAssignment(Generic[T]):
     """Assigns appends to the current ledger or to the queue of the next one
     (:func:`place`), and counts what the current ledger got; ``T``: what the caller keeps
@@ -159,7 +210,7 @@ class LedgerAssignment(Generic[T]):
     thresholds again after the roller looked.
     """
 
-    __slots__ = ("limits", "entries", "nbytes", "first_at", "waiting", "wake",
+    __slots__ = ("limits", "entries", "nbytes", "first_at", "waiting", "wake", "listed_at",
                  "_wake_entries", "_wake_bytes", "_max_entries", "_max_bytes", "_clock")
 
     def __init__(self, limits: RollLimits, clock: Callable[[], float]) -> None:
@@ -171,6 +222,8 @@ class LedgerAssignment(Generic[T]):
         self.nbytes = 0       # their payload bytes
         self.first_at: float | None = None  # when its first append came (a monotonic clock)
         self.waiting: deque[tuple[int, T]] = deque()  # (size, item): for the next ledger
+        #: When the next ledger was listed ahead (None: not listed; :meth:`switch` clears it)
+        self.listed_at: float | None = None
         self.wake = False
         self._wake_entries = math.inf
         self._wake_bytes = math.inf
@@ -193,6 +246,20 @@ class LedgerAssignment(Generic[T]):
             self._count(size)
         return where
 
+    def take(self, size: int) -> bool:
+        """:meth:`append` of an append that fits the current ledger while nothing waits
+        (:data:`PLACEMENT`'s CURRENT rows, counted), with no item to keep: True. False: not
+        so, nothing changed (call :meth:`append`). The writer's hot path (issue 28)."""
+        entries, nbytes = self.entries + 1, self.nbytes + size
+        if self.waiting or entries > self._max_entries or nbytes > self._max_bytes:
+            return False
+        if entries == 1:
+            self.first_at = self._clock()
+        self.entries, self.nbytes = entries, nbytes
+        if entries >= self._wake_entries or nbytes >= self._wake_bytes:
+            self.wake = True
+        return True
+
     def _count(self, size: int) -> None:
         if self.entries == 0:
             self.first_at = self._clock()
@@ -204,7 +271,7 @@ class LedgerAssignment(Generic[T]):
     def switch(self) -> list[T]:
         """The writer moved on to the next ledger (empty): the waiting appends that go to it,
         oldest first, as many as fit; the rest wait for the ledger after it."""
-        self.entries, self.nbytes, self.first_at = 0, 0, None
+        self.entries, self.nbytes, self.first_at, self.listed_at = 0, 0, None, None
         taken: list[T] = []
         waiting = self.waiting
         while waiting:
@@ -220,18 +287,35 @@ class LedgerAssignment(Generic[T]):
         """How old the current ledger's first entry is (0: none)."""
         return 0.0 if self.first_at is None else now - self.first_at
 
-    def step(self, now: float, has_spare: bool) -> RollerStep:
-        """The roller's next step (:func:`roller_step`)."""
-        return roller_step(self.limits, self.entries, self.nbytes, self.age(now),
-                           len(self.waiting), has_spare)
+    def step(self, now: float, has_spare: bool, listed: bool = False) -> RollerStep:
+        """The roller's next step (:func:`roller_step`); ``listed``: the next ledger is
+        listed already (a due roll is then only the switch), ``has_spare``: a spare not
+        listed yet, which is listed ahead once :func:`list_ahead_due`."""
+        age = self.age(now)
+        step = roller_step(self.limits, self.entries, self.nbytes, age, len(self.waiting),
+                           has_spare or listed)
+        if step is RollerStep.WAIT and has_spare and not listed and list_ahead_due(
+                self.limits, self.entries, self.nbytes, age):
+            return RollerStep.LIST_NEXT
+        if step is RollerStep.WAIT and listed and self.listed_at is not None and (
+                now - self.listed_at >= SWITCH_AFTER_S):
+            return RollerStep.ROLL  # listed, and the appends stopped: switch anyway
+        return step
 
-    def arm(self, has_spare: bool) -> None:
+    def arm(self, has_spare: bool, listed: bool = False, now: float | None = None) -> None:
         """Wake the roller again when an append reaches its next threshold: the spare's
-        share of the entry and byte limits without a spare, the limits with one."""
-        share = 1.0 if has_spare else SPARE_AT
-        self._wake_entries = math.ceil(self.limits.entries * share) \
+        share of the entry and byte limits without a spare, the limits with one listed,
+        and with a spare not listed yet the limits less what the ledger is expected to
+        take in :data:`LIST_AHEAD_S` at its rate as of ``now`` (:func:`list_ahead_due`)."""
+        share = 1.0 if has_spare or listed else SPARE_AT
+        entries, nbytes = self.limits.entries * share, self.limits.bytes * share
+        if has_spare and not listed and now is not None:
+            e, b = _capped(self.limits, *list_ahead_margin(
+                self.entries, self.nbytes, self.age(now), LIST_AHEAD_S))
+            entries, nbytes = entries - math.floor(e), nbytes - b
+        self._wake_entries = math.ceil(entries) \
             if self.limits.max_entries is not None else math.inf
-        self._wake_bytes = self.limits.bytes * share
+        self._wake_bytes = nbytes
         self.wake = False  # the roller looks at :meth:`step` right after arming
 
     def disarm(self) -> None:
@@ -239,10 +323,17 @@ class LedgerAssignment(Generic[T]):
         self._wake_entries = self._wake_bytes = math.inf
         self.wake = False
 
-    def next_age_check(self, now: float, has_spare: bool) -> float | None:
+    def next_age_check(self, now: float, has_spare: bool, listed: bool = False
+                       ) -> float | None:
         """Seconds until the age of the current ledger's first entry makes a step due (the
-        spare's share, or the limit), or None: no age limit or no entry."""
+        spare's share, the listing ahead, or the limit) or a listed ledger is switched to
+        anyway (:data:`SWITCH_AFTER_S`), or None: neither."""
+        switch = None if not listed or self.listed_at is None else max(
+            0.0, self.listed_at + SWITCH_AFTER_S - now)
         if self.limits.max_age_s is None or self.first_at is None:
-            return None
-        share = 1.0 if has_spare else SPARE_AT
-        return max(0.0, self.first_at + self.limits.max_age_s * share - now)
+            return switch
+        due = self.limits.max_age_s * (1.0 if has_spare or listed else SPARE_AT)
+        if has_spare and not listed:
+            due -= LIST_AHEAD_S
+        age = max(0.0, self.first_at + due - now)
+        return age if switch is None else min(age, switch)

@@ -45,6 +45,7 @@ from bk_spark.log import (
     truncate_log,
     update_log_properties,
 )
+from bk_spark.log.testing import after_roll_cas
 from bk_spark.protocol.ledger_metadata import LedgerState
 from bk_spark.protocol.log_format import LogLimits
 
@@ -649,3 +650,25 @@ def test_the_client_opens_logs_like_ledgers_and_a_writer_or_reader_takes_its_pas
             bk.delete_log("facade")  # the bookies check the ledgers' password
         ids = [i.ledger_id for i in bk.log_ledgers("facade")]
         assert bk.delete_log("facade", password=PW) == ids and "facade" not in bk.list_logs()
+
+
+def test_a_reader_seeking_latest_while_the_next_ledger_is_listed_misses_no_later_append(
+        bk: BookKeeper) -> None:
+    """Between a roll's CAS and its switch (a window the roller now opens ahead of a full
+    ledger, issue 28) appends still go to the previous ledger: "latest" is there, not at
+    the start of the ledger just listed (a reader seeking then skipped what was appended
+    to the previous ledger after its seek)."""
+    w = open_log_writer(bk, "latest-listed", password=PW)
+    w.append(b"before")
+    readers = []
+
+    def listed(_new: int) -> None:
+        readers.append(open_log_reader(bk, "latest-listed", "latest", password=PW))
+        w.append(b"after the seek")  # into the previous ledger: not switched yet
+
+    after_roll_cas(w, listed)
+    w.roll()
+    w.append(b"in the next ledger")
+    w.close()
+    got = payloads(list(readers[0].read_available()))
+    assert got[-2:] == [b"after the seek", b"in the next ledger"], got

@@ -20,6 +20,7 @@ from bk_spark.log import (
     open_log_reader,
     open_log_writer,
 )
+from bk_spark.log.testing import after_roll_cas
 
 PW = b"pw"
 
@@ -184,3 +185,29 @@ def test_the_roller_of_a_writer_left_open_ends_when_its_client_is_closed(
     # says the writer is closed (a roller stopped by the closed client would say "client")
     with pytest.raises(BKError, match="closed"):
         w.append_async(b"after")
+
+
+def test_a_log_filling_fast_lists_its_next_ledger_while_appends_still_fill_the_current_one(
+        bk: BookKeeper) -> None:
+    """Issue 28: the roller runs a roll's CAS ahead, once the current ledger would be full
+    within LIST_AHEAD_S at its rate, so the roll due when it is full is only the switch.
+    Before, the CAS started only once the ledger was full, and every append waited for it
+    at each roll. The ledgers still fill to the limit, in append order."""
+    appended = [0]
+    at_cas: list[int] = []  # appends made when each roll's CAS landed
+    w = after_roll_cas(open_log_writer(bk, "list-ahead", password=PW, roll_max_entries=5_000),
+                       lambda _new: at_cas.append(appended[0]))
+    window: deque[Future[Position]] = deque()
+    got: list[Position] = []
+    for i in range(30_000):
+        if len(window) >= 1_000:
+            got.append(window.popleft().result(120))
+        window.append(w.append_async(b"z" * 100))
+        appended[0] = i + 1
+    got.extend(f.result(120) for f in window)
+    w.close()
+    sizes = ledger_sizes(bk, "list-ahead")
+    assert sizes[:6] == [5_000] * 6 and all(s == 0 for s in sizes[6:]), sizes
+    assert got == sorted(got)
+    ahead = [k for k, n in enumerate(at_cas[:5]) if n < (k + 1) * 5_000]
+    assert ahead, at_cas  # ledger k + 1 listed before the appends filled ledger k

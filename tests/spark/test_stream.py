@@ -17,6 +17,7 @@ from bk_spark.datasource.source import resolve_read_format, scan_spec
 from bk_spark.datasource.stream import BookKeeperStreamReader
 from bk_spark.datasource.writer import BookKeeperBatchWriter
 from bk_spark.errors import LogFormatError, LogTruncatedError
+from bk_spark.io.zk import zk_operations
 from bk_spark.log import create_log, log_ledgers, open_log_writer, truncate_log
 from bk_spark.log.store import log_store, update_log
 from bk_spark.protocol.digest import master_key
@@ -284,3 +285,34 @@ def older_offset_form(position: str) -> dict[str, int]:
     """The offset form of checkpoints before Position's string form."""
     p = Position.parse(position)
     return {"index": p.ledger_index, "ledger": p.ledger_id, "entry": p.entry_id}
+
+
+def test_micro_batches_read_no_zookeeper_node_while_the_log_does_not_change(
+        bk, uri, log_name):
+    """Issue 28: planning a micro-batch (``latestOffset``, ``partitions``) reads the log's
+    metadata again only once its watch fired, and keeps the open ledger's read handle: no
+    ZooKeeper request while entries go on into the same ledger (before: the log's metadata
+    twice and the ledger's once per batch). A roll is seen at once all the same."""
+    name = log_name()
+    w = fill(bk, name, 5, close=False)
+    r = reader(uri, name, startingOffsets="earliest")
+    zk = connections.client(uri, r.options.security).zk
+    start = r.initialOffset()
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert entries_between(r, start, end) == 5
+    before = zk_operations(zk).total()
+    for i in range(3):
+        w.append(f"more {i}".encode())
+        nxt = r.latestOffset(end, ReadAllAvailable())  # waits for the entry's LAC
+        assert entries_between(r, end, nxt) == 1
+        end = nxt
+    assert zk_operations(zk).total() - before == 0
+    w.roll()
+    w.append(b"after the roll")
+    deadline = time.monotonic() + 20
+    got = 0
+    while got < 1 and time.monotonic() < deadline:
+        nxt = r.latestOffset(end, ReadAllAvailable())
+        got, end = got + entries_between(r, end, nxt), nxt
+    assert got == 1
+    w.close()

@@ -10,13 +10,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bk_spark.protocol.roll_policy import (
+    LIST_AHEAD_S,
     PLACEMENT,
     ROLLER_STEP,
     SPARE_AT,
+    SWITCH_AFTER_S,
     LedgerAssignment,
     Placement,
     RollerStep,
     RollLimits,
+    list_ahead_due,
+    list_ahead_margin,
     place,
     roller_step,
 )
@@ -150,7 +154,9 @@ def test_age_counts_from_the_first_entry_of_the_ledger() -> None:
     assert a.next_age_check(100.0, False) is None   # no entry: no age
     a.append(1, 0)
     assert a.next_age_check(100.5, False) == pytest.approx(0.5)   # the spare at 1 s
-    assert a.next_age_check(100.5, True) == pytest.approx(1.5)    # the roll at 2 s
+    # with the spare: listed ahead LIST_AHEAD_S before the roll's 2 s; listed: the roll
+    assert a.next_age_check(100.5, True) == pytest.approx(1.5 - LIST_AHEAD_S)
+    assert a.next_age_check(100.5, False, listed=True) == pytest.approx(1.5)
     assert a.step(102.0, True) is RollerStep.ROLL
     clock.now = 103.0
     assert a.append(1, 1) is P.CURRENT   # age holds no append back
@@ -220,3 +226,110 @@ def test_an_assignment_places_every_append_as_the_table_says(
             a.switch()
         expected = place(limits, a.entries, a.nbytes, size, bool(a.waiting))
         assert a.append(size, i) is expected
+
+
+def test_a_ledger_filling_fast_lists_the_next_one_ahead_and_rolls_when_full() -> None:
+    """Issue 28: with the spare ready, the roll's CAS runs once the ledger would be full
+    within LIST_AHEAD_S at its rate; the roll itself (the switch) still waits until it is
+    full, so ledgers fill to the limit as before."""
+    clock = Clock(0.0)
+    a: LedgerAssignment[int] = LedgerAssignment(RollLimits(max_entries=10_000), clock)
+    for i in range(5_000):  # 5,000 entries in 0.1 s: 50,000/s, 1,500 per LIST_AHEAD_S
+        clock.now = i * 2e-5
+        a.append(1, i)
+    now = clock.now
+    assert a.step(now, has_spare=False) is RollerStep.PREPARE_SPARE
+    assert a.step(now, has_spare=True) is RollerStep.WAIT  # 5,000 left: 0.1 s away
+    a.arm(has_spare=True, now=now)
+    i = 5_000
+    while not a.wake:
+        clock.now = i * 2e-5
+        a.append(1, i)
+        i += 1
+    assert 10_000 - 1_600 < a.entries < 10_000 - 1_400   # woken ~30 ms before full
+    a.disarm()
+    assert a.step(clock.now, has_spare=True) is RollerStep.LIST_NEXT
+    a.arm(has_spare=False, listed=True, now=clock.now)
+    assert a.step(clock.now, has_spare=False, listed=True) is RollerStep.WAIT
+    while not a.wake:
+        clock.now = i * 2e-5
+        a.append(1, i)
+        i += 1
+    assert a.entries == 10_000   # full: the roll (the switch) is due, not earlier
+    assert a.step(clock.now, has_spare=False, listed=True) is RollerStep.ROLL
+    assert a.append(1, 10_000) is P.ROLL_BEFORE
+
+
+def test_a_slow_ledger_is_not_listed_ahead() -> None:
+    """Fewer than one entry per LIST_AHEAD_S: its roll is the CAS and the switch, when
+    full; listing ahead needs a spare."""
+    assert list_ahead_margin(100, 100, 10.0, LIST_AHEAD_S) == (0, pytest.approx(0.3))
+    limits = RollLimits(max_entries=101)
+    assert not list_ahead_due(limits, 100, 100, 10.0)
+    assert list_ahead_due(RollLimits(max_entries=101), 100, 100, 1.0)  # 3 per 30 ms
+    assert list_ahead_due(RollLimits(max_bytes=1_000), 10, 990, 1.0)   # 29.7 bytes
+    assert list_ahead_due(RollLimits(max_age_s=1.0), 1, 1, 1.0 - LIST_AHEAD_S)
+    assert not list_ahead_due(RollLimits(max_age_s=1.0), 1, 1, 0.9)
+    clock = Clock(0.0)
+    a: LedgerAssignment[int] = LedgerAssignment(RollLimits(max_entries=10), clock)
+    for i in range(9):
+        a.append(1, i)
+    clock.now = 1.0
+    assert a.step(1.0, has_spare=False) is RollerStep.PREPARE_SPARE
+    assert a.step(1.0, has_spare=True) is RollerStep.WAIT
+
+
+def test_a_burst_is_not_listed_ahead_and_a_listed_ledger_is_switched_to_after_a_while(
+        ) -> None:
+    """A burst's rate says little about the rest: more than LIST_AHEAD_SHARE of the limit
+    left, no listing ahead; a listed ledger whose predecessor stopped filling is switched
+    to SWITCH_AFTER_S later (the ledger ends below its limit, as a limit allows)."""
+    assert not list_ahead_due(RollLimits(max_entries=100), 60, 60, 0.005)  # 40 left
+    assert list_ahead_due(RollLimits(max_entries=100), 85, 85, 0.005)      # 15 left
+    clock = Clock(0.0)
+    a: LedgerAssignment[int] = LedgerAssignment(RollLimits(max_entries=100), clock)
+    for i in range(85):
+        a.append(1, i)
+    a.listed_at = 0.01
+    assert a.step(0.5, has_spare=False, listed=True) is RollerStep.WAIT
+    assert a.next_age_check(0.5, False, listed=True) == pytest.approx(SWITCH_AFTER_S - 0.49)
+    assert a.step(0.01 + SWITCH_AFTER_S, has_spare=False, listed=True) is RollerStep.ROLL
+    assert a.switch() == [] and a.listed_at is None
+
+
+def test_listing_ahead_by_bytes_alone_wakes_the_roller_before_the_byte_limit() -> None:
+    clock = Clock(0.0)
+    a: LedgerAssignment[int] = LedgerAssignment(RollLimits(max_bytes=100_000), clock)
+    for i in range(500):  # 100 bytes every 0.1 ms: 30,000 bytes per LIST_AHEAD_S
+        clock.now = i * 1e-4
+        a.append(100, i)
+    a.arm(has_spare=True, now=clock.now)
+    i = 500
+    while not a.wake:
+        clock.now = i * 1e-4
+        a.append(100, i)
+        i += 1
+    assert a.nbytes == 80_000  # capped: LIST_AHEAD_SHARE of the limit before it
+    assert a.step(clock.now, has_spare=True) is RollerStep.LIST_NEXT
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 300), max_size=60), st.integers(1, 20),
+       st.integers(100, 2_000))
+def test_take_is_append_for_every_append_that_fits_while_nothing_waits(
+        sizes: list[int], max_entries: int, max_bytes: int) -> None:
+    """The writer's hot path (take, else append) places and counts as append alone."""
+    limits = RollLimits(max_entries=max_entries, max_bytes=max_bytes)
+    fast: LedgerAssignment[int] = LedgerAssignment(limits, Clock())
+    slow: LedgerAssignment[int] = LedgerAssignment(limits, Clock())
+    fast.arm(has_spare=True)
+    slow.arm(has_spare=True)
+    for i, size in enumerate(sizes):
+        took = fast.take(size)
+        where = P.CURRENT if took else fast.append(size, i)
+        expected = slow.append(size, i)
+        assert (where is P.ROLL_BEFORE) == (expected is P.ROLL_BEFORE)
+        assert (fast.entries, fast.nbytes, list(fast.waiting), fast.wake) == (
+            slow.entries, slow.nbytes, list(slow.waiting), slow.wake)
+        if took:
+            assert expected is P.CURRENT
