@@ -99,3 +99,23 @@ def test_a_bookie_survives_zookeeper_dying_while_it_registers(healed: FaultClust
         assert s.process.proc is not None and s.process.proc.poll() is None, \
             (s.data_dir / "bookie.log").read_text()[-3000:]
         healed.wait_writable(30)
+
+
+def test_a_bookie_restarted_while_zookeeper_is_down_serves_once_zookeeper_is_back(
+        healed: FaultCluster) -> None:
+    """Seed 21 (long): a bookie's restart (after its journal tail was torn) fell inside a
+    ZooKeeper restart. A bookie checks its cookie in ZooKeeper before it listens; the
+    harness waited for it to listen (three 60 s attempts) before the timeline could bring
+    ZooKeeper back, so ZooKeeper stayed down 185 s instead of 0.8 s and three writers'
+    adds stalled. The restart must return at once, and the bookie serve once ZooKeeper is
+    back."""
+    i = 2
+    healed.kill(i)
+    healed.stop_zookeeper()
+    started = time.monotonic()
+    healed.restart(i)
+    assert time.monotonic() - started < 10.0
+    healed.start_zookeeper()  # returns once the bookie launched meanwhile serves
+    s = healed.slots[i]
+    assert s.state == "up" and s.process.proc is not None and s.process.proc.poll() is None
+    healed.wait_writable(30)
