@@ -151,8 +151,9 @@ def test_a_copy_is_unplaceable_only_when_no_writable_bookie_is_outside_its_fragm
     md = _md(E=4, Qw=3, fragments=((0, (A, B, C, D)),))
     assert unplaceable(md, {B}, Topology((A, B, C, D))) == {B}
     assert unplaceable(md, {B}, Topology((A, B, C, D, E_))) == set()
-    # a missing bookie is no candidate for another one's place
+    # a writable bookie short of other copies is still a place for these
     assert unplaceable(md, {B, C}, Topology((A, B, C, D, E_))) == set()
+    assert unplaceable(md, {B, E_}, Topology((A, B, C, D, E_))) == set()
     assert unplaceable(md, {B, C}, Topology((A, B, C, D))) == {B, C}
     # a readonly (not writable) bookie is no candidate either
     assert unplaceable(md, {B}, Topology((A, C, D))) == {B}
