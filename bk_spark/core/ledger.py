@@ -382,21 +382,31 @@ class LedgerHandle:
             acked = self._pending.ack_many(eids, index)
             if not acked:
                 return
-            k = len(acked)
-            targets = self._targets[:k]
-            del self._targets[:k]
-            del self._wire[:k]
-            self._acked_length = self._ends[k - 1]
-            del self._ends[:k]
-            self._unacked_first += k
-            charged = self._charged[k - 1]
-            del self._charged[:k]
-            released, self._charged_released = charged - self._charged_released, charged
-            self._deliveries.append((acked.start, targets, None))
-            self._failed_since_progress.clear()
-            idle = not self._targets
-            if idle:  # close may go on
-                self._drained.notify_all()
+            released, idle = self._acknowledge(acked)
+        self._after_acknowledged(released, idle)
+
+    def _acknowledge(self, acked: range) -> tuple[int, bool]:
+        """Under the lock: the adds of ``acked`` (the next ones) are acknowledged; queues
+        their completion. Returns the bytes to give back to the budget and whether no add
+        is left outstanding (:meth:`_after_acknowledged` does both, outside the lock)."""
+        k = len(acked)
+        targets = self._targets[:k]
+        del self._targets[:k]
+        del self._wire[:k]
+        self._acked_length = self._ends[k - 1]
+        del self._ends[:k]
+        self._unacked_first += k
+        charged = self._charged[k - 1]
+        del self._charged[:k]
+        released, self._charged_released = charged - self._charged_released, charged
+        self._deliveries.append((acked.start, targets, None))
+        self._failed_since_progress.clear()
+        idle = not self._targets
+        if idle:  # close may go on
+            self._drained.notify_all()
+        return released, idle
+
+    def _after_acknowledged(self, released: int, idle: bool) -> None:
         self._budget.release(released)
         self._deliver()
         if idle and self.explicit_lac_interval_s > 0:
@@ -478,9 +488,12 @@ class LedgerHandle:
             self._failed_since_progress.add(failed)
             first = self._pending.first_unacknowledged()
             # From here on no answer of the failed bookie counts: the entries of the
-            # new fragment must be confirmed by bookies of the new ensemble.
+            # new fragment must be confirmed by bookies of the new ensemble. And none is
+            # acknowledged until the change ends, so that every entry of the new fragment
+            # is still here to resend to the replacement (protocol/pending.py).
             self._ensemble[index] = None
             self._pending.replace_bookie(index, first)
+            self._pending.hold()
         log.warning("ledger %d: replacing bookie %s at index %d from entry %d (%s)",
                     self.id, failed, index, first, cause)
         with self._change_lock:
@@ -491,6 +504,12 @@ class LedgerHandle:
                 # them waiting forever on an index that has no bookie
                 with self._lock:
                     self._changing.discard(index)
+                    # what the other bookies confirmed meanwhile is acknowledged, as it
+                    # would have been without the change; the rest fails below
+                    acked = self._pending.release(acknowledge=self._error is None)
+                    after = self._acknowledge(acked) if acked else None
+                if after is not None:
+                    self._after_acknowledged(*after)
                 self._fail(exc if isinstance(exc, BKError) else BKError(
                     f"ledger {self.id}: could not replace bookie {failed} ({exc!r}); this "
                     f"writer stops, the unacknowledged adds may or may not be in the ledger"))
@@ -501,12 +520,17 @@ class LedgerHandle:
             self._ensemble[index] = replacement
             self._changing.discard(index)
             if self._error is not None:
+                self._pending.release(acknowledge=False)  # every add was failed already
                 return
             resend = self._pending.unacknowledged_in_write_set(index, first)
             wire, base = self._wire, self._unacked_first
             blobs = [wire[e - base] for e in resend.tolist()]
+            acked = self._pending.release()
+            after = self._acknowledge(acked) if acked else None
         if blobs:
             self._send(index, replacement, resend, blobs)
+        if after is not None:
+            self._after_acknowledged(*after)
 
     def _cas_new_fragment(self, index: int, failed: str, first: int) -> Versioned:
         with self._lock:

@@ -15,7 +15,12 @@ One schedule, in order:
    wait up to :data:`HEAL_BOUND_S` for every wiped bookie's self-repair to complete
    (``repairs``; ``repair_incomplete`` otherwise) and for AutoRecovery (running in the
    bookies) to bring every ledger back to full replication, and count those it did not
-   (``not_healed``);
+   (``not_healed``). A ledger whose missing copies placement has nowhere to move (no
+   writable bookie outside the fragment's ensemble:
+   :func:`~bk_spark.protocol.recovery_plan.unplaceable`, e.g. E = 4 with a bookie killed
+   for good and 4 left), its copies missing only on bookies a fault took down, is counted
+   apart (``heal_unplaceable``): no AutoRecovery can heal it until a bookie joins. Its
+   acknowledged entries are checked like every other's (4);
 6. restart the bookies killed forever (an empty one for a bookie lost) and delete the
    schedule's ledgers and logs, so the next schedule starts from a healthy cluster.
 """
@@ -62,7 +67,8 @@ from bk_spark.io.underreplication import UnderReplicationManager
 from bk_spark.log import delete_log, open_log_reader, open_log_writer
 from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.protocol.digest import master_key
-from bk_spark.protocol.recovery_plan import fragment_duties
+from bk_spark.protocol.placement import Topology
+from bk_spark.protocol.recovery_plan import fragment_duties, unplaceable
 
 if TYPE_CHECKING:
     from bk_spark.faults.netcluster import NetFaultCluster
@@ -370,7 +376,10 @@ class Summary:
             f"bookie lost forever or wiped: {c['heal_ledgers']} ledgers in "
             f"{c['heal_schedules']} schedules, not healed in time: {c['not_healed']}"
             + (f" (mean {c['heal_ms'] / c['heal_schedules'] / 1000:.1f}s to heal)"
-               if c["heal_schedules"] else ""),
+               if c["heal_schedules"] else "")
+            + (f"; {c['heal_unplaceable']} left short of copies for want of a writable "
+               f"bookie outside their ensemble (protocol/recovery_plan.py unplaceable)"
+               if c["heal_unplaceable"] else ""),
             f"wiped bookies self-repaired (fenced, UNKNOWN answered, copied back): "
             f"{c['repairs']}, repairs interrupted by kill -9 and resumed: "
             f"{c['repairs_killed']}, not complete in time: {c['repair_incomplete']}",
@@ -442,6 +451,7 @@ class _ScheduleRun:
         self._counted_as: FaultKind | None = None  # the kind a fault really was
         self.fenced: dict[int, FencedLedger] = {}  # ledgers the harness fenced (or deleted)
         self.wiped: list[int] = []  # bookies wiped (each restarts in self-repair)
+        self.faulted: set[int] = set()  # bookies a fault was injected into
 
     def event(self, text: str) -> None:
         self.events.append(f"t={time.monotonic() - self.t0:6.2f}s {text}")
@@ -536,6 +546,8 @@ class _ScheduleRun:
             return
         if phase == "inject":
             self.injected[(self._counted_as or f.kind).value] += 1
+            if f.target.startswith("bookie-"):
+                self.faulted.add(bookie_index(f.target))
         self.event(f"{phase} {f.kind.value} {f.target} {detail}".rstrip())
 
     def _inject(self, f: Fault) -> str | None:
@@ -953,8 +965,12 @@ class _ScheduleRun:
         try:
             while True:
                 lost = set(self._local().lost_bookies())
-                registered = {b.bookie_id for b in list_bookies(bk.msu, zk=bk.zk)}
-                ledgers, not_healed = 0, []
+                bookies = list_bookies(bk.msu, zk=bk.zk)
+                registered = {b.bookie_id for b in bookies}
+                topology = Topology(tuple(sorted(b.bookie_id for b in bookies
+                                                 if not b.read_only)))
+                faulted = {self.cluster.bookie_id(i) for i in {*self.faulted, *self.wiped}}
+                ledgers, not_healed, unplaced = 0, [], []
                 for lid in bk.list_ledgers():
                     try:
                         md = bk.ledger_metadata(lid)
@@ -965,8 +981,18 @@ class _ScheduleRun:
                     bad |= bookies_lacking_entries(bk, md, registered)
                     marked = urm.get(lid)
                     if bad or marked is not None:
-                        not_healed.append(f"ledger {lid}: copies missing on {sorted(bad)}, "
-                                          f"marked {sorted(marked.missing) if marked else '-'}")
+                        missing = bad | (set(marked.missing) if marked else set())
+                        what = (f"ledger {lid}: copies missing on {sorted(bad)}, marked "
+                                f"{sorted(marked.missing) if marked else '-'}")
+                        # healable only where placement finds a bookie to move them to;
+                        # excused only for bookies a fault took down (a healthy bookie
+                        # short of copies is a writer's or a repair's defect: seed 28001)
+                        if missing <= unplaceable(md, missing, topology) & faulted:
+                            unplaced.append(f"{what}; no writable bookie outside its "
+                                            f"ensemble of {md.ensemble_size} "
+                                            f"({len(topology.available)} writable)")
+                        else:
+                            not_healed.append(what)
                 took = time.monotonic() - started
                 if not not_healed or took > HEAL_BOUND_S:
                     break
@@ -977,8 +1003,13 @@ class _ScheduleRun:
         self.findings.counts["heal_schedules"] += 1
         self.findings.counts["heal_ledgers"] += ledgers
         self.findings.counts["heal_ms"] += int(took * 1000)
+        self.findings.counts["heal_unplaceable"] += len(unplaced)
+        for m in unplaced:
+            self.event(f"healing impossible here: {m}")
         self.event(f"healing: {ledgers} ledgers, {len(not_healed)} not back to full "
-                   f"replication after {took:.1f}s")
+                   f"replication after {took:.1f}s"
+                   + (f", {len(unplaced)} with no bookie to move their missing copies to"
+                      if unplaced else ""))
 
     def cleanup(self) -> None:
         """Stop whatever still runs, heal everything and delete the schedule's data."""

@@ -318,8 +318,11 @@ def log_writer(args: argparse.Namespace, stop: threading.Event) -> None:
                 except Exception as exc:  # noqa: BLE001
                     state["outcome"] = f"fail {_name(exc)}"
                     break
-                window.push(fut, tag=seq)
+                # The seq is spent once submitted: pushing may give up on an older append
+                # (_Stuck) and this one may still land in the log, so the next session
+                # must not reuse it (long seed 21 did: "seq 1441 appears 2 times").
                 seq += 1
+                window.push(fut, tag=seq - 1)
                 pacer.tick()
             window.drain()
         except _Stuck:

@@ -10,11 +10,16 @@ Ensemble changes ("If a node fails to acknowledge a write, the writer will creat
 ensemble by replacing the failed node ... starting from the first message that has not been
 acknowledged to the client"): the writer calls :meth:`PendingAdds.replace_bookie` with
 :meth:`PendingAdds.first_unacknowledged` *before* its metadata compare-and-swap and ignores
-the failed bookie's answers from then on. That forgets what the replaced bookie confirmed
-from that entry on, so no acknowledgement counts it and none needs holding back while the
-CAS is in flight (BookKeeper instead holds acknowledgements back during the change; both
-are safe). :meth:`PendingAdds.unacknowledged_in_write_set` gives the entries to resend to
-the replacement once the new fragment is in the metadata.
+the failed bookie's answers from then on: no acknowledgement counts what the replaced bookie
+confirmed from that entry on. The new fragment names the replacement for every entry from
+there, so the replacement must be sent every one of them its write sets give it: the writer
+holds acknowledgements (:meth:`PendingAdds.hold`) while the change is in flight (as BookKeeper's
+``LedgerHandle`` holds its add callbacks while ``changingEnsemble``), so those entries stay
+unacknowledged, :meth:`PendingAdds.unacknowledged_in_write_set` gives all of them to resend
+once the new fragment is in the metadata, and :meth:`PendingAdds.release` acknowledges what
+the other bookies confirmed meanwhile. (Acknowledging during the change lost the entries to
+resend: fault seed 28001's replacements held none of their fragment's entries, one copy
+short of Qw.)
 
 Bookies are named by their index in the ensemble; fragments keep E, so write sets never
 change, only which bookie sits at an index.
@@ -60,6 +65,7 @@ class PendingAdds:
         self._base = last_acked + 1
         self._confirmed = np.zeros((ensemble_size, _INITIAL_WINDOW), dtype=bool)
         self._count = np.zeros(_INITIAL_WINDOW, dtype=np.int32)
+        self._holds = 0  # ensemble changes in flight: no acknowledgement meanwhile
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -146,6 +152,8 @@ class PendingAdds:
         return self._advance()
 
     def _advance(self) -> range:
+        if self._holds:
+            return range(0)
         start = self._lac + 1
         low, high = start - self._base, self._next_entry_id - self._base
         if low >= high or self._count[low] < self.ack_quorum_size:
@@ -181,6 +189,20 @@ class PendingAdds:
         row[had] = False
         self._count[had] -= 1
         return resend.tolist()
+
+    def hold(self) -> None:
+        """An ensemble change starts: acknowledge nothing until :meth:`release` (one call
+        per change; several changes may be in flight, one per ensemble index)."""
+        self._holds += 1
+
+    def release(self, acknowledge: bool = True) -> range:
+        """An ensemble change ended (its fragment written, or failed): once no other one is
+        in flight, acknowledge what the bookies confirmed meanwhile; returns that range.
+        ``acknowledge=False``: the writer failed meanwhile, nothing more is acknowledged."""
+        if self._holds < 1:
+            raise ValueError("release() without a hold()")
+        self._holds -= 1
+        return self._advance() if acknowledge else range(0)
 
     def unacknowledged_in_write_set(self, bookie_index: int, from_entry_id: int) -> np.ndarray:
         """The unacknowledged entries >= ``from_entry_id`` whose write set holds

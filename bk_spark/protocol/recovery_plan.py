@@ -187,6 +187,30 @@ def placement_misfits(md: LedgerMetadata, topology: Topology) -> set[str]:
     return out
 
 
+def unplaceable(md: LedgerMetadata, missing: Collection[str], topology: Topology) -> set[str]:
+    """The bookies of ``missing`` that re-replication cannot move out of some fragment of
+    ``md`` naming them now: placement finds no replacement (:meth:`Topology.replace_bookie`:
+    a writable bookie outside the fragment's ensemble), so their copies come back only once
+    another bookie joins or comes back. A writable bookie that is itself missing copies of
+    another fragment still counts as a place: it can take this fragment's copies (the
+    replicator today excludes every missing bookie; fault seed 35: two alive bookies short
+    of copies, each the other's only candidate, is a ledger AutoRecovery should heal).
+
+    Re-replication always moves a copy to another bookie, as BookKeeper's does, so with E
+    writable bookies left, a ledger of ensemble size E whose fragment lacks copies on one of
+    them cannot be healed (fault seed 28001: one bookie killed for good, E = 4 of 4 left).
+    The fault runner expects full replication only of the ledgers this leaves empty.
+    """
+    gone = set(missing)
+    out: set[str] = set()
+    for af in affected_fragments(md, gone):
+        try:
+            topology.replace_bookie(af.span.ensemble, af.index, md.write_quorum_size)
+        except NotEnoughBookiesError:
+            out.add(af.bookie)
+    return out
+
+
 class FragmentAction(StrEnum):
     """What a replication worker does with one affected fragment."""
 

@@ -5,13 +5,15 @@ Every test names the schedule that found the bug and the guarantee it broke.
 
 from __future__ import annotations
 
+import signal
 import time
 
 import pytest
 
+from bk_spark.autorecovery.auditor import bookies_lacking_entries
 from bk_spark.core.client import BookKeeper, BookKeeperConfig
 from bk_spark.errors import BKError
-from bk_spark.faults.cluster import FaultCluster
+from bk_spark.faults.cluster import FaultCluster, signal_pid
 from bk_spark.faults.payloads import ledger_payload
 from bk_spark.io.bookie_client import ClientConfig
 from bk_spark.protocol.schedule import write_set
@@ -99,3 +101,70 @@ def test_a_bookie_survives_zookeeper_dying_while_it_registers(healed: FaultClust
         assert s.process.proc is not None and s.process.proc.poll() is None, \
             (s.data_dir / "bookie.log").read_text()[-3000:]
         healed.wait_writable(30)
+
+
+def test_a_bookie_restarted_while_zookeeper_is_down_serves_once_zookeeper_is_back(
+        healed: FaultCluster) -> None:
+    """Seed 21 (long): a bookie's restart (after its journal tail was torn) fell inside a
+    ZooKeeper restart. A bookie checks its cookie in ZooKeeper before it listens; the
+    harness waited for it to listen (three 60 s attempts) before the timeline could bring
+    ZooKeeper back, so ZooKeeper stayed down 185 s instead of 0.8 s and three writers'
+    adds stalled. The restart must return at once, and the bookie serve once ZooKeeper is
+    back."""
+    i = 2
+    healed.kill(i)
+    healed.stop_zookeeper()
+    started = time.monotonic()
+    healed.restart(i)
+    assert time.monotonic() - started < 10.0
+    healed.start_zookeeper()  # returns once the bookie launched meanwhile serves
+    s = healed.slots[i]
+    assert s.state == "up" and s.process.proc is not None and s.process.proc.poll() is None
+    healed.wait_writable(30)
+
+
+def test_a_replacement_bookie_receives_every_entry_of_its_fragment(
+        healed: FaultCluster) -> None:
+    """Seed 28001 (long): a log writer's ledger (E=4, Qw=3, Qa=2) was created with a bookie
+    that had just died; its ensemble change waited on ZooKeeper (restarting) while the two
+    other bookies of each write set acknowledged every add. Only the adds still
+    unacknowledged when the change's CAS landed were sent to the replacement, yet the new
+    fragment, from the first unacknowledged entry, names it for all of them: it held none
+    of the ledger's 78 entries, one copy short of Qw, and with no spare bookie left
+    AutoRecovery could not heal it (not_healed). The replacement must receive every entry
+    its write sets give it in the new fragment (BookKeeper holds the acknowledgements
+    back while the ensemble changes, then resends them)."""
+    bk = client(healed)
+    checker = client(healed)
+    zk_pid = healed.zk.proc.pid if healed.zk.proc is not None else None
+    assert zk_pid is not None
+    stopped = False
+    try:
+        lh = bk.create_ledger(3, 3, 2, password=PW)
+        for e in range(5):
+            lh.add_entry(ledger_payload(lh.id, e))
+        victim = lh.metadata.last_ensemble[1]
+        signal_pid(zk_pid, signal.SIGSTOP)  # the change's CAS waits for ZooKeeper
+        stopped = True
+        healed.kill(slot_of(healed, victim))
+        futures = [lh.add_entry_async(ledger_payload(lh.id, e)) for e in range(5, 25)]
+        time.sleep(1.0)  # the two other bookies confirm every add meanwhile
+        signal_pid(zk_pid, signal.SIGCONT)
+        stopped = False
+        assert [f.result(timeout=30) for f in futures] == list(range(5, 25))
+        lh.close()
+        md = checker.ledger_metadata(lh.id)
+        assert [first for first, _ in md.ensembles] == [0, 5]
+        replacement = md.last_ensemble[1]
+        assert replacement != victim
+        lacking: set[str] = {replacement}
+        deadline = time.monotonic() + 10
+        while lacking and time.monotonic() < deadline:  # resends may still be on their way
+            lacking = bookies_lacking_entries(checker, md, {replacement})
+            time.sleep(0.2)
+        assert not lacking, f"{replacement} lacks entries of its fragment 5..24"
+    finally:
+        if stopped:
+            signal_pid(zk_pid, signal.SIGCONT)
+        bk.close()
+        checker.close()

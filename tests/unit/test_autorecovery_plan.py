@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
+from bk_spark.protocol.placement import Topology
 from bk_spark.protocol.recovery_plan import (
     FRAGMENT_ACTIONS,
     FragmentAction,
@@ -16,6 +17,7 @@ from bk_spark.protocol.recovery_plan import (
     fragment_action,
     fragment_duties,
     fragment_spans,
+    unplaceable,
 )
 
 A, B, C, D, E_, F = (f"b{i}:1" for i in range(6))
@@ -140,3 +142,20 @@ def test_re_replication_uses_the_candidate_password_whose_digest_the_metadata_ke
     assert ledger_password(replace(md, password_digest=password_digest(b"")), [b""]) == b""
     with pytest.raises(UnauthorizedError, match="--recovery-password"):
         ledger_password(md, [b"", b"other"])
+
+
+def test_a_copy_is_unplaceable_only_when_no_writable_bookie_is_outside_its_fragment():
+    """Fault seed 28001: E=4 of the 4 writable bookies left (E died for good); the fragment
+    lacks copies on B. No bookie outside the ensemble: re-replication cannot move them.
+    One more writable bookie, and it can."""
+    md = _md(E=4, Qw=3, fragments=((0, (A, B, C, D)),))
+    assert unplaceable(md, {B}, Topology((A, B, C, D))) == {B}
+    assert unplaceable(md, {B}, Topology((A, B, C, D, E_))) == set()
+    # a writable bookie short of other copies is still a place for these
+    assert unplaceable(md, {B, C}, Topology((A, B, C, D, E_))) == set()
+    assert unplaceable(md, {B, E_}, Topology((A, B, C, D, E_))) == set()
+    assert unplaceable(md, {B, C}, Topology((A, B, C, D))) == {B, C}
+    # a readonly (not writable) bookie is no candidate either
+    assert unplaceable(md, {B}, Topology((A, C, D))) == {B}
+    # a bookie the ledger no longer names is nothing to place
+    assert unplaceable(md, {E_}, Topology((A, B, C, D))) == set()

@@ -220,3 +220,52 @@ def test_a_long_run_acknowledges_in_order_through_window_moves() -> None:
             acked += got
     assert acked == list(range(20_000))
     assert adds.last_add_confirmed == 19_999 and len(adds) == 0
+
+
+def test_entries_confirmed_during_an_ensemble_change_stay_to_resend_to_the_replacement():
+    """E=3, Qw=3, Qa=2 (fault seed 28001): bookie 1 fails at entry 2; while the new
+    fragment's CAS is in flight bookies 0 and 2 confirm entries 2..5. None is acknowledged
+    before the change ends, so the replacement at index 1 is sent all of them; then they
+    are acknowledged at once."""
+    adds = PendingAdds(3, 3, 2)
+    for e in range(6):
+        _add(adds, e)
+    for e in range(2):
+        assert _ack(adds, e, 0) == [] and _ack(adds, e, 1) == [e]
+    first = adds.first_unacknowledged()
+    assert first == 2
+    adds.replace_bookie(1, first)
+    adds.hold()
+    assert list(adds.ack_many(range(2, 6), 0)) == []
+    assert list(adds.ack_many(range(2, 6), 2)) == []  # Qa reached, held back
+    assert adds.last_add_confirmed == 1
+    assert adds.unacknowledged_in_write_set(1, first).tolist() == [2, 3, 4, 5]
+    assert adds.release() == range(2, 6)
+    assert adds.last_add_confirmed == 5
+
+
+def test_acknowledgements_wait_for_every_ensemble_change_in_flight():
+    adds = PendingAdds(4, 3, 2)
+    for e in range(4):
+        _add(adds, e)
+    adds.replace_bookie(1, 0)
+    adds.hold()
+    adds.replace_bookie(3, 0)
+    adds.hold()
+    for b in (0, 2):
+        adds.ack_many(range(4), b)
+    assert adds.release() == range(0)  # the other change is still in flight
+    assert adds.release() == range(0, 1)  # entry 1's write set {1, 2, 3} has one confirmation
+    with pytest.raises(ValueError):
+        adds.release()
+
+
+def test_a_failed_writer_acknowledges_nothing_when_its_change_ends():
+    adds = PendingAdds(3, 3, 2)
+    _add(adds, 0)
+    adds.replace_bookie(1, 0)
+    adds.hold()
+    adds.ack_many([0], 0)
+    adds.ack_many([0], 2)
+    assert adds.release(acknowledge=False) == range(0)
+    assert adds.last_add_confirmed == -1
