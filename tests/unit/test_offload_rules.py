@@ -15,8 +15,10 @@ from bk_spark.protocol.offload_rules import (
     OffloadState,
     Source,
     Tier,
+    backlog,
     bookie_copy_deletable,
     due,
+    lag_ms,
     offload_file,
     offloaded_prefix,
     parse_after,
@@ -154,3 +156,27 @@ def test_each_attempt_writes_its_own_file():
 def test_a_target_query_stays_at_the_end_of_the_file_uri():
     f = offload_file("ev", "lid", 7, OffloadState("a", "s3://b/p?endpoint_override=h&x=1"))
     assert f == "s3://b/p/ev/lid/ledger-0000000000000000007-a.parquet?endpoint_override=h&x=1"
+
+
+def test_the_backlog_is_every_due_ledger_not_complete_and_due_is_its_first():
+    ledgers = _ledgers(3, 3, 3, 3, None)  # four closed, one open
+    states = {10: _done(10)}
+    zero = OffloadPolicy(after="0")
+    assert [r.ledger_id for r in backlog(ledgers, states, zero, 10_000)] == [11, 12, 13]
+    assert due(ledgers, states, zero, 10_000) == backlog(ledgers, states, zero, 10_000)[:1]
+    keep2 = OffloadPolicy(after="2")  # the newest two closed ledgers stay on bookies only
+    assert [r.ledger_id for r in backlog(ledgers, states, keep2, 10_000)] == [11]
+    assert backlog(ledgers, {i: _done(i) for i in range(10, 14)}, zero, 10_000) == []
+    assert backlog(ledgers, states, None, 10_000) == []
+
+
+def test_the_lag_is_how_long_the_oldest_ledger_of_the_backlog_has_been_due():
+    ledgers = _ledgers(3, 3, None)  # ledger 10's last entry at 500 ms, ledger 11's at 1500
+    zero = OffloadPolicy(after="0")
+    assert lag_ms(backlog(ledgers, {}, zero, 10_000), zero, 10_000) == 9_500
+    assert lag_ms(backlog(ledgers, {10: _done(10)}, zero, 10_000), zero, 10_000) == 8_500
+    assert lag_ms([], zero, 10_000) == 0
+    # an age policy's own wait is no lag: ledger 10 has been due for 10000 - 500 - 2000 ms
+    age = OffloadPolicy(after="2s")
+    assert lag_ms(backlog(ledgers, {}, age, 10_000), age, 10_000) == 7_500
+    assert backlog(ledgers, {}, age, 2_000) == []
