@@ -28,6 +28,7 @@ from bk_spark.errors import (
     BKError,
     InvalidConfigError,
     LogNotFoundError,
+    MetadataSerializationError,
     NoSuchLedgerError,
     RecoveryKeyUnavailableError,
 )
@@ -40,7 +41,7 @@ from bk_spark.log.view import LogView
 from bk_spark.offload.metrics import OffloadMetrics
 from bk_spark.protocol import offload_rules as rules
 from bk_spark.protocol.digest import master_key
-from bk_spark.protocol.ledger_metadata import LedgerState
+from bk_spark.protocol.ledger_metadata import MAX_METADATA_BYTES, LedgerState
 from bk_spark.protocol.log_format import LedgerInfo, LogMetadata, decode_entry, now_ms
 from bk_spark.protocol.replication_retry import warn_of_failure
 
@@ -201,9 +202,17 @@ def offload_ledger(bk: BookKeeper, name: str, ledger_id: int, passwords: Sequenc
             return False
         return rules.states_of(m.properties).get(ledger_id) == expect
 
-    done = update_log(bk, name, needs_change=lambda m: still(m, old),
-                      make_change=lambda m: m.with_properties(
-                          lambda p: rules.with_state(p, ledger_id, new)), current=current)
+    def record(m: LogMetadata) -> LogMetadata:
+        out = m.with_properties(lambda p: rules.with_state(p, ledger_id, new))
+        try:
+            size = len(out.to_bytes())
+        except MetadataSerializationError:
+            size = MAX_METADATA_BYTES + 1
+        rules.check_records_room(name, size, len(rules.states_of(out.properties)))
+        return out
+
+    done = update_log(bk, name, needs_change=lambda m: still(m, old), make_change=record,
+                      current=current)
     if rules.states_of(done.value.properties).get(ledger_id) != new:
         return None
     uri = rules.offload_file(name, md.log_id, ledger_id, new)

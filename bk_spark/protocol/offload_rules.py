@@ -50,7 +50,8 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any
 
-from bk_spark.errors import InvalidConfigError
+from bk_spark.errors import InvalidConfigError, OffloadRecordsFullError
+from bk_spark.protocol.ledger_metadata import MAX_METADATA_BYTES
 from bk_spark.protocol.log_format import LedgerInfo
 
 #: Log property holding the log's :class:`OffloadPolicy`.
@@ -381,6 +382,38 @@ def bookie_copy_deletable(state: OffloadState | None, deletion_lag_ms: int, now_
         return False
     assert state.done_ms is not None
     return now_ms - state.done_ms >= deletion_lag_ms
+
+
+#: Bytes of the log's main znode never filled by offload records (ZooKeeper's limit is
+#: :data:`~bk_spark.protocol.ledger_metadata.MAX_METADATA_BYTES`): the log's writer
+#: still rolls and its properties still change when no more records fit.
+RECORDS_HEADROOM_BYTES = 64 * 1024
+#: About how many bytes one offload record takes in the log's metadata.
+RECORD_BYTES = 150
+
+
+def records_limit(metadata_bytes: int, records: int) -> int:
+    """About how many offload records a log can hold in all, given the size of its
+    metadata now with ``records`` of them (what ``bk log set`` tells the user)."""
+    room = MAX_METADATA_BYTES - RECORDS_HEADROOM_BYTES - metadata_bytes
+    return max(records, records + room // RECORD_BYTES)
+
+
+def check_records_room(log_name: str, metadata_bytes: int, records: int) -> None:
+    """Step 1's limit: refuse a new offload record (:class:`OffloadRecordsFullError`)
+    when the log's metadata with it (``metadata_bytes``, holding ``records`` records)
+    would come within :data:`RECORDS_HEADROOM_BYTES` of ZooKeeper's znode limit. The
+    records live in the log's znode, about :data:`RECORD_BYTES` each: some 6,000
+    offloaded ledgers per log. Truncating the log removes its dropped ledgers' records."""
+    limit = MAX_METADATA_BYTES - RECORDS_HEADROOM_BYTES
+    if metadata_bytes > limit:
+        raise OffloadRecordsFullError(
+            f"log {log_name!r}: another offload record (it would hold {records}) would "
+            f"make its metadata {metadata_bytes:,} bytes: over {limit:,} (ZooKeeper's znode "
+            f"limit {MAX_METADATA_BYTES:,}, less {RECORDS_HEADROOM_BYTES:,} kept for the "
+            f"log's writer). No more ledgers are offloaded until the log is truncated (bk "
+            f"log truncate, truncate_log: the dropped ledgers' records go with them); "
+            f"larger ledgers (roll less often) offload more data per record")
 
 
 def start_offload(state: OffloadState | None, new_id: str, target: str

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bk_spark.errors import InvalidConfigError
+from bk_spark.errors import InvalidConfigError, OffloadRecordsFullError
 from bk_spark.protocol.log_format import LedgerInfo
 from bk_spark.protocol.offload_rules import (
     READ_FROM,
@@ -17,6 +17,7 @@ from bk_spark.protocol.offload_rules import (
     Tier,
     backlog,
     bookie_copy_deletable,
+    check_records_room,
     due,
     lag_ms,
     offload_file,
@@ -25,6 +26,7 @@ from bk_spark.protocol.offload_rules import (
     parse_lag_ms,
     policy_of,
     read_from,
+    records_limit,
     start_offload,
     states_of,
     tier,
@@ -180,3 +182,32 @@ def test_the_lag_is_how_long_the_oldest_ledger_of_the_backlog_has_been_due():
     age = OffloadPolicy(after="2s")
     assert lag_ms(backlog(ledgers, {}, age, 10_000), age, 10_000) == 7_500
     assert backlog(ledgers, {}, age, 2_000) == []
+
+
+def test_offload_records_stop_short_of_zookeepers_znode_limit_with_an_error_saying_what_to_do():
+    """The records live in the log's znode: a log holds some 6,000 of them; the one past
+    the limit is refused with what to do, before ZooKeeper would refuse the whole znode
+    (and with it the writer's next roll)."""
+    from bk_spark.protocol.log_format import LogMetadata
+
+    def md_with(n: int) -> LogMetadata:
+        state = OffloadState("0123456789abcdef", "file:///var/lib/bk/offload").completed(
+            1_764_300_000_000, 4096, 4096, 1_234_567, 2**31)
+        props: dict = {}
+        for lid in range(10**6, 10**6 + n):
+            props = with_state(props, lid, state)
+        return LogMetadata(ctime_ms=1, log_id="f" * 32).with_properties(props)
+
+    size_1000 = len(md_with(1000).to_bytes())
+    per_record = size_1000 / 1000
+    assert 100 < per_record < 200  # the README's "about 150 bytes each"
+    limit = records_limit(size_1000, 1000)
+    assert 5_000 < limit < 8_000
+    check_records_room("events", size_1000, 1000)  # room left: no error
+    # halfway into the headroom: refused, while ZooKeeper would still take the znode
+    n = 1000 + int((1_000_000 - 32 * 1024 - size_1000) / per_record)
+    assert abs(n - limit) < 0.1 * limit  # bk log set's estimate
+    full = md_with(n)
+    with pytest.raises(OffloadRecordsFullError, match="truncate") as e:
+        check_records_room("events", len(full.to_bytes()), n)
+    assert "'events'" in str(e.value) and "ZooKeeper" in str(e.value)
