@@ -53,13 +53,15 @@ def offloaded_files(bk: BookKeeper, name: str) -> tuple[list[str], dict[str, Any
 
 def offload_path(uri: str, name: str, target: str | None = None) -> str:
     """The directory of log ``name``'s Parquet files (``spark.read.parquet`` of it reads
-    the offloaded table on its own); ``target``: when the log's policy names none."""
+    the offloaded table on its own). Where the log's policy names no target (it uses the
+    offloader's default, as the sandbox's logs do), the target its offload records name;
+    ``target`` when there is neither."""
     with BookKeeper(uri) as bk:
         view = open_log_view(bk, name)
-        policy = offload_rules.policy_of(view.md.properties)
-        base = (policy.target if policy is not None else None) or target
+        base = offload_rules.target_of(view.md.properties) or target
         if base is None:
-            raise ValueError(f"log {name!r} names no offload target: pass target=")
+            raise ValueError(f"log {name!r} has no offloaded ledger and its policy names no "
+                             f"offload target: pass target=")
         return _spark_path(offload_rules.offload_dir(base, name, view.md.log_id))
 
 

@@ -210,7 +210,9 @@ def log_show(
         ("ledgers", f"{md.ledger_count} (first index {md.first_index}, "
                     f"{len(md.live_segments)} spilled segments)"),
         ("entries", total + ("" if len(shown) == len(ledgers) else " in the ledgers shown")),
-        ("properties", Text(json.dumps(dict(md.properties))))]
+        # each ledger's offload record is its tier below (all of them: --json)
+        ("properties", Text(json.dumps({k: v for k, v in md.properties.items()
+                                        if k != offload_rules.STATE_PROPERTY})))]
     if query is not None:
         pairs.append(("query", Text(
             f"batch {query['batch']}: next {query['position']}; " + (

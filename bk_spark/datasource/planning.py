@@ -40,6 +40,7 @@ from bk_spark.log import (
     open_log_view,
 )
 from bk_spark.protocol import log_rules, offload_rules
+from bk_spark.protocol import row_groups as row_group_rules
 from bk_spark.protocol.log_format import LedgerInfo, LogMetadata
 from bk_spark.protocol.log_rules import LedgerNow, Outside
 
@@ -48,6 +49,12 @@ log = logging.getLogger(__name__)
 #: Entries per input partition by default: raw entries are small, arrow ones ~1 MiB.
 RAW_PARTITION_ENTRIES = 100_000
 ARROW_PARTITION_ENTRIES = 64
+#: Rows per input partition of an offloaded ledger (runs of whole row groups, at least
+#: one): a large file is read by several tasks.
+PARQUET_PARTITION_ROWS = 1 << 20
+#: Rows below which the files of consecutive offloaded ledgers share a partition (many
+#: small ledgers are not many tasks; two of a million rows are two).
+PARQUET_PACK_ROWS = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,9 @@ class Slice:
     #: The ledger's offloaded Parquet file when readers read it from there (its offload
     #: complete: :data:`~bk_spark.protocol.offload_rules.READ_FROM`); None: the bookies.
     parquet: str | None = None
+    #: The file's row groups this slice reads (planned from the footer: :func:`pack`);
+    #: None: every row group the entry range and the filters keep.
+    row_groups: tuple[int, ...] | None = None
 
     @property
     def entries(self) -> int:
@@ -372,27 +382,81 @@ def ledger_slices(bk: BookKeeper, ledger_ids: tuple[int, ...], password: bytes,
     return out
 
 
-def pack(slices: list[Slice], target: int, min_partitions: int | None
-         ) -> list[ScanPartition]:
+def parquet_pieces(s: Slice, constraints: Constraints | None, target_rows: int
+                   ) -> list[tuple[Slice, int]]:
+    """An offloaded ledger's slice as runs of its file's row groups (with their rows):
+    the groups the entry range and the timestamp filter keep, by the footer's statistics
+    (:func:`~bk_spark.protocol.row_groups.kept`), cut into runs of about ``target_rows``
+    (:func:`~bk_spark.protocol.row_groups.runs`). Every run keeps the slice's entry range:
+    rows of an entry that spans two row groups are read once, by the run holding each.
+    A footer that cannot be read leaves the slice whole (the task meets the error)."""
+    from bk_spark.errors import OffloadTargetError
+    from bk_spark.io import offload_files
+
+    assert s.parquet is not None
+    ts_lo, ts_hi = timestamp_bounds_us(constraints)
+    try:
+        groups = offload_files.row_group_stats(s.parquet)
+    except (FileNotFoundError, OffloadTargetError):
+        return [(s, s.entries)]
+    keep = row_group_rules.kept(groups, s.first_entry, s.last_entry, ts_lo, ts_hi)
+    rows = {g.index: g.rows for g in keep}
+    return [(replace(s, row_groups=run), sum(rows[i] for i in run))
+            for run in row_group_rules.runs(keep, target_rows)]
+
+
+def timestamp_bounds_us(constraints: Constraints | None) -> tuple[int | None, int | None]:
+    """The range of timestamps (microseconds, None: open) a read's filters allow."""
+    if constraints is None or constraints.timestamps_us.unbounded:
+        return None, None
+    lo, hi = constraints.timestamps_us.bounds()
+    return (None if lo == -(1 << 63) else lo), (None if hi == (1 << 63) - 1 else hi)
+
+
+def pack(slices: list[Slice], target: int, min_partitions: int | None,
+         constraints: Constraints | None = None) -> list[ScanPartition]:
     """Cut slices into ranges of at most ``target`` entries (fewer if ``min_partitions``
-    asks for more partitions) and pack consecutive ranges into partitions."""
-    total = sum(s.entries for s in slices)
+    asks for more partitions) and pack consecutive ranges into partitions.
+
+    Slices of offloaded ledgers are cut instead into runs of their file's row groups of
+    about :data:`PARQUET_PARTITION_ROWS` rows (:func:`parquet_pieces`; fewer if
+    ``min_partitions`` asks for more); consecutive runs share a partition up to
+    :data:`PARQUET_PACK_ROWS` rows, never with slices read from the bookies; partitions
+    keep the slices' order."""
+    total = sum(s.entries for s in slices if s.parquet is None)
     if min_partitions:
         target = min(target, max(1, total // min_partitions))
-    pieces: list[Slice] = []
-    for s in slices:
+
+    def cut_files(rows_target: int) -> dict[int, list[tuple[Slice, int]]]:
+        return {i: parquet_pieces(s, constraints, rows_target)
+                for i, s in enumerate(slices) if s.parquet is not None}
+
+    rows_target = PARQUET_PARTITION_ROWS
+    files = cut_files(rows_target)
+    if min_partitions and files:
+        rows = sum(n for pieces in files.values() for _s, n in pieces)
+        if rows // min_partitions < rows_target:
+            rows_target = max(1, rows // min_partitions)
+            files = cut_files(rows_target)
+    ordered: list[tuple[Slice, int]] = []
+    for i, s in enumerate(slices):
+        if s.parquet is not None:
+            ordered.extend(files[i])
+            continue
         for lo in range(s.first_entry, s.last_entry + 1, target):
-            pieces.append(replace(s, first_entry=lo,
-                                  last_entry=min(lo + target - 1, s.last_entry)))
+            piece = replace(s, first_entry=lo, last_entry=min(lo + target - 1, s.last_entry))
+            ordered.append((piece, piece.entries))
     out: list[ScanPartition] = []
     current: list[Slice] = []
     size = 0
-    for p in pieces:
-        if current and size + p.entries > target:
+    for p, amount in ordered:
+        limit = min(rows_target, PARQUET_PACK_ROWS) if p.parquet is not None else target
+        if current and ((current[-1].parquet is None) != (p.parquet is None) or
+                        size + amount > limit):
             out.append(ScanPartition(tuple(current)))
             current, size = [], 0
         current.append(p)
-        size += p.entries
+        size += amount
     if current:
         out.append(ScanPartition(tuple(current)))
     return out

@@ -75,7 +75,7 @@ class BookKeeperBatchReader(DataSourceReader):
                 slices.extend(self._log_slices(view, c))
         target = ARROW_PARTITION_ENTRIES if self.spec.entry_format == "arrow" \
             else RAW_PARTITION_ENTRIES
-        return list(pack(slices, target, o.min_partitions))
+        return list(pack(slices, target, o.min_partitions, c))
 
     def _log_slices(self, view: LogView, c: Constraints) -> list[Slice]:
         o = self.options

@@ -22,7 +22,7 @@ from bk_spark.core.reader import FetchedEntries, ReadHandle
 from bk_spark.datasource import connections
 from bk_spark.datasource.filters import Constraints
 from bk_spark.datasource.formats import conform, unpack_arrow
-from bk_spark.datasource.planning import ScanPartition, Slice
+from bk_spark.datasource.planning import ScanPartition, Slice, timestamp_bounds_us
 from bk_spark.errors import (
     LogFormatError,
     LogNotFoundError,
@@ -105,6 +105,18 @@ def _lost(spec: ScanSpec, s: Slice) -> None:
                 "(failOnDataLoss=false)", what)
 
 
+def ledger_batches(rh: ReadHandle, s: Slice, entry_format: str, schema: pa.Schema,
+                   stored: pa.Schema | None) -> Iterator[pa.RecordBatch]:
+    """Entries ``s.first_entry..s.last_entry`` of an open ledger as record batches of
+    ``schema`` with the position columns (the source's read of a raw or arrow log: packed
+    fetches decoded in bulk, an arrow entry's rows as they are); the offloader copies a
+    ledger to Parquet with it, so the file holds exactly the rows the source reads."""
+    spec = ScanSpec(uri="", password=b"", security=ClientSecurity(),
+                    entry_format=entry_format, schema=schema, stored_schema=stored,
+                    include_positions=True, constraints=Constraints())
+    yield from (_arrow_rows(spec, s, rh) if entry_format == "arrow" else _raw_rows(spec, s, rh))
+
+
 def _last_entry(batch: pa.RecordBatch, done: int) -> int:
     """The last entry id of a batch with position columns (-2 when it has none: an arrow
     read without positions, whose ledger then cannot move to Parquet midway)."""
@@ -135,45 +147,40 @@ def _offloaded_now(bk: BookKeeper, s: Slice) -> str | None:
 
 
 def _parquet_rows(spec: ScanSpec, s: Slice) -> Iterator[pa.RecordBatch]:
-    """The rows of ``s`` from its ledger's offloaded Parquet file: the slice's entry range
-    and the timestamp bounds pushed into the scan (row-group statistics skip the rest),
-    the other constraints applied as on the bookie path; the same schema."""
-    import pyarrow.compute as pc
-
-    from bk_spark.io.offload_files import filesystem
+    """The rows of ``s`` from its ledger's offloaded Parquet file, as the file's Arrow
+    record batches (:func:`bk_spark.io.offload_files.read_batches`): its planned row
+    groups only, the slice's entry range and the timestamp range pushed into the scan
+    (statistics skip row groups, only the groups at the edges are trimmed), the columns
+    of the read's schema only; ``IN`` lists of entry ids or timestamps applied as on the
+    bookie path. Each batch goes out as it is, with ``log`` added and the log's current
+    schema (a widened nullability) put on it; no per-row Python."""
+    from bk_spark.io.offload_files import read_batches
 
     assert s.parquet is not None
     c = spec.constraints
-    expr = (pc.field("entry_id") >= s.first_entry) & (pc.field("entry_id") <= s.last_entry)
-    ts_lo, ts_hi = c.timestamp_bounds_ms
-    if ts_lo is not None:
-        expr &= pc.field("timestamp") >= pa.scalar(ts_lo * 1000, _TS)
-    if ts_hi is not None:
-        expr &= pc.field("timestamp") <= pa.scalar(ts_hi * 1000, _TS)
-    fs, path = filesystem(s.parquet)
-    import pyarrow.dataset as ds
-
-    table = ds.dataset(path, filesystem=fs, format="parquet").to_table(filter=expr)
-    check = not (c.entry_ids.only is None and c.timestamps_us.unbounded)
-    if check and table.num_rows:
-        ids = table.column("entry_id").to_numpy()
-        ts_ms = table.column("timestamp").cast(pa.int64()).to_numpy() // 1000
-        table = table.filter(pa.array(c.entry_mask(ids, ts_ms)))
-    if table.num_rows == 0:
-        return
-    n = table.num_rows
-    positions = [_constant(s.log, n), table.column("ledger_id"), table.column("entry_id")]
-    if spec.entry_format == "arrow":
-        stored = spec.stored_schema
-        assert stored is not None
-        cols = [table.column(f.name).cast(f.type) if f.name in table.schema.names
-                else pa.nulls(n, f.type) for f in stored]
-        if spec.include_positions:
-            cols += [*positions, table.column("timestamp")]
-    else:
-        cols = [*positions, table.column("value"), table.column("timestamp")]
-    out = pa.Table.from_arrays(cols, schema=spec.schema)
-    yield from out.combine_chunks().to_batches(max_chunksize=64 * 1024)
+    ts_lo, ts_hi = timestamp_bounds_us(c)
+    exact = c.entry_ids.only is not None or c.timestamps_us.only is not None
+    names = [f.name for f in spec.schema if f.name != "log" or spec.entry_format == "arrow"
+             and not spec.include_positions]
+    read = names + [n for n in ("entry_id", "timestamp") if exact and n not in names]
+    for b in read_batches(s.parquet, s.first_entry, s.last_entry, ts_lo, ts_hi,
+                          columns=read, row_groups=s.row_groups):
+        if exact:
+            ids = b.column("entry_id").to_numpy()
+            ts_ms = b.column("timestamp").cast(pa.int64()).to_numpy() // 1000
+            b = b.filter(pa.array(c.entry_mask(ids, ts_ms)))
+            if b.num_rows == 0:
+                continue
+        n = b.num_rows
+        cols = []
+        for f in spec.schema:
+            if f.name == "log" and (spec.include_positions or spec.entry_format == "raw"):
+                cols.append(_constant(s.log, n))
+                continue
+            i = b.schema.get_field_index(f.name)
+            col = b.column(i) if i >= 0 else pa.nulls(n, f.type)
+            cols.append(col if col.type.equals(f.type) else col.cast(f.type))
+        yield pa.RecordBatch.from_arrays(cols, schema=spec.schema)
 
 
 def _vanished(bk: BookKeeper, s: Slice) -> bool:

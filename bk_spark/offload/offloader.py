@@ -42,7 +42,7 @@ from bk_spark.offload.metrics import OffloadMetrics
 from bk_spark.protocol import offload_rules as rules
 from bk_spark.protocol.digest import master_key
 from bk_spark.protocol.ledger_metadata import MAX_METADATA_BYTES, LedgerState
-from bk_spark.protocol.log_format import LedgerInfo, LogMetadata, decode_entry, now_ms
+from bk_spark.protocol.log_format import LedgerInfo, LogMetadata, now_ms
 from bk_spark.protocol.replication_retry import warn_of_failure
 
 if TYPE_CHECKING:
@@ -50,8 +50,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Entries per Arrow batch while a raw ledger is copied.
-_BATCH_ENTRIES = 4096
 #: A log still failing is warned of again once its failures reach this many seconds
 #: (then at debug level: ``bk offload status`` shows the reason).
 _WARN_AGAIN_S = 300.0
@@ -93,61 +91,30 @@ def open_closed_ledger(bk: BookKeeper, ledger_id: int, secret: LedgerSecret) -> 
 
 
 def ledger_rows(bk: BookKeeper, name: str, md: LogMetadata, info: LedgerInfo,
-                secret: LedgerSecret) -> tuple[pa.Schema, Iterator[pa.RecordBatch], list[int]]:
-    """The schema and rows of one closed ledger as stored in Parquet; the list (filled as
-    the rows are consumed) receives ``[entries, crc]``."""
-    from bk_spark.datasource import formats  # pyspark types: only for arrow logs
+                secret: LedgerSecret) -> tuple[pa.Schema, Iterator[pa.RecordBatch], int]:
+    """The schema, rows and entry count of one closed ledger as stored in Parquet: the
+    ``bookkeeper`` source's rows of the ledger with the position columns
+    (:func:`bk_spark.datasource.scan.ledger_batches`: packed fetches decoded in bulk, an
+    arrow entry's record batch as it is, no row-by-row Python), streamed as fetched.
+    ``secret``: what it is read with (:func:`offload_secret`)."""
+    from bk_spark.datasource import formats, scan  # pyspark types: only for the schemas
+    from bk_spark.datasource.planning import Slice
 
     fmt = formats.log_format(md.properties, True)
     last = info.last_entry_id if info.last_entry_id is not None else -1
-    rh = open_closed_ledger(bk, info.ledger_id, secret) if last >= 0 else None
-    tally = [0, 0]
     if fmt != "arrow":
-        schema = files.RAW_SCHEMA
+        schema, stored = files.RAW_SCHEMA, None
+    else:
+        stored = formats.arrow_schema(formats.stored_schema(md.properties, name))
+        schema = pa.schema(list(stored) + files.POSITION_FIELDS)
 
-        def raw() -> Iterator[pa.RecordBatch]:
-            if rh is None:
-                return
-            for first in range(0, last + 1, _BATCH_ENTRIES):
-                entries = rh.read_entries(first, min(last, first + _BATCH_ENTRIES - 1))
-                ids, stamps, values = [], [], []
-                for e in entries:
-                    ts, payload = decode_entry(e.payload)
-                    ids.append(e.entry_id)
-                    stamps.append(ts * 1000)
-                    values.append(payload)
-                tally[0] += len(ids)
-                tally[1] = files.values_crc(values, tally[1])
-                n = len(ids)
-                yield pa.RecordBatch.from_arrays([
-                    pa.array([name] * n, pa.string()),
-                    pa.array([info.ledger_id] * n, pa.int64()), pa.array(ids, pa.int64()),
-                    pa.array(values, pa.binary()),
-                    pa.array(stamps, pa.int64()).cast(files.TIMESTAMP_TYPE)], schema=schema)
-        return schema, raw(), tally
-    typed = formats.arrow_schema(formats.stored_schema(md.properties, name))
-    schema = pa.schema(list(typed) + files.POSITION_FIELDS)
-
-    def arrow() -> Iterator[pa.RecordBatch]:
-        if rh is None:
+    def rows() -> Iterator[pa.RecordBatch]:
+        if last < 0:
             return
-        parts: list[pa.RecordBatch] = []
-        for e in rh.iter_entries(0, last):
-            ts, payload = decode_entry(e.payload)
-            tally[0] += 1
-            for b in formats.unpack_arrow(payload or b""):
-                b = formats.conform(b, typed)
-                n = b.num_rows
-                parts.append(pa.RecordBatch.from_arrays(list(b.columns) + [
-                    pa.array([name] * n, pa.string()),
-                    pa.array([info.ledger_id] * n, pa.int64()),
-                    pa.array([e.entry_id] * n, pa.int64()),
-                    pa.array([ts * 1000] * n, pa.int64()).cast(files.TIMESTAMP_TYPE)],
-                    schema=schema))
-        table = pa.Table.from_batches(parts, schema=schema)
-        tally[1] = files.table_crc(table)
-        yield from table.combine_chunks().to_batches(max_chunksize=files.ROW_GROUP_ROWS)
-    return schema, arrow(), tally
+        rh = open_closed_ledger(bk, info.ledger_id, secret)
+        yield from scan.ledger_batches(rh, Slice(name, info.ledger_id, 0, last),
+                                       fmt or "raw", schema, stored)
+    return schema, rows(), last + 1
 
 
 def offload_ledger(bk: BookKeeper, name: str, ledger_id: int, passwords: Sequence[bytes],
@@ -219,10 +186,11 @@ def offload_ledger(bk: BookKeeper, name: str, ledger_id: int, passwords: Sequenc
     started = time.monotonic()
     try:
         # 2. Write to the path named by the id.
-        schema, batches, tally = ledger_rows(bk, name, md, info, secret)
-        files.write_ledger(uri, schema, batches)
-        # 3. Verify: entries and the values' checksum read back from the file.
-        written = files.verify(uri, tally[0], tally[1])
+        schema, batches, entries = ledger_rows(bk, name, md, info, secret)
+        wrote = files.write_ledger(uri, schema, batches)
+        # 3. Verify: the file's rows hold every entry, and the checksum of its values
+        #    read back equals the one of the values read from the bookies.
+        written = files.verify(uri, entries, wrote.crc)
     except NoSuchLedgerError:
         files.delete(uri)
         return None

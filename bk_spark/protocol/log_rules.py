@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from enum import Enum
 from types import MappingProxyType
 
+from bk_spark.protocol import offload_rules
 from bk_spark.protocol.ledger_metadata import validate_quorums
 from bk_spark.protocol.log_format import LedgerInfo, LogMetadata
 
@@ -40,8 +41,13 @@ TXN_PROPERTY = "bk-spark.txn"
 
 def ledgers_to_fence(md: LogMetadata) -> list[LedgerInfo]:
     """The ledgers a new owner recovery-opens before its CAS, in list order: the last two
-    live ledgers, and every older live ledger whose end is not recorded yet."""
-    live = [r for r in md.tail if r.index >= md.first_index]
+    live ledgers, and every older live ledger whose end is not recorded yet.
+
+    Not a ledger whose bookie copy was dropped after its offload (tiered storage): no bookie
+    holds it to fence, and nothing needs fencing, since only a closed ledger whose end is
+    recorded is ever offloaded (:func:`~bk_spark.protocol.offload_rules.due`)."""
+    dropped = {lid for lid, st in offload_rules.states_of(md.properties).items() if st.dropped}
+    live = [r for r in md.tail if r.index >= md.first_index and r.ledger_id not in dropped]
     last_two = {r.ledger_id for r in md.tail[-2:]}
     return [r for r in live if r.ledger_id in last_two or not r.is_described]
 

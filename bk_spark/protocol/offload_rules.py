@@ -204,6 +204,17 @@ def states_of(properties: Mapping[str, Any]) -> dict[int, OffloadState]:
     return {int(k): OffloadState.from_json(v) for k, v in d.items()}
 
 
+def target_of(properties: Mapping[str, Any]) -> str | None:
+    """Where a log's Parquet files are: its policy's target, else the target of its newest
+    offload record (a policy with no target uses the offloader's, which the records name);
+    None when neither says."""
+    policy = policy_of(properties)
+    if policy is not None and policy.target:
+        return policy.target
+    states = states_of(properties)
+    return states[max(states)].target if states else None
+
+
 def with_state(properties: Mapping[str, Any], ledger_id: int, state: OffloadState | None
                ) -> dict[str, Any]:
     """New properties with ``ledger_id``'s state replaced (None: removed)."""

@@ -55,6 +55,25 @@ def test_a_new_owner_fences_the_last_two_live_ledgers_and_reads_undescribed_olde
     assert [r.ledger_id for r in ledgers_to_fence(md)] == fenced
 
 
+def test_a_new_owner_leaves_alone_the_ledgers_only_parquet_holds():
+    """A ledger whose bookie copy was dropped after its offload is closed and described (only
+    such ledgers are offloaded): a new owner has nothing to fence there, and no bookie to ask
+    (a log whose last two ledgers were dropped took no writer: 'other writers keep taking
+    the log')."""
+    from bk_spark.protocol import offload_rules as off
+
+    md = _log((10, 5), (11, 7), (12, 3))
+    done = off.OffloadState("a", "file:///t", done_ms=1, rows=8, entries=8)
+    props = off.with_state({}, 11, dataclasses.replace(done, dropped=True))
+    props = off.with_state(props, 12, dataclasses.replace(done, dropped=True))
+    assert [r.ledger_id for r in ledgers_to_fence(dataclasses.replace(md, properties=props))
+            ] == []
+    props = off.with_state({}, 11, dataclasses.replace(done, dropped=True))
+    props = off.with_state(props, 12, done)  # complete, bookie copy kept: fenced as ever
+    assert [r.ledger_id for r in ledgers_to_fence(dataclasses.replace(md, properties=props))
+            ] == [12]
+
+
 def test_a_writer_owns_the_log_while_the_last_ledger_is_its_own():
     md = _log((10, 5), (11, None))
     assert owns(md, 11) and not owns(md, 10) and not owns(_log(), 11)

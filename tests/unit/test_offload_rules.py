@@ -29,6 +29,7 @@ from bk_spark.protocol.offload_rules import (
     records_limit,
     start_offload,
     states_of,
+    target_of,
     tier,
     with_state,
     without_states,
@@ -211,3 +212,18 @@ def test_offload_records_stop_short_of_zookeepers_znode_limit_with_an_error_sayi
     with pytest.raises(OffloadRecordsFullError, match="truncate") as e:
         check_records_room("events", len(full.to_bytes()), n)
     assert "'events'" in str(e.value) and "ZooKeeper" in str(e.value)
+
+
+def test_the_files_are_where_the_policy_says_else_where_the_records_say():
+    """A sandbox log's policy names no target (the offloader's default): offload_path must
+    still find the files, through the target its records name (a new user's
+    ``offload_path(uri, "events")`` failed with 'names no offload target')."""
+    assert target_of({}) is None
+    no_target = {"bk-spark.offload": OffloadPolicy(after="0").to_json()}
+    assert target_of(no_target) is None
+    props = with_state(no_target, 4, OffloadState("a", "file:///sandbox/offload"))
+    props = with_state(props, 9, OffloadState("b", "file:///elsewhere"))
+    assert target_of(props) == "file:///elsewhere"
+    pol = OffloadPolicy(after="0", target="s3://b/p")
+    assert target_of(with_state({"bk-spark.offload": pol.to_json()}, 4,
+                                OffloadState("a", "file:///x"))) == "s3://b/p"
