@@ -246,6 +246,13 @@ def error_for_code(code: int, message: str) -> BKError:
 
 
 
+class OffloadRecordsFullError(BKError):
+    """A log's offload records (one per offloaded ledger, in its metadata znode) would
+    leave too little of ZooKeeper's 1 MB znode for its writer: no ledger is offloaded
+    until the log is truncated (:mod:`bk_spark.protocol.offload_rules`,
+    :func:`~bk_spark.protocol.offload_rules.check_records_room`)."""
+
+
 class OffloadTargetError(BKError):
     """The offload target (tiered storage, :mod:`bk_spark.offload`) cannot be reached or
     written: the offloader retries; readers keep reading the bookies' copy."""

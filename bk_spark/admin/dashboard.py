@@ -10,9 +10,13 @@ fails when a row names a metric it does not export. ``python -m bk_spark.admin.d
 are stale, runs ``promtool check rules``, and an integration test checks that a running bookie
 exports every metric named.
 
-The client exports no metric of its own: its requests are seen from the bookies' side
-(``bookie_rpc_seconds``, ``bookie_request_errors``). ``up`` is Prometheus' own (is the
-target scraped), not a bookie's.
+The offloader's metrics (:class:`bk_spark.offload.metrics.OffloadMetrics`) are on the
+registry of a bookie run with ``--offload`` (or of ``bk offloader --metrics-port``). The
+client exports one family of its own, reads served from Parquet (:data:`CLIENT_METRICS`,
+:mod:`bk_spark.io.parquet_reads`, on its process's default registry: scrape the
+application that reads); its requests are seen from the bookies' side (``bookie_rpc_seconds``,
+``bookie_request_errors``). ``up`` is Prometheus' own (is the target scraped), not a
+bookie's.
 """
 
 from __future__ import annotations
@@ -27,9 +31,12 @@ DASHBOARD = ROOT / "deploy" / "grafana" / "bk-spark.json"
 ALERT_RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"
 #: Prometheus' own series (not exported by any bookie).
 SYNTHETIC = frozenset({"up"})
+#: Exported by a reading client's process (:mod:`bk_spark.io.parquet_reads`), not by
+#: bookies.
+CLIENT_METRICS = frozenset({"offload_parquet_reads_total", "offload_parquet_read_entries_total"})
 
 #: Metric names in a PromQL expression (names are followed by ``{``, ``[``, ``)`` or space).
-_NAME = re.compile(r"\b((?:bookie|autorecovery|python|process)_[a-z_]+|up)\b")
+_NAME = re.compile(r"\b((?:bookie|autorecovery|offload|python|process)_[a-z_]+|up)\b")
 
 
 @dataclass(frozen=True)
@@ -101,6 +108,22 @@ PANELS: tuple[Panel, ...] = (
         _q("autorecovery_replicate_ledger_seconds", 0.99)), "s"),
     Panel("AutoRecovery", "Ledgers marked under-replicated per minute", (
         ("sum(increase(autorecovery_ledgers_marked_total[1m]))", "marked"),)),
+    Panel("Tiered storage", "Offload lag per log", (
+        ("max by (log) (offload_log_lag_seconds)", "{{log}}"),), "s"),
+    Panel("Tiered storage", "Offload backlog per log (closed ledgers due)", (
+        ("max by (log) (offload_log_backlog_ledgers)", "{{log}}"),)),
+    Panel("Tiered storage", "Offloaded: ledgers and bytes per second", (
+        ("sum(rate(offload_ledgers_total[1m]))", "ledgers"),
+        ("sum(rate(offload_bytes_total[1m]))", "bytes"))),
+    Panel("Tiered storage", "Offload failures per minute, failing logs, elected offloader", (
+        ("sum(increase(offload_failures_total[1m]))", "failed passes"),
+        ("sum(offload_log_failing)", "failing logs"),
+        ("offload_elected == 1", "elected {{instance}}"))),
+    Panel("Tiered storage", "Time to offload a ledger (p50, p99)", (
+        _q("offload_ledger_seconds", 0.5), _q("offload_ledger_seconds", 0.99)), "s"),
+    Panel("Tiered storage", "Reads served from Parquet per second (readers' processes)", (
+        ("sum(rate(offload_parquet_reads_total[1m]))", "ledger reads"),
+        ("sum(rate(offload_parquet_read_entries_total[1m]))", "entries"))),
 )
 
 @dataclass(frozen=True)
@@ -130,6 +153,15 @@ ALERTS: tuple[Alert, ...] = (
           "absent(autorecovery_auditor_elected)", "2m", "critical",
           "no Auditor is elected: lost bookies are not re-replicated",
           "run bookies with --autorecovery (the default of bk bookie), or bk autorecovery"),
+    Alert("OffloadFailing", "max by (log) (offload_log_failing) == 1", "10m", "warning",
+          "offload of log {{ $labels.log }} has failed for 10 minutes",
+          "bk offload status shows why (a password or key the offloader lacks, an "
+          "unreachable target); its ledgers stay on the bookies meanwhile"),
+    Alert("OffloadLagging", "max by (log) (offload_log_lag_seconds) > 3600", "15m", "warning",
+          "log {{ $labels.log }}: its oldest ledger due for offload closed "
+          "{{ $value | humanizeDuration }} ago",
+          "bk offload status (backlog, failing); run an offloader (bk bookie --offload or "
+          "bk offloader) if none is elected"),
 )
 
 
@@ -155,14 +187,21 @@ def exported_names(families) -> set[str]:  # families: Iterable[prometheus Metri
 
 
 def registry_metrics() -> set[str]:
-    """Every sample name the bookie's registry exports (with AutoRecovery on it)."""
+    """Every sample name the bookie's registry exports (with AutoRecovery and the
+    offloader on it), and a reading client's (:data:`CLIENT_METRICS`)."""
     from bk_spark.autorecovery.metrics import AutoRecoveryMetrics
+    from bk_spark.io.parquet_reads import ParquetReadMetrics
+    from bk_spark.offload.metrics import OffloadMetrics
     from bookie_server.metrics import BookieMetrics
 
     m = BookieMetrics()
     m.watch_storage(ROOT, lambda: (0, 0), lambda: 0)
     AutoRecoveryMetrics(m.registry)
-    return exported_names(m.registry.collect())
+    OffloadMetrics(m.registry)
+    exported = exported_names(m.registry.collect())
+    client = exported_names(ParquetReadMetrics().registry.collect())
+    assert client >= CLIENT_METRICS, client
+    return exported | client
 
 
 def check_names(exported: set[str]) -> None:
@@ -199,7 +238,8 @@ def dashboard() -> dict:
         if x == 0:
             y += 8
     return {
-        "title": "bk-spark: bookies, AutoRecovery", "uid": "bk-spark", "schemaVersion": 39,
+        "title": "bk-spark: bookies, AutoRecovery, tiered storage", "uid": "bk-spark",
+        "schemaVersion": 39,
         "version": 1, "editable": True, "tags": ["bk-spark", "bookkeeper"],
         "time": {"from": "now-1h", "to": "now"}, "refresh": "10s",
         "templating": {"list": [{"name": "datasource", "type": "datasource",

@@ -54,7 +54,8 @@ def _start_autorecovery(server: BookieServer, config: AutoRecoveryConfig) -> Cal
         offloader = OffloaderService(cfg.metadata_service_uri or "", OffloaderConfig(
             passwords=tuple(dict.fromkeys((b"", *config.passwords))),
             default_target=cfg.offload_target), identity=cfg.bookie_id,
-            registry=server.metrics.registry, security=_bookie_client_security(cfg))
+            registry=server.metrics.registry, security=_bookie_client_security(cfg),
+            local_key=server.storage.master_key)  # password ledgers, as its worker
         offloader.start_in_background()
         stops.append(offloader.stop)
     if not (config.run_auditor or config.run_worker):

@@ -570,10 +570,15 @@ def log_set(
                                  "--offload-deletion-lag")
     with connect(metadata_service_uri) as bk, explained(name):
         props = update_log_properties(bk, name, change)
+        md_bytes = len(log_metadata(bk, name).to_bytes())
     policy = offload_rules.policy_of(props)
+    # the records' limit, stated where the user sets the policy (check_records_room)
+    records = len(offload_rules.states_of(props))
+    limit = offload_rules.records_limit(md_bytes, records)
     if as_json:
         print_json({"log": name, "offload": None if policy is None else policy.to_json()
-                    | {"target": policy.target and shown_uri(policy.target)}})
+                    | {"target": policy.target and shown_uri(policy.target)},
+                    "offload_records": records, "offload_records_limit": limit})
     elif policy is None:
         console.print(f"log {name!r}: no offload policy")
     else:
@@ -582,3 +587,6 @@ def log_set(
         console.print(f"log {name!r}: offload after {policy.after} to "
                       f"{shown_uri(policy.target) if policy.target else 'the default target'}"
                       f", bookie copy deleted after {lag}")
+        console.print(f"offloaded ledgers' records: {records} of about {limit:,} its "
+                      f"metadata can hold (one per ledger, in ZooKeeper's 1 MB znode: past "
+                      f"it the offloader stops until the log is truncated)")

@@ -6,6 +6,7 @@ import logging
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from bk_spark.cli.common import (
@@ -20,8 +21,9 @@ from bk_spark.cli.common import (
 from bk_spark.errors import LogNotFoundError
 from bk_spark.io.election import elected
 from bk_spark.io.offload_files import shown_uri
+from bk_spark.io.offload_status import read_failing
 from bk_spark.log import list_logs, open_log_view
-from bk_spark.offload.offloader import OffloaderConfig, election_path
+from bk_spark.offload.offloader import OffloaderConfig, election_path, log_backlog
 from bk_spark.offload.service import OffloaderService
 from bk_spark.protocol import offload_rules
 from bk_spark.protocol.log_format import now_ms
@@ -71,38 +73,42 @@ def offloader_config(passwords: list[str] | None, target: str | None,
 
 def offload_status_facts(bk: Any) -> dict[str, Any]:
     """The elected offloader, and per log with a policy: ledgers by tier, the backlog
-    (closed ledgers due but not complete) and the lag (age of the oldest of them)."""
+    (closed ledgers due but not complete), the lag (how long ago the oldest of them
+    closed: :func:`~bk_spark.protocol.offload_rules.lag_ms`, as the offloader's
+    ``offload_log_lag_seconds``) and, while its offload fails, why (the elected
+    offloader's record, :mod:`bk_spark.io.offload_status`)."""
     logs = []
     now = now_ms()
+    failing = read_failing(bk.zk, bk.msu.root)
     for name in list_logs(bk):
         try:
             view = open_log_view(bk, name)
+            facts = log_backlog(bk, name)
         except LogNotFoundError:
             continue
-        policy = offload_rules.policy_of(view.md.properties)
-        if policy is None:
+        if facts is None:
             continue
-        ledgers = view.ledgers()
+        policy, backlog = facts
         states = offload_rules.states_of(view.md.properties)
         tiers = {t.value: 0 for t in offload_rules.Tier}
-        for r in ledgers:
+        for r in view.ledgers():
             tiers[offload_rules.tier(states.get(r.ledger_id)).value] += 1
-        done = {r.ledger_id for r in offload_rules.offloaded_prefix(ledgers, states)}
-        backlog = [r for r in ledgers if r.is_described and r.ledger_id not in done]
-        if policy.kind is offload_rules.AfterKind.LEDGERS:
-            backlog = backlog[:max(0, len(backlog) - policy.amount)]
-        lag_ms = (now - (backlog[0].last_ts_ms or backlog[0].first_ts_ms)) if backlog else 0
+        fail = failing.get(name)
         logs.append({"log": name, "after": policy.after,
                      "target": shown_uri(policy.target) if policy.target else None,
                      "deletion_lag_ms": policy.deletion_lag_ms, "tiers": tiers,
-                     "backlog": len(backlog), "lag_ms": lag_ms,
-                     "parquet_bytes": sum(s.bytes for s in states.values())})
+                     "backlog": len(backlog), "lag_ms": offload_rules.lag_ms(backlog, policy, now),
+                     "parquet_bytes": sum(s.bytes for s in states.values()),
+                     "failing": None if fail is None else {
+                         "reason": fail.get("reason"), "since_ms": fail.get("since_ms"),
+                         "passes": fail.get("passes")}})
     return {"offloader": elected(bk.zk, election_path(bk.msu.root)), "logs": logs}
 
 
 @offload_app.command("status")
 def offload_status(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False) -> None:
-    """The elected offloader; per log with a policy: tiers, backlog, lag."""
+    """The elected offloader; per log with a policy: tiers, backlog, lag, and why its
+    offload fails (if it does)."""
     with connect(metadata_service_uri) as bk:
         out = offload_status_facts(bk)
     if as_json:
@@ -110,10 +116,17 @@ def offload_status(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False
         return
     console.print(f"offloader: {out['offloader'] or 'none elected'}")
     t = Table("log", "after", "target", "bookies", "offloading", "both", "offloaded",
-              "backlog", "lag")
+              "backlog", "lag", "offload")
     for r in out["logs"]:
         tiers = r["tiers"]
         t.add_row(r["log"], r["after"], r["target"] or "(default)", str(tiers["bookies"]),
                   str(tiers["offloading"]), str(tiers["both"]), str(tiers["offloaded"]),
-                  str(r["backlog"]), f"{r['lag_ms'] / 1000:.1f}s")
+                  str(r["backlog"]), f"{r['lag_ms'] / 1000:.1f}s",
+                  "[red]failing[/red]" if r["failing"] else "ok")
     console.print(t)
+    for r in out["logs"]:
+        if r["failing"]:
+            f = r["failing"]
+            since = (now_ms() - (f["since_ms"] or now_ms())) / 1000
+            console.print(f"[red]log {r['log']}: offload failing for {since:.0f}s "
+                          f"({f['passes']} passes):[/red] {escape(f['reason'] or '')}")

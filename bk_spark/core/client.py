@@ -228,16 +228,20 @@ class BookKeeper:
         """Ids of all ledgers, ascending."""
         return iter(self.metadata_store.list_ledgers())
 
-    def delete_ledger(self, ledger_id: int, password: bytes = b"") -> None:
+    def delete_ledger(self, ledger_id: int, password: bytes = b"", *,
+                      key: bytes | None = None) -> None:
         """Delete a ledger: its data on every bookie its metadata names, then the metadata
         at the version those bookies were read from (again for bookies named meanwhile).
 
         ``password`` must be the ledger's: each bookie checks the master key derived from it
-        (or an admin certificate) before deleting, and this client checks it first."""
-        password = password_bytes(password)
+        (or an admin certificate) before deleting, and this client checks it first. ``key``:
+        the master key itself instead (the offloader's, learnt without the password as
+        AutoRecovery learns it): only the bookies check it."""
         md = self.metadata_store.read(ledger_id)
-        check_password(password, md.value.password_digest, ledger_id)
-        key = master_key(password)
+        if key is None:
+            password = password_bytes(password)
+            check_password(password, md.value.password_digest, ledger_id)
+            key = master_key(password)
         done: set[str] = set()
 
         def delete_data(m: LedgerMetadata) -> LedgerMetadata:

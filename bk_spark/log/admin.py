@@ -117,6 +117,8 @@ def truncate_log(bk: BookKeeper, name: str, before: Position, password: bytes | 
         assert info is not None
         dropped.append(info.ledger_id)
     offloaded: list[str] = []
+    policy: list[offload_rules.OffloadPolicy | None] = [None]
+    targets: list[str] = []
 
     def make_change(m: LogMetadata) -> LogMetadata:
         # The dropped ledgers' offload states go in the same CAS (metadata first); their
@@ -124,6 +126,8 @@ def truncate_log(bk: BookKeeper, name: str, before: Position, password: bytes | 
         states = offload_rules.states_of(m.properties)
         offloaded[:] = [offload_rules.offload_file(name, m.log_id, lid, states[lid])
                         for lid in dropped if lid in states]
+        policy[0] = offload_rules.policy_of(m.properties)
+        targets[:] = [states[lid].target for lid in dropped if lid in states]
         return m.truncated(target, dropped).with_properties(
             lambda p: offload_rules.without_states(p, dropped))
 
@@ -131,6 +135,8 @@ def truncate_log(bk: BookKeeper, name: str, before: Position, password: bytes | 
                make_change=make_change)
     for lid in dropped:
         delete_ledger_quietly(bk, lid, password)
+    if offloaded:
+        expire_from_iceberg(name, policy[0], dropped, targets[0])
     delete_offloaded_files(offloaded)
     log.info("log %r: truncated %d ledgers before ledger #%d", name, len(dropped), target)
     return dropped
@@ -155,10 +161,34 @@ def delete_log(bk: BookKeeper, name: str, password: bytes | str = b"") -> list[i
         delete_ledger_quietly(bk, lid, password)
     pending.sweep_spares(bk, name, password)
     store.delete_tree(name)
-    # The log's metadata is gone first; then its Parquet files (a reader finds no log).
-    delete_offloaded_files([offload_rules.offload_file(name, md.log_id, lid, st)
-                            for lid, st in states.items()])
+    # The log's metadata is gone first; then its Parquet files (a reader finds no log),
+    # expired from its Iceberg table before they go.
+    files = [offload_rules.offload_file(name, md.log_id, lid, st)
+             for lid, st in states.items()]
+    if files:
+        expire_from_iceberg(name, offload_rules.policy_of(md.properties), list(states),
+                            next(iter(states.values())).target)
+    delete_offloaded_files(files)
     return ledgers
+
+
+def expire_from_iceberg(name: str, policy: offload_rules.OffloadPolicy | None,
+                        ledger_ids: list[int], offloaded_to: str) -> None:
+    """Expire dropped ledgers' files from the log's Iceberg table (when its policy names
+    a catalog) before the files are deleted, so a reader of the table never meets a
+    deleted file (:func:`bk_spark.io.iceberg.expire_ledgers`). A failure is logged:
+    the files are deleted all the same (``spark.read.parquet`` of the offload path must
+    not read dropped rows) and the offloader's next pass expires them."""
+    if policy is None or not policy.iceberg_catalog:
+        return
+    from bk_spark.io.iceberg import expire_ledgers, warehouse_of
+
+    target = policy.target or offloaded_to  # (the offloader's default target)
+    try:
+        expire_ledgers(policy.iceberg_catalog, warehouse_of(target), name, ledger_ids)
+    except Exception as exc:  # pyiceberg's and the catalog's own errors
+        log.warning("log %r: could not expire %d truncated ledgers from its Iceberg table "
+                    "(the offloader's next pass does): %s", name, len(ledger_ids), exc)
 
 
 def delete_offloaded_files(uris: list[str]) -> None:

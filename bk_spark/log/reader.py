@@ -267,19 +267,18 @@ class LogReader:
                 ts, payload = decode_entry(e.payload)
                 self._entry = e.entry_id + 1
                 yield LogRecord(Position(info.ledger_id, e.entry_id, info.index), payload, ts)
-        except NoSuchEntryError:
-            # A ledger being deleted from its bookies after its offload (data first, its
-            # metadata after) answers no entry: the rest from Parquet; otherwise an error.
-            self._refresh()
-            if self._offloaded(info) is None:
-                raise
-            yield from self._read_offloaded(info)
-        except NoSuchLedgerError:
-            error = self._truncated(info)
-            if self._offloaded(info) is None:
+        except (NoSuchEntryError, NoSuchLedgerError) as exc:
+            # The bookies answer no entry / no ledger: the ledger is being deleted from
+            # them (data first, its metadata after). Offloaded, then deleted after its lag:
+            # the rest from Parquet. Truncated meanwhile: data loss (LogTruncatedError),
+            # as for a ledger gone before it was opened. Otherwise the error stands.
+            error = self._truncated(info)  # re-reads the log metadata
+            if self._offloaded(info) is not None:
+                yield from self._read_offloaded(info)
+                return
+            if isinstance(error, LogTruncatedError) or isinstance(exc, NoSuchLedgerError):
                 raise error from None
-            # Offloaded, then deleted from the bookies after its lag: the rest from Parquet.
-            yield from self._read_offloaded(info)
+            raise
 
     # ----------------------------------------------------------------- offloaded ledgers
     def _offloaded(self, info: LedgerInfo) -> offload_rules.OffloadState | None:
@@ -299,14 +298,19 @@ class LogReader:
         """The records of an offloaded ledger from ``self._entry`` on, from its Parquet
         file; a file gone meanwhile is a truncation (:class:`LogTruncatedError`)."""
         from bk_spark.io.offload_files import entry_records
+        from bk_spark.io.parquet_reads import parquet_read_served
 
+        served = 0
         try:
             for entry_id, ts, payload in entry_records(self._offloaded_file(info),
                                                        self._entry):
                 self._entry = entry_id + 1
+                served += 1
                 yield LogRecord(Position(info.ledger_id, entry_id, info.index), payload, ts)
         except FileNotFoundError:
             raise self._truncated(info) from None
+        finally:  # the "reads served from Parquet" metric: every read of a file, counted
+            parquet_read_served(served)
 
     def tail(self, timeout: float | None = None) -> Iterator[LogRecord]:
         """Records as they are appended, crossing into new ledgers; stops after ``timeout``

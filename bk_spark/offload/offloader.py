@@ -16,27 +16,44 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from bk_spark.autorecovery.replicator import matching_password
-from bk_spark.errors import BKError, InvalidConfigError, LogNotFoundError, NoSuchLedgerError
+from bk_spark.autorecovery.replicator import LedgerSecret, LocalKeySource, ledger_secret
+from bk_spark.core.reader import ReadHandle
+from bk_spark.errors import (
+    BKError,
+    InvalidConfigError,
+    LogNotFoundError,
+    MetadataSerializationError,
+    NoSuchLedgerError,
+    RecoveryKeyUnavailableError,
+)
 from bk_spark.io import offload_files as files
 from bk_spark.io.election import run_elected
+from bk_spark.io.offload_status import write_failing
 from bk_spark.log.admin import list_logs
 from bk_spark.log.store import log_store, update_log
 from bk_spark.log.view import LogView
 from bk_spark.offload.metrics import OffloadMetrics
 from bk_spark.protocol import offload_rules as rules
+from bk_spark.protocol.digest import master_key
+from bk_spark.protocol.ledger_metadata import MAX_METADATA_BYTES, LedgerState
 from bk_spark.protocol.log_format import LedgerInfo, LogMetadata, now_ms
+from bk_spark.protocol.replication_retry import warn_of_failure
 
 if TYPE_CHECKING:
     from bk_spark.core.client import BookKeeper
 
 log = logging.getLogger(__name__)
+
+#: A log still failing is warned of again once its failures reach this many seconds
+#: (then at debug level: ``bk offload status`` shows the reason).
+_WARN_AGAIN_S = 300.0
+
 
 def election_path(root: str) -> str:
     return f"{root.rstrip('/')}/offloader/election"
@@ -46,22 +63,40 @@ def _listed(view_md: LogMetadata, store_view: LogView, ledger_id: int) -> bool:
     return store_view.refreshed(view_md).index_of_ledger(ledger_id) is not None
 
 
-def ledger_password(bk: BookKeeper, ledger_id: int, passwords: Sequence[bytes]) -> bytes:
+def offload_secret(bk: BookKeeper, ledger_id: int, passwords: Sequence[bytes],
+                   local_key: LocalKeySource | None = None) -> LedgerSecret:
+    """What the offloader reads and deletes a closed ledger with, learnt as AutoRecovery
+    learns it (:func:`~bk_spark.autorecovery.replicator.ledger_secret`, its one home): a
+    candidate password (``bk offloader --password``, ``bk bookie --recovery-password``),
+    the key the offloader's own bookie stored with the ledger (``bk bookie --offload``), or
+    a bookie's ``ReadMasterKey`` under mutual TLS. A ledger closed empty needs none (no
+    bookie holds it, so none holds its key): its placeholder key only deletes nothing.
+    :class:`RecoveryKeyUnavailableError` names what to set."""
     md = bk.ledger_metadata(ledger_id)
-    p = matching_password(md, passwords)
-    if p is None:
-        raise InvalidConfigError(
-            f"ledger {ledger_id}: none of the offloader's {len(passwords)} passwords matches "
-            f"its password: start the offloader with --password set to the log's password")
-    return p
+    if md.state == LedgerState.CLOSED and md.last_entry_id < 0:
+        return LedgerSecret(master_key(b""), None, "empty ledger")
+    try:
+        return ledger_secret(bk, md, passwords, local_key=local_key)
+    except RecoveryKeyUnavailableError as exc:
+        raise RecoveryKeyUnavailableError(
+            f"{exc} (the offloader's passwords: bk offloader --password, bk bookie "
+            f"--recovery-password)") from None
+
+
+def open_closed_ledger(bk: BookKeeper, ledger_id: int, secret: LedgerSecret) -> ReadHandle:
+    """A closed ledger opened for reading with ``secret`` (its password, or only its key:
+    a ``crc32c``/``none`` ledger's digests are still verified)."""
+    md = bk.metadata_store.read(ledger_id)
+    return ReadHandle(bk, md, secret.codec(md.value), secret.key)
 
 
 def ledger_rows(bk: BookKeeper, name: str, md: LogMetadata, info: LedgerInfo,
-                password: bytes) -> tuple[pa.Schema, Iterator[pa.RecordBatch], int]:
+                secret: LedgerSecret) -> tuple[pa.Schema, Iterator[pa.RecordBatch], int]:
     """The schema, rows and entry count of one closed ledger as stored in Parquet: the
     ``bookkeeper`` source's rows of the ledger with the position columns
     (:func:`bk_spark.datasource.scan.ledger_batches`: packed fetches decoded in bulk, an
-    arrow entry's record batch as it is, no row-by-row Python), streamed as fetched."""
+    arrow entry's record batch as it is, no row-by-row Python), streamed as fetched.
+    ``secret``: what it is read with (:func:`offload_secret`)."""
     from bk_spark.datasource import formats, scan  # pyspark types: only for the schemas
     from bk_spark.datasource.planning import Slice
 
@@ -76,18 +111,19 @@ def ledger_rows(bk: BookKeeper, name: str, md: LogMetadata, info: LedgerInfo,
     def rows() -> Iterator[pa.RecordBatch]:
         if last < 0:
             return
-        rh = bk.open_ledger(info.ledger_id, password, recovery=False)
+        rh = open_closed_ledger(bk, info.ledger_id, secret)
         yield from scan.ledger_batches(rh, Slice(name, info.ledger_id, 0, last),
                                        fmt or "raw", schema, stored)
     return schema, rows(), last + 1
 
 
 def offload_ledger(bk: BookKeeper, name: str, ledger_id: int, passwords: Sequence[bytes],
-                   default_target: str | None, metrics: OffloadMetrics | None = None
-                   ) -> rules.OffloadState | None:
+                   default_target: str | None, metrics: OffloadMetrics | None = None, *,
+                   local_key: LocalKeySource | None = None) -> rules.OffloadState | None:
     """Offload one closed ledger of log ``name`` (the protocol's four steps); returns its
     complete state, or None when the ledger left the log (or another attempt took over)
-    meanwhile. Offloading a complete ledger again changes nothing."""
+    meanwhile. Offloading a complete ledger again changes nothing. ``local_key``: the
+    keys the offloader's own bookie stored (:func:`offload_secret`)."""
     store = log_store(bk)
     current = store.read(name)
     md = current.value
@@ -108,7 +144,12 @@ def offload_ledger(bk: BookKeeper, name: str, ledger_id: int, passwords: Sequenc
         raise InvalidConfigError(
             f"log {name!r} has no offload target: set one (bk log set {name} "
             f"--offload-target URI) or start the offloader with --offload-target")
-    password = ledger_password(bk, ledger_id, passwords)
+    try:
+        secret = offload_secret(bk, ledger_id, passwords, local_key)
+    except NoSuchLedgerError:
+        if _listed(store.read(name).value, view, ledger_id):
+            raise
+        return None  # truncated meanwhile: not a failure
 
     # 1. A new offload id, recorded before any byte is written (a stale attempt's file
     #    is removed first: it was never counted).
@@ -128,16 +169,24 @@ def offload_ledger(bk: BookKeeper, name: str, ledger_id: int, passwords: Sequenc
             return False
         return rules.states_of(m.properties).get(ledger_id) == expect
 
-    done = update_log(bk, name, needs_change=lambda m: still(m, old),
-                      make_change=lambda m: m.with_properties(
-                          lambda p: rules.with_state(p, ledger_id, new)), current=current)
+    def record(m: LogMetadata) -> LogMetadata:
+        out = m.with_properties(lambda p: rules.with_state(p, ledger_id, new))
+        try:
+            size = len(out.to_bytes())
+        except MetadataSerializationError:
+            size = MAX_METADATA_BYTES + 1
+        rules.check_records_room(name, size, len(rules.states_of(out.properties)))
+        return out
+
+    done = update_log(bk, name, needs_change=lambda m: still(m, old), make_change=record,
+                      current=current)
     if rules.states_of(done.value.properties).get(ledger_id) != new:
         return None
     uri = rules.offload_file(name, md.log_id, ledger_id, new)
     started = time.monotonic()
     try:
         # 2. Write to the path named by the id.
-        schema, batches, entries = ledger_rows(bk, name, md, info, password)
+        schema, batches, entries = ledger_rows(bk, name, md, info, secret)
         wrote = files.write_ledger(uri, schema, batches)
         # 3. Verify: the file's rows hold every entry, and the checksum of its values
         #    read back equals the one of the values read from the bookies.
@@ -166,7 +215,8 @@ def offload_ledger(bk: BookKeeper, name: str, ledger_id: int, passwords: Sequenc
 
 
 def drop_bookie_copy(bk: BookKeeper, name: str, ledger_id: int, passwords: Sequence[bytes],
-                     lag_ms: int, now: int) -> bool:
+                     lag_ms: int, now: int, *, local_key: LocalKeySource | None = None
+                     ) -> bool:
     """The deletion lag: once a complete ledger's lag has passed, record (CAS) that the
     bookies no longer hold it, then delete it from them (metadata first, data after: a
     reader sent to the bookies before the CAS retries on Parquet when the ledger is gone).
@@ -183,7 +233,10 @@ def drop_bookie_copy(bk: BookKeeper, name: str, ledger_id: int, passwords: Seque
         return m.with_properties(lambda p: rules.with_state(
             p, ledger_id, rules.OffloadState.from_json(st.to_json() | {"dropped": True})))
 
-    password = ledger_password(bk, ledger_id, passwords)
+    try:
+        secret = offload_secret(bk, ledger_id, passwords, local_key)
+    except NoSuchLedgerError:
+        return False  # deleted meanwhile (truncated)
     if not needs(view.md):
         return False
     done = update_log(bk, name, needs_change=needs, make_change=change)
@@ -191,7 +244,10 @@ def drop_bookie_copy(bk: BookKeeper, name: str, ledger_id: int, passwords: Seque
     if st is None or not st.dropped:
         return False
     try:
-        bk.delete_ledger(ledger_id, password)
+        if secret.password is not None:
+            bk.delete_ledger(ledger_id, secret.password)
+        else:
+            bk.delete_ledger(ledger_id, key=secret.key)
     except NoSuchLedgerError:
         pass
     return True
@@ -216,20 +272,57 @@ class OffloaderConfig:
             raise InvalidConfigError(f"offloader tick must be > 0, got {self.tick_s}")
 
 
+def ledger_sizes(bk: BookKeeper, ledgers: Sequence[LedgerInfo],
+                 states: Mapping[int, rules.OffloadState], policy: rules.OffloadPolicy
+                 ) -> dict[int, int] | None:
+    """The bytes of each closed ledger not offloaded yet, for a BYTES policy (None for the
+    others: they need none)."""
+    if policy.kind is not rules.AfterKind.BYTES:
+        return None
+    return {r.ledger_id: bk.ledger_metadata(r.ledger_id).length
+            for r in ledgers if r.is_described and r.ledger_id not in states}
+
+
+def log_backlog(bk: BookKeeper, name: str
+                ) -> tuple[rules.OffloadPolicy, list[LedgerInfo]] | None:
+    """A log's policy and its backlog (:func:`~bk_spark.protocol.offload_rules.backlog`:
+    closed ledgers due, not complete), what the offloader's per-log gauges and ``bk
+    offload status`` show; None: the log has no policy (or is being deleted)."""
+    store = log_store(bk)
+    md = store.read(name).value
+    policy = rules.policy_of(md.properties)
+    if policy is None or md.deleting:
+        return None
+    ledgers = LogView(store, name, md).ledgers()
+    states = rules.states_of(md.properties)
+    return policy, rules.backlog(ledgers, states, policy, now_ms(),
+                                 ledger_sizes(bk, ledgers, states, policy))
+
+
 class Offloader:
     """Contends for the offloader role; while elected, applies every log's policy each
     tick: offload the due ledgers in log order, drop bookie copies past the deletion lag.
 
-    One thread (the election's); no locks. A failure on one log is counted and logged and
-    retried next tick; readers keep reading the bookies' copy meanwhile.
+    One thread (the election's); no locks. A failure on one log is counted, retried next
+    tick, and recorded where ``bk offload status`` shows it (the failing logs' record,
+    :mod:`bk_spark.io.offload_status`, written when it changes); it is logged as a warning
+    only when new, when its reason changes, and once more when it persists
+    (:func:`~bk_spark.protocol.replication_retry.warn_of_failure`, AutoRecovery's rule),
+    not every tick. Readers keep reading the bookies' copy meanwhile.
     """
 
     def __init__(self, bk: BookKeeper, identity: str, config: OffloaderConfig,
-                 metrics: OffloadMetrics) -> None:
+                 metrics: OffloadMetrics, *, local_key: LocalKeySource | None = None
+                 ) -> None:
         self.bk = bk
         self.identity = identity
         self.config = config
         self.metrics = metrics
+        #: the keys the offloader's own bookie stored (``bk bookie --offload``)
+        self.local_key = local_key
+        #: log -> {"reason", "since_ms", "passes"} of the logs whose last pass failed
+        self.failing: dict[str, dict[str, Any]] = {}
+        self._recorded: dict[str, str] | None = None  # log -> reason, as in ZooKeeper
 
     def run(self, stop: threading.Event) -> None:
         run_elected(self.bk.zk, election_path(self.bk.msu.root), self.identity, self._lead,
@@ -238,25 +331,75 @@ class Offloader:
     def _lead(self, stop: threading.Event) -> None:
         log.info("offloader %s elected", self.identity)
         self.metrics.elected.set(1)
+        self._recorded = None  # rewrite the failing logs' record at the first pass
         try:
             while not stop.is_set():
                 self.tick()
                 stop.wait(self.config.tick_s)
         finally:
             self.metrics.elected.set(0)
+            self.metrics.keep_logs(())  # the per-log series are the elected one's
 
     def tick(self) -> None:
-        """One pass over every log with a policy."""
-        lag_s = 0.0
+        """One pass over every log with a policy; then the per-log gauges and the failing
+        logs' record."""
+        lag_ms = 0
+        seen: list[str] = []
         for name in list_logs(self.bk):
+            failure: BaseException | None = None
             try:
-                lag_s = max(lag_s, self.apply(name))
+                self.apply(name)
             except LogNotFoundError:
                 continue
             except (BKError, OSError) as exc:
-                self.metrics.failures.inc()
-                log.warning("offloader: log %r: %s", name, exc)
-        self.metrics.lag.set(lag_s)
+                failure = exc
+            try:
+                facts = log_backlog(self.bk, name)
+            except LogNotFoundError:
+                continue
+            except (BKError, OSError) as exc:
+                failure = failure or exc
+                facts = None
+            if facts is None and failure is None:
+                continue  # no policy
+            backlog = facts[1] if facts is not None else []
+            log_lag = rules.lag_ms(backlog, facts[0] if facts else None, now_ms())
+            lag_ms = max(lag_ms, log_lag)
+            seen.append(name)
+            self.metrics.log_pass(name, log_lag / 1000, len(backlog), failure is not None)
+            if failure is None:
+                self.failing.pop(name, None)
+            else:
+                self._failed(name, failure)
+        self.metrics.lag.set(lag_ms / 1000)
+        self.metrics.keep_logs(seen)
+        for name in set(self.failing) - set(seen):
+            del self.failing[name]
+        self._record_failing()
+
+    def _failed(self, name: str, exc: BaseException) -> None:
+        self.metrics.failures.inc()
+        reason = f"{type(exc).__name__}: {exc}"
+        old = self.failing.get(name)
+        passes = (old["passes"] + 1) if old else 1
+        self.failing[name] = {"reason": reason, "passes": passes,
+                              "since_ms": old["since_ms"] if old else now_ms()}
+        changed = old is None or old["reason"] != reason
+        level = logging.WARNING if warn_of_failure(
+            passes, changed, self.config.tick_s, _WARN_AGAIN_S) else logging.DEBUG
+        log.log(level, "offloader: log %r: %s (pass %d; bk offload status shows it)", name,
+                reason, passes)
+
+    def _record_failing(self) -> None:
+        """Write the failing logs' record when a log or a reason changed."""
+        now = {n: f["reason"] for n, f in self.failing.items()}
+        if now == self._recorded:
+            return
+        try:
+            write_failing(self.bk.zk, self.bk.msu.root, self.failing)
+            self._recorded = now
+        except Exception as exc:  # ZooKeeper away: written at a later pass
+            log.debug("offloader: cannot record the failing logs (%s)", exc)
 
     def apply(self, name: str) -> float:
         """Offload log ``name``'s due ledgers and drop bookie copies past the lag; returns
@@ -270,32 +413,28 @@ class Offloader:
                 return 0.0
             ledgers = LogView(store, name, md).ledgers()
             states = rules.states_of(md.properties)
-            sizes = ({r.ledger_id: self.bk.ledger_metadata(r.ledger_id).length
-                      for r in ledgers if r.is_described and r.ledger_id not in states}
-                     if policy.kind is rules.AfterKind.BYTES else None)
-            todo = rules.due(ledgers, states, policy, now_ms(), sizes)
+            todo = rules.due(ledgers, states, policy, now_ms(),
+                             ledger_sizes(self.bk, ledgers, states, policy))
             if not todo:
                 break
             if offload_ledger(self.bk, name, todo[0].ledger_id, cfg.passwords,
-                              cfg.default_target, self.metrics) is None:
+                              cfg.default_target, self.metrics,
+                              local_key=self.local_key) is None:
                 break
         if policy.iceberg_catalog:
             self.sync_iceberg(name, policy)
         now = now_ms()
-        lag_s = 0.0
-        if todo:
-            first = todo[0]
-            lag_s = (now - (first.last_ts_ms or first.first_ts_ms)) / 1000
+        lag_s = rules.lag_ms(todo, policy, now) / 1000
         for lid, st in rules.states_of(md.properties).items():
             if rules.bookie_copy_deletable(st, policy.deletion_lag_ms, now):
                 drop_bookie_copy(self.bk, name, lid, cfg.passwords, policy.deletion_lag_ms,
-                                 now)
+                                 now, local_key=self.local_key)
         return lag_s
 
     def sync_iceberg(self, name: str, policy: rules.OffloadPolicy) -> None:
         """Commit the log's offloaded prefix to its Iceberg table, in log order; expire the
-        files of truncated ledgers (:func:`bk_spark.offload.iceberg.sync_table`)."""
-        from bk_spark.offload.iceberg import sync_table
+        files of truncated ledgers (:func:`bk_spark.io.iceberg.sync_table`)."""
+        from bk_spark.io.iceberg import sync_table, warehouse_of
 
         store = log_store(self.bk)
         md = store.read(name).value
@@ -304,6 +443,5 @@ class Offloader:
         prefix = rules.offloaded_prefix(ledgers, states)
         files = [(r.ledger_id, rules.offload_file(name, md.log_id, r.ledger_id,
                                                    states[r.ledger_id])) for r in prefix]
-        target = (policy.target or self.config.default_target or "").split("?", 1)[0]
-        sync_table(policy.iceberg_catalog or "", f"{target.rstrip('/')}/_iceberg", name,
-                   files)
+        target = policy.target or self.config.default_target or ""
+        sync_table(policy.iceberg_catalog or "", warehouse_of(target), name, files)

@@ -12,6 +12,7 @@ import threading
 
 from prometheus_client import CollectorRegistry
 
+from bk_spark.autorecovery.replicator import LocalKeySource
 from bk_spark.core.client import BookKeeper, BookKeeperConfig
 from bk_spark.offload.metrics import OffloadMetrics
 from bk_spark.offload.offloader import Offloader, OffloaderConfig
@@ -25,12 +26,18 @@ class OffloaderService:
 
     def __init__(self, metadata_service_uri: str, config: OffloaderConfig | None = None, *,
                  identity: str | None = None, registry: CollectorRegistry | None = None,
-                 security: ClientSecurity | None = None) -> None:
+                 security: ClientSecurity | None = None,
+                 local_key: LocalKeySource | None = None) -> None:
+        """``local_key``: in a bookie's process (``bk bookie --offload``), the master key
+        its storage keeps with each ledger, so password-protected ledgers are offloaded
+        with no password configured, as its AutoRecovery worker heals them
+        (:func:`~bk_spark.offload.offloader.offload_secret`)."""
         self.uri = metadata_service_uri
         self.config = config or OffloaderConfig()
         self.identity = identity or f"{socket.gethostname()}-{os.getpid()}"
         self.metrics = OffloadMetrics(registry)
         self.security = security
+        self.local_key = local_key
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.bk: BookKeeper | None = None
@@ -38,7 +45,8 @@ class OffloaderService:
     def start(self) -> None:
         self.bk = bk = BookKeeper(self.uri, BookKeeperConfig(tune_allocator=False),
                                   security=self.security)
-        offloader = Offloader(bk, self.identity, self.config, self.metrics)
+        offloader = Offloader(bk, self.identity, self.config, self.metrics,
+                              local_key=self.local_key)
 
         def run() -> None:
             try:

@@ -50,7 +50,8 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any
 
-from bk_spark.errors import InvalidConfigError
+from bk_spark.errors import InvalidConfigError, OffloadRecordsFullError
+from bk_spark.protocol.ledger_metadata import MAX_METADATA_BYTES
 from bk_spark.protocol.log_format import LedgerInfo
 
 #: Log property holding the log's :class:`OffloadPolicy`.
@@ -297,6 +298,33 @@ def read_from(state: OffloadState | None) -> Source:
 # ------------------------------------------------------------------------------- decisions
 
 
+def _eligible(ledgers: Sequence[LedgerInfo], policy: OffloadPolicy, now_ms: int,
+              sizes: Mapping[int, int] | None) -> list[LedgerInfo]:
+    """The leading closed ledgers the policy says may be offloaded (see :func:`due`)."""
+    closed: list[LedgerInfo] = []
+    for info in ledgers:
+        if not info.is_described:
+            break
+        closed.append(info)
+    kind, amount = policy.kind, policy.amount
+    if kind is AfterKind.LEDGERS:
+        return closed[:max(0, len(closed) - amount)]
+    if kind is AfterKind.BYTES:
+        sizes = sizes or {}
+        kept, cut = 0, len(closed)
+        while cut > 0 and kept + sizes.get(closed[cut - 1].ledger_id, 0) <= amount and \
+                amount > 0:
+            kept += sizes.get(closed[cut - 1].ledger_id, 0)
+            cut -= 1
+        return closed[:cut]
+    return [r for r in closed if now_ms - closed_ms(r) >= amount]
+
+
+def closed_ms(info: LedgerInfo) -> int:
+    """When a closed ledger's last entry was appended (an empty ledger: its creation)."""
+    return info.last_ts_ms if info.last_ts_ms is not None else info.first_ts_ms
+
+
 def due(ledgers: Sequence[LedgerInfo], states: Mapping[int, OffloadState],
         policy: OffloadPolicy | None, now_ms: int, sizes: Mapping[int, int] | None = None
         ) -> list[LedgerInfo]:
@@ -311,33 +339,37 @@ def due(ledgers: Sequence[LedgerInfo], states: Mapping[int, OffloadState],
     """
     if policy is None:
         return []
-    closed: list[LedgerInfo] = []
-    for info in ledgers:
-        if not info.is_described:
-            break
-        closed.append(info)
-    kind, amount = policy.kind, policy.amount
-    if kind is AfterKind.LEDGERS:
-        eligible = closed[:max(0, len(closed) - amount)]
-    elif kind is AfterKind.BYTES:
-        sizes = sizes or {}
-        kept, cut = 0, len(closed)
-        while cut > 0 and kept + sizes.get(closed[cut - 1].ledger_id, 0) <= amount and \
-                amount > 0:
-            kept += sizes.get(closed[cut - 1].ledger_id, 0)
-            cut -= 1
-        eligible = closed[:cut]
-    else:
-        eligible = [r for r in closed
-                    if now_ms - (r.last_ts_ms if r.last_ts_ms is not None else r.first_ts_ms)
-                    >= amount]
-    eligible_ids = {r.ledger_id for r in eligible}
+    eligible_ids = {r.ledger_id for r in _eligible(ledgers, policy, now_ms, sizes)}
     for info in ledgers:  # the first live ledger not complete, if the policy says it is due
         st = states.get(info.ledger_id)
         if st is not None and st.complete:
             continue
         return [info] if info.ledger_id in eligible_ids else []
     return []
+
+
+def backlog(ledgers: Sequence[LedgerInfo], states: Mapping[int, OffloadState],
+            policy: OffloadPolicy | None, now_ms: int, sizes: Mapping[int, int] | None = None
+            ) -> list[LedgerInfo]:
+    """Every ledger the policy says is due whose offload is not complete, in log order
+    (the offloader takes them one by one: :func:`due` is the first of them). What ``bk
+    offload status`` counts and the lag is measured from."""
+    if policy is None:
+        return []
+    return [r for r in _eligible(ledgers, policy, now_ms, sizes)
+            if not (states.get(r.ledger_id) is not None and states[r.ledger_id].complete)]
+
+
+def lag_ms(backlog_: Sequence[LedgerInfo], policy: OffloadPolicy | None, now_ms: int
+           ) -> int:
+    """A log's offload lag: how long the oldest ledger of its backlog has been due (0: no
+    backlog): since it closed, or for an AGE policy since it reached that age (the
+    policy's own wait is no lag). The offloader's ``offload_log_lag_seconds`` gauge and
+    ``bk offload status`` both show this value."""
+    if not backlog_:
+        return 0
+    wait = policy.amount if policy is not None and policy.kind is AfterKind.AGE else 0
+    return max(0, now_ms - closed_ms(backlog_[0]) - wait)
 
 
 def offloaded_prefix(ledgers: Sequence[LedgerInfo], states: Mapping[int, OffloadState]
@@ -361,6 +393,38 @@ def bookie_copy_deletable(state: OffloadState | None, deletion_lag_ms: int, now_
         return False
     assert state.done_ms is not None
     return now_ms - state.done_ms >= deletion_lag_ms
+
+
+#: Bytes of the log's main znode never filled by offload records (ZooKeeper's limit is
+#: :data:`~bk_spark.protocol.ledger_metadata.MAX_METADATA_BYTES`): the log's writer
+#: still rolls and its properties still change when no more records fit.
+RECORDS_HEADROOM_BYTES = 64 * 1024
+#: About how many bytes one offload record takes in the log's metadata.
+RECORD_BYTES = 150
+
+
+def records_limit(metadata_bytes: int, records: int) -> int:
+    """About how many offload records a log can hold in all, given the size of its
+    metadata now with ``records`` of them (what ``bk log set`` tells the user)."""
+    room = MAX_METADATA_BYTES - RECORDS_HEADROOM_BYTES - metadata_bytes
+    return max(records, records + room // RECORD_BYTES)
+
+
+def check_records_room(log_name: str, metadata_bytes: int, records: int) -> None:
+    """Step 1's limit: refuse a new offload record (:class:`OffloadRecordsFullError`)
+    when the log's metadata with it (``metadata_bytes``, holding ``records`` records)
+    would come within :data:`RECORDS_HEADROOM_BYTES` of ZooKeeper's znode limit. The
+    records live in the log's znode, about :data:`RECORD_BYTES` each: some 6,000
+    offloaded ledgers per log. Truncating the log removes its dropped ledgers' records."""
+    limit = MAX_METADATA_BYTES - RECORDS_HEADROOM_BYTES
+    if metadata_bytes > limit:
+        raise OffloadRecordsFullError(
+            f"log {log_name!r}: another offload record (it would hold {records}) would "
+            f"make its metadata {metadata_bytes:,} bytes: over {limit:,} (ZooKeeper's znode "
+            f"limit {MAX_METADATA_BYTES:,}, less {RECORDS_HEADROOM_BYTES:,} kept for the "
+            f"log's writer). No more ledgers are offloaded until the log is truncated (bk "
+            f"log truncate, truncate_log: the dropped ledgers' records go with them); "
+            f"larger ledgers (roll less often) offload more data per record")
 
 
 def start_offload(state: OffloadState | None, new_id: str, target: str

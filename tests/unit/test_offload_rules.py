@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bk_spark.errors import InvalidConfigError
+from bk_spark.errors import InvalidConfigError, OffloadRecordsFullError
 from bk_spark.protocol.log_format import LedgerInfo
 from bk_spark.protocol.offload_rules import (
     READ_FROM,
@@ -15,14 +15,18 @@ from bk_spark.protocol.offload_rules import (
     OffloadState,
     Source,
     Tier,
+    backlog,
     bookie_copy_deletable,
+    check_records_room,
     due,
+    lag_ms,
     offload_file,
     offloaded_prefix,
     parse_after,
     parse_lag_ms,
     policy_of,
     read_from,
+    records_limit,
     start_offload,
     states_of,
     target_of,
@@ -155,6 +159,59 @@ def test_each_attempt_writes_its_own_file():
 def test_a_target_query_stays_at_the_end_of_the_file_uri():
     f = offload_file("ev", "lid", 7, OffloadState("a", "s3://b/p?endpoint_override=h&x=1"))
     assert f == "s3://b/p/ev/lid/ledger-0000000000000000007-a.parquet?endpoint_override=h&x=1"
+
+
+def test_the_backlog_is_every_due_ledger_not_complete_and_due_is_its_first():
+    ledgers = _ledgers(3, 3, 3, 3, None)  # four closed, one open
+    states = {10: _done(10)}
+    zero = OffloadPolicy(after="0")
+    assert [r.ledger_id for r in backlog(ledgers, states, zero, 10_000)] == [11, 12, 13]
+    assert due(ledgers, states, zero, 10_000) == backlog(ledgers, states, zero, 10_000)[:1]
+    keep2 = OffloadPolicy(after="2")  # the newest two closed ledgers stay on bookies only
+    assert [r.ledger_id for r in backlog(ledgers, states, keep2, 10_000)] == [11]
+    assert backlog(ledgers, {i: _done(i) for i in range(10, 14)}, zero, 10_000) == []
+    assert backlog(ledgers, states, None, 10_000) == []
+
+
+def test_the_lag_is_how_long_the_oldest_ledger_of_the_backlog_has_been_due():
+    ledgers = _ledgers(3, 3, None)  # ledger 10's last entry at 500 ms, ledger 11's at 1500
+    zero = OffloadPolicy(after="0")
+    assert lag_ms(backlog(ledgers, {}, zero, 10_000), zero, 10_000) == 9_500
+    assert lag_ms(backlog(ledgers, {10: _done(10)}, zero, 10_000), zero, 10_000) == 8_500
+    assert lag_ms([], zero, 10_000) == 0
+    # an age policy's own wait is no lag: ledger 10 has been due for 10000 - 500 - 2000 ms
+    age = OffloadPolicy(after="2s")
+    assert lag_ms(backlog(ledgers, {}, age, 10_000), age, 10_000) == 7_500
+    assert backlog(ledgers, {}, age, 2_000) == []
+
+
+def test_offload_records_stop_short_of_zookeepers_znode_limit_with_an_error_saying_what_to_do():
+    """The records live in the log's znode: a log holds some 6,000 of them; the one past
+    the limit is refused with what to do, before ZooKeeper would refuse the whole znode
+    (and with it the writer's next roll)."""
+    from bk_spark.protocol.log_format import LogMetadata
+
+    def md_with(n: int) -> LogMetadata:
+        state = OffloadState("0123456789abcdef", "file:///var/lib/bk/offload").completed(
+            1_764_300_000_000, 4096, 4096, 1_234_567, 2**31)
+        props: dict = {}
+        for lid in range(10**6, 10**6 + n):
+            props = with_state(props, lid, state)
+        return LogMetadata(ctime_ms=1, log_id="f" * 32).with_properties(props)
+
+    size_1000 = len(md_with(1000).to_bytes())
+    per_record = size_1000 / 1000
+    assert 100 < per_record < 200  # the README's "about 150 bytes each"
+    limit = records_limit(size_1000, 1000)
+    assert 5_000 < limit < 8_000
+    check_records_room("events", size_1000, 1000)  # room left: no error
+    # halfway into the headroom: refused, while ZooKeeper would still take the znode
+    n = 1000 + int((1_000_000 - 32 * 1024 - size_1000) / per_record)
+    assert abs(n - limit) < 0.1 * limit  # bk log set's estimate
+    full = md_with(n)
+    with pytest.raises(OffloadRecordsFullError, match="truncate") as e:
+        check_records_room("events", len(full.to_bytes()), n)
+    assert "'events'" in str(e.value) and "ZooKeeper" in str(e.value)
 
 
 def test_the_files_are_where_the_policy_says_else_where_the_records_say():
