@@ -208,6 +208,27 @@ class _Waiter:
                                      ) from self.error
 
 
+class _AddDone:
+    """The waiter of an add's last journal record: calls back once it is synced and applied
+    (:meth:`BookieStorage.add_entries_then`)."""
+
+    __slots__ = ("fn", "metrics", "n", "nbytes")
+
+    def __init__(self, fn: Callable[[BKError | None], None], metrics: StorageMetrics, n: int,
+                 nbytes: int) -> None:
+        self.fn, self.metrics, self.n, self.nbytes = fn, metrics, n, nbytes
+
+    def done(self, error: BaseException | None = None) -> None:
+        try:
+            if error is None:
+                self.metrics.added(self.n, self.nbytes)
+                self.fn(None)
+            else:
+                self.fn(BookieStorageError(f"write failed ({error}): restart the bookie"))
+        except Exception:  # noqa: BLE001 - the group's other waiters must still be released
+            log.exception("an add's completion failed")
+
+
 class _Op:
     """What the journal writer applies for one journal record once it is synced."""
 
@@ -218,7 +239,7 @@ class _Op:
         kind: int,
         batch: AddBatch | None = None,
         lac: int = -1,
-        waiter: _Waiter | None = None,
+        waiter: _Waiter | _AddDone | None = None,
         ledger_id: int = -1,
     ) -> None:
         self.kind = kind
@@ -409,19 +430,47 @@ class BookieStorage:
         entries are journaled and the call returns once the group's fdatasync is done and
         they are readable. Re-adding an entry overwrites it. ``recovery`` adds are accepted
         on a fenced ledger. ``lac >= 0`` also advances the ledger's LAC (explicit LAC; with no
-        entries that is the whole request).
+        entries that is the whole request). The blocking form of :meth:`add_entries_then`.
         """
+        waiter = _Waiter()
+        outcome: list[BKError | None] = []
+
+        def done(error: BKError | None) -> None:
+            outcome.append(error)
+            waiter.done()
+
+        self.add_entries_then(ledger_id, master_key, entries, done, recovery=recovery, lac=lac)
+        waiter.wait()
+        if outcome[0] is not None:
+            raise outcome[0]
+
+    def add_entries_then(
+        self,
+        ledger_id: int,
+        master_key: bytes,
+        entries: Sequence[tuple[int, int, bytes, bytes]],
+        done: Callable[[BKError | None], None],
+        *,
+        recovery: bool = False,
+        lac: int = -1,
+    ) -> None:
+        """:meth:`add_entries` without waiting (the add stream's form: no thread parks per
+        request): validation raises its typed error here, before anything is written; once
+        the group's fdatasync is done and the entries are applied (readable), ``done(None)``
+        runs on the journal writer thread (keep it short), or ``done(error)`` if the write
+        failed. Nothing is acknowledged before the fdatasync."""
         check_id("ledger id", ledger_id)
         master_key = check_key(master_key)
         check_lac(lac)
         entries, nbytes = check_entries(entries, self.config.max_entry_size)
         if not entries and lac < 0:
+            done(None)
             return
         if self._disk.read_only:
             raise ReadOnlyError(
                 f"bookie {self.config.bookie_id} is readonly (disk full): write to other bookies"
             )
-        waiter = _Waiter()
+        waiter = _AddDone(done, self._metrics, len(entries), nbytes)
         try:
             batches = encode_adds(ledger_id, master_key, entries, self._record_cap)
         except (TypeError, ValueError, struct.error) as exc:  # ids >= 2**63, str payloads
@@ -453,8 +502,6 @@ class BookieStorage:
             self._journal.submit(records)
             if created:
                 self._ledgers[ledger_id] = state
-        waiter.wait()
-        self._metrics.added(len(entries), nbytes)
 
     def fence(self, ledger_id: int, master_key: bytes) -> tuple[int, int]:
         """Fence a ledger: plain adds are refused from now on. Durable before it returns.

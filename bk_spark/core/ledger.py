@@ -531,7 +531,7 @@ class LedgerHandle:
             lac, bookies = self._take_lac_to_send()
         for b in bookies:
             try:
-                self._bk.bookies.get(b).write_lac_future(self.id, self._master_key, lac)
+                self._bk.bookies.get(b).send_lac(self.id, self._master_key, lac)
             except BKError as exc:  # the client closed: the close sends the final LAC
                 log.debug("explicit LAC to %s failed: %s", b, exc)
 

@@ -207,7 +207,7 @@ class InfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class InfoResponse(_message.Message):
-    __slots__ = ("status", "message", "bookie_id", "read_only", "ledgers", "disk_used_bytes", "disk_free_bytes", "max_entry_size", "version", "repair_state", "repair_ledgers_total", "repair_ledgers_left", "repair_limbo_ledgers", "repair_entries_copied", "repair_bytes_copied", "repair_error")
+    __slots__ = ("status", "message", "bookie_id", "read_only", "ledgers", "disk_used_bytes", "disk_free_bytes", "max_entry_size", "version", "repair_state", "repair_ledgers_total", "repair_ledgers_left", "repair_limbo_ledgers", "repair_entries_copied", "repair_bytes_copied", "repair_error", "add_streams_open", "stream_add_requests")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     BOOKIE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -224,6 +224,8 @@ class InfoResponse(_message.Message):
     REPAIR_ENTRIES_COPIED_FIELD_NUMBER: _ClassVar[int]
     REPAIR_BYTES_COPIED_FIELD_NUMBER: _ClassVar[int]
     REPAIR_ERROR_FIELD_NUMBER: _ClassVar[int]
+    ADD_STREAMS_OPEN_FIELD_NUMBER: _ClassVar[int]
+    STREAM_ADD_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     status: StatusCode
     message: str
     bookie_id: str
@@ -240,7 +242,9 @@ class InfoResponse(_message.Message):
     repair_entries_copied: int
     repair_bytes_copied: int
     repair_error: str
-    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., message: _Optional[str] = ..., bookie_id: _Optional[str] = ..., read_only: _Optional[bool] = ..., ledgers: _Optional[int] = ..., disk_used_bytes: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., max_entry_size: _Optional[int] = ..., version: _Optional[str] = ..., repair_state: _Optional[str] = ..., repair_ledgers_total: _Optional[int] = ..., repair_ledgers_left: _Optional[int] = ..., repair_limbo_ledgers: _Optional[int] = ..., repair_entries_copied: _Optional[int] = ..., repair_bytes_copied: _Optional[int] = ..., repair_error: _Optional[str] = ...) -> None: ...
+    add_streams_open: int
+    stream_add_requests: int
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., message: _Optional[str] = ..., bookie_id: _Optional[str] = ..., read_only: _Optional[bool] = ..., ledgers: _Optional[int] = ..., disk_used_bytes: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., max_entry_size: _Optional[int] = ..., version: _Optional[str] = ..., repair_state: _Optional[str] = ..., repair_ledgers_total: _Optional[int] = ..., repair_ledgers_left: _Optional[int] = ..., repair_limbo_ledgers: _Optional[int] = ..., repair_entries_copied: _Optional[int] = ..., repair_bytes_copied: _Optional[int] = ..., repair_error: _Optional[str] = ..., add_streams_open: _Optional[int] = ..., stream_add_requests: _Optional[int] = ...) -> None: ...
 
 class MasterKeyRequest(_message.Message):
     __slots__ = ("ledger_id",)
@@ -257,3 +261,19 @@ class MasterKeyResponse(_message.Message):
     message: str
     master_key: bytes
     def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., message: _Optional[str] = ..., master_key: _Optional[bytes] = ...) -> None: ...
+
+class AddStreamRequest(_message.Message):
+    __slots__ = ("request_id", "requests")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    requests: _containers.RepeatedCompositeFieldContainer[AddRequest]
+    def __init__(self, request_id: _Optional[int] = ..., requests: _Optional[_Iterable[_Union[AddRequest, _Mapping]]] = ...) -> None: ...
+
+class AddStreamResponse(_message.Message):
+    __slots__ = ("request_id", "responses")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    RESPONSES_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    responses: _containers.RepeatedCompositeFieldContainer[AddResponse]
+    def __init__(self, request_id: _Optional[int] = ..., responses: _Optional[_Iterable[_Union[AddResponse, _Mapping]]] = ...) -> None: ...
