@@ -11,6 +11,13 @@ thousand writers sharing a bookie, or a recovery beside a writer, do not queue b
 other's requests. :meth:`BookieClient.add_entry` is one
 entry sent that way, for tools and tests.
 
+Each request goes on the bookie's add stream (:mod:`bk_spark.io.add_stream`, issue 28 §2):
+one long-lived ``AddStream`` call per bookie, opened on first use, whose messages carry the
+requests of many ledgers (and explicit LACs, :meth:`BookieClient.send_lac`) gathered while
+its window was shut; a bookie that refuses the stream (older, full, or not for this peer)
+gets unary ``AddEntries`` calls, as it does with ``ClientConfig.add_stream`` off. The
+answer, and what a failure does to the writer, are the same either way.
+
 A ledger writer's rounds (:meth:`BookieClient.send_batch`) pipeline deeper when they are
 big: beyond ``max_in_flight`` requests, a request of at least ``pipeline_min_bytes`` may
 go while the bookie's requests in flight hold less than ``max_in_flight_bytes`` (like
