@@ -355,7 +355,11 @@ class BookieClient:
         or ``add_stream`` off) as a unary ``AddEntries``: the same answer either way."""
         if self.config.add_stream and time.monotonic() >= self._unary_until:
             for _ in range(2):  # a stream that just ended: once more, on a new one
-                stream = self._add_stream()
+                try:
+                    stream = self._add_stream()
+                except Exception as exc:  # the channel closed under us: unary says so
+                    log.debug("add stream to %s not opened: %r", self.bookie_id, exc)
+                    break
                 if stream is None:
                     break
                 if stream.submit(request, done):
