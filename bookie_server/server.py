@@ -89,25 +89,35 @@ class _StreamAnswers:
     stream's pool thread, which sends them. The stream ends once its reader finished and
     every message read was answered, or at once when the call was cancelled."""
 
-    __slots__ = ("_cv", "_ready", "_due", "_finished", "_cancelled", "abort_message")
+    __slots__ = ("_cv", "_ready", "_due", "_due_bytes", "_finished", "_cancelled",
+                 "abort_message")
 
     def __init__(self) -> None:
         self._cv = threading.Condition(threading.Lock())
         self._ready: list[bytes] = []
         self._due = 0  # messages read and not yet answered
+        self._due_bytes = 0  # their size on the wire
         self._finished = False
         self._cancelled = False
         self.abort_message = ""
 
-    def expect(self) -> None:
+    def expect(self, size: int, limit: int) -> None:
+        """One more message of ``size`` bytes read; first waits while the messages read and
+        not yet answered hold ``limit`` bytes or more (the bookie's memory bound per stream:
+        meanwhile gRPC's flow control holds the client back, as a full pool of unary calls
+        does)."""
         with self._cv:
+            while self._due_bytes >= limit and not self._cancelled:
+                self._cv.wait()
             self._due += 1
+            self._due_bytes += size
 
-    def push(self, answer: bytes) -> None:
+    def push(self, answer: bytes, size: int) -> None:
         with self._cv:
             self._ready.append(answer)
             self._due -= 1
-            self._cv.notify()
+            self._due_bytes -= size
+            self._cv.notify_all()
 
     def take(self) -> list[bytes] | None:
         """Every answer ready (waits for one); None: the stream is over."""
@@ -122,29 +132,31 @@ class _StreamAnswers:
     def finish(self) -> None:
         with self._cv:
             self._finished = True
-            self._cv.notify()
+            self._cv.notify_all()
 
     def abort(self, message: str) -> None:
         with self._cv:
             self.abort_message = message
             self._cancelled = True
-            self._cv.notify()
+            self._cv.notify_all()
 
     def cancel(self) -> None:
         with self._cv:
             self._cancelled = True
-            self._cv.notify()
+            self._cv.notify_all()
 
 
 class _MessageAnswer:
     """The answer to one stream message, sent once each of its requests is answered."""
 
-    __slots__ = ("_lock", "request_id", "_responses", "_left", "_answers", "_hist", "_t0")
+    __slots__ = ("_lock", "request_id", "size", "_responses", "_left", "_answers", "_hist",
+                 "_t0")
 
-    def __init__(self, request_id: int, n: int, answers: _StreamAnswers, hist: Any,
+    def __init__(self, request_id: int, size: int, n: int, answers: _StreamAnswers, hist: Any,
                  t0: float) -> None:
         self._lock = threading.Lock()
         self.request_id = request_id
+        self.size = size
         self._responses: list[Message | None] = [None] * n
         self._left = n
         self._answers, self._hist, self._t0 = answers, hist, t0
@@ -160,7 +172,7 @@ class _MessageAnswer:
 
     def send(self) -> None:
         self._answers.push(pb.AddStreamResponse(
-            request_id=self.request_id, responses=self._responses).SerializeToString())
+            request_id=self.request_id, responses=self._responses).SerializeToString(), self.size)
 
 
 class BookieService:
@@ -404,6 +416,7 @@ class BookieService:
         """The stream's reader thread: decode each message and submit its requests, in
         arrival order (so a ledger's requests are journaled in the order sent)."""
         hist = self.metrics.rpc_seconds.labels("AddEntries")
+        limit = grpc_message_limit(self.config)
         try:
             for raw in requests:
                 t0 = time.perf_counter()
@@ -413,8 +426,8 @@ class BookieService:
                     answers.abort(f"undecodable AddStreamRequest: {exc}")
                     return
                 n = len(msg.requests)
-                answer = _MessageAnswer(msg.request_id, n, answers, hist, t0)
-                answers.expect()
+                answer = _MessageAnswer(msg.request_id, len(raw), n, answers, hist, t0)
+                answers.expect(len(raw), limit)
                 self.streams.served(n)
                 if not n:
                     answer.send()
