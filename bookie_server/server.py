@@ -77,7 +77,17 @@ class BookieService:
 
     # -- handlers: each takes a decoded request and returns a response message --------
     def add_entries(self, req: pb.AddRequest, _key_required: bool = True) -> pb.AddResponse:
+        """An add carries its entries packed (``records``, the client's way: checked and
+        journaled as they came) or as ``Entry`` messages (a client that predates packed
+        adds), never both."""
         lid = req.ledger_id
+        if req.records or req.record_lengths:
+            if req.entries:
+                raise InvalidRequestError(f"an add of ledger {lid} with both records and "
+                                          f"entries: send one or the other")
+            self.storage.add_records(lid, req.master_key, req.records, req.record_lengths,
+                                     recovery=req.recovery, lac=req.lac)
+            return pb.AddResponse(status=pb.OK, packed=True)
         check_same_ledger(lid, (e.ledger_id for e in req.entries))
         entries = [(e.entry_id, e.lac, e.payload, e.digest) for e in req.entries]
         self.storage.add_entries(lid, req.master_key, entries, recovery=req.recovery,

@@ -115,6 +115,7 @@ from bookie_server.journal import (
     encode_delete,
     encode_fence,
     encode_lac,
+    encode_records,
 )
 from bookie_server.limbo import (
     ANSWERS_UNKNOWN,
@@ -139,6 +140,7 @@ from bookie_server.validation import (
     check_id,
     check_key,
     check_lac,
+    check_records,
 )
 
 log = logging.getLogger(__name__)
@@ -227,6 +229,12 @@ class _Op:
         self.batch = batch
         self.lac = lac
         self.waiter = waiter
+
+
+def _as_lists(*columns: Sequence[int] | np.ndarray) -> list[list[int]]:
+    """Columns of an :class:`AddBatch` (lists, or numpy arrays of a packed add) as lists of
+    Python ints, for the per-entry paths (overwrites)."""
+    return [c.tolist() if isinstance(c, np.ndarray) else list(c) for c in columns]
 
 
 def _key_matches(state: LedgerState, master_key: bytes | None) -> bool:
@@ -409,7 +417,8 @@ class BookieStorage:
         entries are journaled and the call returns once the group's fdatasync is done and
         they are readable. Re-adding an entry overwrites it. ``recovery`` adds are accepted
         on a fenced ledger. ``lac >= 0`` also advances the ledger's LAC (explicit LAC; with no
-        entries that is the whole request).
+        entries that is the whole request). :meth:`add_records` is the same for the
+        entries of a packed add.
         """
         check_id("ledger id", ledger_id)
         master_key = check_key(master_key)
@@ -417,15 +426,56 @@ class BookieStorage:
         entries, nbytes = check_entries(entries, self.config.max_entry_size)
         if not entries and lac < 0:
             return
-        if self._disk.read_only:
-            raise ReadOnlyError(
-                f"bookie {self.config.bookie_id} is readonly (disk full): write to other bookies"
-            )
-        waiter = _Waiter()
+        self._check_not_read_only()
         try:
             batches = encode_adds(ledger_id, master_key, entries, self._record_cap)
         except (TypeError, ValueError, struct.error) as exc:  # ids >= 2**63, str payloads
             raise InvalidRequestError(f"malformed entry: {exc}") from exc
+        self._add_batches(ledger_id, master_key, batches, recovery, lac)
+        self._metrics.added(len(entries), nbytes)
+
+    def add_records(
+        self,
+        ledger_id: int,
+        master_key: bytes,
+        records: bytes,
+        record_lengths: bytes,
+        *,
+        recovery: bool = False,
+        lac: int = -1,
+    ) -> int:
+        """:meth:`add_entries` for a packed add: the entries as records back to back
+        (``AddRequest.records``, :mod:`bk_spark.protocol.records`) and each record's length
+        (``record_lengths``, u32 little endian each). They are checked all at once
+        (:func:`~bookie_server.validation.check_records`: the rules of ``check_entries``,
+        as strict) and journaled and appended to the entry log as they came, with no Python
+        object per entry. Same guarantees as :meth:`add_entries`; returns how many entries
+        were stored."""
+        check_id("ledger id", ledger_id)
+        master_key = check_key(master_key)
+        check_lac(lac)
+        recs, nbytes = check_records(ledger_id, records, record_lengths,
+                                     self.config.max_entry_size)
+        if not len(recs) and lac < 0:
+            return 0
+        self._check_not_read_only()
+        batches = encode_records(ledger_id, master_key, recs, self._record_cap)
+        self._add_batches(ledger_id, master_key, batches, recovery, lac)
+        self._metrics.added(len(recs), nbytes)
+        return len(recs)
+
+    def _check_not_read_only(self) -> None:
+        if self._disk.read_only:
+            raise ReadOnlyError(
+                f"bookie {self.config.bookie_id} is readonly (disk full): write to other bookies"
+            )
+
+    def _add_batches(self, ledger_id: int, master_key: bytes, batches: list[AddBatch],
+                     recovery: bool, lac: int) -> None:
+        """The accept step of an add, after validation: the master key, fenced and repair
+        checks under the submit lock, the ADD records (and the explicit LAC's) queued in
+        that order, then wait for their sync and apply."""
+        waiter = _Waiter()
         records = [JournalRecord(ADD, batch.body, _Op(ADD, batch=batch)) for batch in batches]
         if lac >= 0:
             body = encode_lac(ledger_id, lac, master_key)
@@ -454,7 +504,6 @@ class BookieStorage:
             if created:
                 self._ledgers[ledger_id] = state
         waiter.wait()
-        self._metrics.added(len(entries), nbytes)
 
     def fence(self, ledger_id: int, master_key: bytes) -> tuple[int, int]:
         """Fence a ledger: plain adds are refused from now on. Durable before it returns.
@@ -634,33 +683,34 @@ class BookieStorage:
         entry_ids = batch.entry_ids
         index = state.index
         live = self._live
+        n = len(entry_ids)
         if batch.min_entry > state.last_entry:  # all new: the common case, no per-entry work
             before = len(index)
             index.put_batch(entry_ids, high_of(base), batch.spans)
             live.add(log_id, ledger_id, batch.nbytes)
-            if len(index) - before != len(entry_ids):  # an entry twice in one batch
-                locations = [base + span for span in batch.spans]
+            if len(index) - before != n:  # an entry twice in one batch
+                ids, spans = _as_lists(entry_ids, batch.spans)
                 dead = sum(
-                    length_of(loc)
-                    for eid, loc in zip(entry_ids, locations, strict=True)
-                    if index[eid] != loc
+                    length_of(base + span)
+                    for eid, span in zip(ids, spans, strict=True)
+                    if index[eid] != base + span
                 )
                 live.sub(log_id, ledger_id, dead)
         else:  # overwrites (recovery writes entries back): the old copies die
-            locations = [base + span for span in batch.spans]
+            ids, spans = _as_lists(entry_ids, batch.spans)
             get = index.get
-            for entry_id, loc in zip(entry_ids, locations, strict=True):
+            for entry_id, span in zip(ids, spans, strict=True):
                 old = get(entry_id)
                 if old is not None:
                     live.sub(log_of(old), ledger_id, length_of(old))
-                index[entry_id] = loc
+                index[entry_id] = base + span
             live.add(log_id, ledger_id, batch.nbytes)
         if batch.max_entry > state.last_entry:
             state.last_entry = batch.max_entry
-        if batch.max_entry - batch.min_entry < 4 * len(entry_ids) + 64:
+        if batch.max_entry - batch.min_entry < 4 * n + 64:
             state.mark_dirty(batch.min_entry, batch.max_entry)  # a writer's batch: dense
         else:  # ids far apart (a hand-made request): no range over the gaps
-            for entry_id in entry_ids:
+            for entry_id in _as_lists(entry_ids, ())[0]:
                 state.mark_dirty(entry_id, entry_id)
         self._dirty[ledger_id] = state
         if batch.max_lac > state.lac:

@@ -41,6 +41,14 @@ from bk_spark.errors import (
     UnauthorizedError,
     error_for_code,
 )
+from bk_spark.io.entry import (  # noqa: F401 - _varint, frame_entry: their old home
+    _varint,
+    add_answer_error,
+    add_request,
+    add_request_head,
+    frame_entry,
+    record_of,
+)
 from bk_spark.io.tls import TlsOptions, refusal_for
 from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.protocol.records import (
@@ -117,31 +125,6 @@ class ClientConfig:
         """How long one connection attempt may take (gRPC's min reconnect backoff): at
         least the longest operation timeout, and gRPC's own default of 20 s."""
         return int(1000 * max(20.0, self.add_timeout_s, self.read_timeout_s))
-
-
-_ENTRY_TAG = b"\x22"  # AddRequest.entries: field 4, length-delimited
-
-
-def _varint(n: int) -> bytes:
-    """Protobuf's base-128 varint; negative numbers as 64-bit two's complement."""
-    if 0 <= n < 0x80:
-        return bytes((n,))
-    n &= 0xFFFFFFFFFFFFFFFF
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def frame_entry(entry: bytes) -> bytes:
-    """A serialized ``pb.Entry`` framed as one ``AddRequest.entries`` field.
-
-    A writer frames each entry once, however many bookies of its write set it goes to;
-    :meth:`BookieClient.send_batch` then only concatenates.
-    """
-    return _ENTRY_TAG + _varint(len(entry)) + entry
 
 
 def _chunk_ends(entries: Sequence[bytes], max_entries: int, max_bytes: int) -> list[int]:
@@ -299,13 +282,14 @@ class BookieClient:
         """Send one entry (a tool's or a test's add: writers and recovery send rounds with
         :meth:`send_batch`, the one add path); ``callback(err)`` gets the bookie's answer
         once, None when it stored the entry."""
-        self.send_batch(ledger_id, master_key, [frame_entry(entry.SerializeToString())],
+        self.send_batch(ledger_id, master_key, [record_of(entry)],
                         [None], _CallbackSink(callback), lac=entry.lac, recovery=recovery)
 
     def send_batch(self, ledger_id: int, master_key: bytes, entries: Sequence[bytes],
                    tokens: Sequence[Any], sink: AddSink, *, lac: int = -1,
                    recovery: bool = False) -> None:
-        """Send already-serialized entries (``pb.Entry`` bytes framed by :func:`frame_entry`)
+        """Send entries already made records (:meth:`EntryCodec.frame_run`,
+        :func:`~bk_spark.io.entry.record_of`), packed (:func:`~bk_spark.io.entry.add_request`)
         in as few RPCs as the batch limits allow; ``sink.on_added(tokens, err)`` gets each
         RPC's answer, with the tokens of the entries it carried.
 
@@ -314,13 +298,12 @@ class BookieClient:
         deeper (:meth:`_may_send`).
         """
         cfg = self.config
-        head = pb.AddRequest(ledger_id=ledger_id, master_key=master_key, recovery=recovery,
-                             lac=lac).SerializeToString()
+        head = add_request_head(ledger_id, master_key, recovery=recovery, lac=lac)
         ends = (_chunk_ends(entries, cfg.max_batch_entries, cfg.max_batch_bytes)
                 if len(entries) > 1 else [len(entries)])
         start = 0
         for end in ends:
-            request = b"".join([head, *entries[start:end]])  # one copy of each entry
+            request = add_request(head, entries[start:end])  # one copy of each entry
             chunk_tokens = tokens[start:end]
             size = len(request)
             with self._cv:
@@ -341,7 +324,7 @@ class BookieClient:
                                  key)
             else:
                 fut.add_done_callback(lambda f, t=chunk_tokens, n=size, k=key: self._batch_done(
-                    sink, t, self._outcome(f), n, k))
+                    sink, t, self._outcome(f, bool(t)), n, k))
             start = end
 
     def has_window(self, size: int, wake: Callable[[], None], ledger_id: int) -> bool:
@@ -367,7 +350,7 @@ class BookieClient:
         return (size >= cfg.pipeline_min_bytes
                 and self._in_flight_bytes + size <= cfg.max_in_flight_bytes)
 
-    def _outcome(self, fut: grpc.Future) -> BKError | None:
+    def _outcome(self, fut: grpc.Future, sent_records: bool) -> BKError | None:
         try:
             resp = fut.result()
         except grpc.RpcError as exc:
@@ -375,7 +358,7 @@ class BookieClient:
         except Exception as exc:  # cancelled on close
             return BookieUnavailableError(f"bookie {self.bookie_id}: {exc!r}")
         if resp.status == pb.OK:
-            return None
+            return add_answer_error(resp, self.bookie_id, sent_records)
         return error_for_code(resp.status, f"bookie {self.bookie_id}: {resp.message}")
 
     def _batch_done(self, sink: AddSink, tokens: Sequence[Any], err: BKError | None,
