@@ -93,8 +93,14 @@ def writer_add(bookie_id: str, n: int, size: int = KiB, in_flight: int = 2000
 
 def proc_cpu_s(pid: int) -> float:
     """User + system CPU seconds of a process (all its threads)."""
+    return sum(proc_user_sys_s(pid))
+
+
+def proc_user_sys_s(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of a process (all its threads)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def fdatasync_p50(directory: Path, n: int = 300) -> float:
@@ -166,12 +172,27 @@ def measured(fn, pids: list[int], n: int, spies: list) -> tuple[tuple, list[floa
     """``fn()``'s result and the CPU microseconds per entry (``n``) of each of ``pids``."""
     if any(spies):
         time.sleep(1.0)  # py-spy attached
-    before = [proc_cpu_s(p) for p in pids]
+    before = [proc_user_sys_s(p) for p in pids]
     try:
         result = fn()
     finally:
         stop_spies(spies)
-    return result, [(proc_cpu_s(p) - b) / n * 1e6 for p, b in zip(pids, before, strict=True)]
+    after = [proc_user_sys_s(p) for p in pids]
+    return result, [CpuPerEntry((u1 - u0) / n * 1e6, (s1 - s0) / n * 1e6)
+                    for (u0, s0), (u1, s1) in zip(before, after, strict=True)]
+
+
+class CpuPerEntry(float):
+    """Microseconds of CPU per entry (user + system), printed as ``total (u user, s sys)``."""
+
+    def __new__(cls, user: float, system: float) -> CpuPerEntry:
+        self = super().__new__(cls, user + system)
+        self.user, self.system = user, system
+        return self
+
+    def __format__(self, spec: str) -> str:
+        return (f"{float(self):{spec}} ({self.user:{spec}} user + {self.system:{spec}} "
+                f"sys)")
 
 
 def one_run(tmp: Path, n: int, spy: Path | None, rep: int, ledger: bool) -> dict:

@@ -324,7 +324,7 @@ class BookieClient:
                                  key)
             else:
                 fut.add_done_callback(lambda f, t=chunk_tokens, n=size, k=key: self._batch_done(
-                    sink, t, self._outcome(f, bool(t)), n, k))
+                    sink, t, self._outcome(f, len(t) > 0), n, k))
             start = end
 
     def has_window(self, size: int, wake: Callable[[], None], ledger_id: int) -> bool:
