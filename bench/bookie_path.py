@@ -62,7 +62,7 @@ def writer_add(bookie_id: str, n: int, size: int = KiB, in_flight: int = 2000
     from bk_spark.protocol.digest import DigestManager
 
     client = BookieClient(bookie_id)
-    codec = EntryCodec(1, DigestManager("crc32c", b""))
+    codec = EntryCodec(2, DigestManager("crc32c", b""))  # bookie_add writes ledger 1
     tally = _AddTally(n, in_flight)
     data = b"p" * size
     chunk = max(in_flight // 2, 1)
@@ -83,7 +83,7 @@ def writer_add(bookie_id: str, n: int, size: int = KiB, in_flight: int = 2000
                 tally.window.acquire()
             wire, ends = codec.frame_run(first, first - 1, length, [data] * len(ids))
             length = ends[-1]
-            client.send_batch(1, b"k", wire, list(ids), Sink(time.perf_counter()))
+            client.send_batch(2, b"k", wire, list(ids), Sink(time.perf_counter()))
         tally.finish()
     finally:
         client.close()

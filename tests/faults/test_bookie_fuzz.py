@@ -286,7 +286,7 @@ def test_typed_answers_to_packed_adds(bookie) -> None:  # type: ignore[no-untype
         return raw.send("AddEntries", pb.AddRequest(
             ledger_id=lid, master_key=key, recovery=rec, lac=-1,
             records=garble.get("records", records),
-            record_lengths=garble.get("lengths", lengths), entries=garble.get("entries", [])))
+            record_lengths=garble.get("lengths", lengths), entries=garble.get("also", [])))
 
     assert add(FENCED_LEDGER, FENCED_KEY, [entry(FENCED_LEDGER, 50)]).status == \
         pb.LEDGER_FENCED
@@ -301,7 +301,7 @@ def test_typed_answers_to_packed_adds(bookie) -> None:  # type: ignore[no-untype
     assert add(78, b"k", [entry(78, -1)]).status == pb.INVALID_REQUEST
     assert add(78, b"k", [entry(78, 0)], records=b"\x00" * 40).status == pb.INVALID_REQUEST
     assert add(78, b"k", [entry(78, 0)], lengths=b"\x01\x02").status == pb.INVALID_REQUEST
-    assert add(78, b"k", [entry(78, 0)], entries=[entry(78, 0)]).status == pb.INVALID_REQUEST
+    assert add(78, b"k", [entry(78, 0)], also=[entry(78, 0)]).status == pb.INVALID_REQUEST
     # nothing of the refused adds was stored
     assert raw.send("ReadEntries", pb.ReadRequest(ledger_id=78, entry_ids=[0], master_key=b"k")
                     ).status == pb.NO_SUCH_LEDGER
