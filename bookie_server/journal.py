@@ -37,7 +37,8 @@ continues in a fresh file (a higher sequence number), so the stale bytes after t
 end can never be mistaken for records.
 
 Record bodies (ADD embeds the entry log's entry records verbatim, see
-:mod:`bookie_server.entrylog`)::
+:mod:`bookie_server.entrylog`; a packed add's records are the request's bytes as they came,
+:func:`encode_records`)::
 
     ROLL    u64 next file seq
     ADD     i64 ledger id | u16 key length | u32 n entries | master key | entry record * n
