@@ -56,6 +56,14 @@ def grpc_message_limit(config: BookieConfig) -> int:
 
 
 _ADD_OK = pb.AddResponse(status=pb.OK)
+_ADD_OK_PACKED = pb.AddResponse(status=pb.OK, packed=True)
+
+
+def add_ok(req: pb.AddRequest) -> pb.AddResponse:
+    """The OK answer to an add, unary or on a stream alike: ``packed`` set when the request
+    carried records, the client's proof that this bookie read them (an older bookie's OK
+    lacks it: :func:`bk_spark.io.entry.add_answer_error`)."""
+    return _ADD_OK_PACKED if req.records or req.record_lengths else _ADD_OK
 
 
 class AddStreams:
@@ -200,9 +208,26 @@ class BookieService:
     def add_entries(self, req: pb.AddRequest, _key_required: bool = True,
                     done: Callable[[BKError | None], None] | None = None) -> pb.AddResponse:
         """Store the request's entries (unary ``AddEntries``, and each request of an add
-        stream). With ``done`` it does not wait: ``done(err)`` runs after the fdatasync and
-        apply (:meth:`BookieStorage.add_entries_then`); validation raises either way."""
+        stream). An add carries its entries packed (``records``, the client's way: checked
+        and journaled as they came) or as ``Entry`` messages (a client that predates packed
+        adds), never both. With ``done`` it does not wait: ``done(err)`` runs after the
+        fdatasync and apply (:meth:`BookieStorage.add_entries_then`,
+        :meth:`BookieStorage.add_records_then`); validation raises either way. Returns the
+        OK answer (:func:`add_ok`)."""
         lid = req.ledger_id
+        ok = add_ok(req)
+        if ok.packed:
+            if req.entries:
+                raise InvalidRequestError(f"an add of ledger {lid} with both records and "
+                                          f"entries: send one or the other")
+            if done is None:
+                self.storage.add_records(lid, req.master_key, req.records, req.record_lengths,
+                                         recovery=req.recovery, lac=req.lac)
+            else:
+                self.storage.add_records_then(lid, req.master_key, req.records,
+                                              req.record_lengths, done, recovery=req.recovery,
+                                              lac=req.lac)
+            return ok
         check_same_ledger(lid, (e.ledger_id for e in req.entries))
         entries = [(e.entry_id, e.lac, e.payload, e.digest) for e in req.entries]
         if done is None:
@@ -212,7 +237,7 @@ class BookieService:
             self.storage.add_entries_then(lid, req.master_key, entries, done,
                                           recovery=req.recovery, lac=req.lac)
         # The status covers every entry of the request: no per-entry results needed.
-        return _ADD_OK
+        return ok
 
     def read_entries(self, req: pb.ReadRequest, key_required: bool = True) -> pb.ReadResponse:
         limbo = self.storage.in_limbo(req.ledger_id)
@@ -433,9 +458,11 @@ class BookieService:
                     answer.send()
                 for i, req in enumerate(msg.requests):
                     try:
-                        self.add_entries(req, key_required, done=lambda err, i=i, a=answer: a.put(
-                            i, _ADD_OK if err is None else self._error_answer(
-                                "AddEntries", pb.AddResponse, err)))
+                        ok = add_ok(req)  # as the unary answer: packed=True for records
+                        self.add_entries(req, key_required,
+                                         done=lambda err, i=i, a=answer, ok=ok: a.put(
+                                             i, ok if err is None else self._error_answer(
+                                                 "AddEntries", pb.AddResponse, err)))
                     except Exception as exc:
                         answer.put(i, self._error_answer("AddEntries", pb.AddResponse, exc))
         except grpc.RpcError:

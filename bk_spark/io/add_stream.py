@@ -9,7 +9,9 @@ sends as many as one message may carry (:func:`~bk_spark.protocol.add_stream.mes
 in one ``AddStreamRequest`` with a request id. While the window is shut, requests of many
 ledgers gather and leave together once an answer frees it. The stream's reader thread
 (``bk-add-stream``, one per open stream) takes each ``AddStreamResponse`` and completes the
-requests it answers, with the same outcome a unary ``AddEntries`` would have given.
+requests it answers, with the same outcome a unary ``AddEntries`` would have given: each
+answer is read by :func:`~bk_spark.io.entry.add_answer_error`, as the unary one is (a packed
+request answered OK without ``packed`` fails).
 
 Failure, with the guarantees of unary calls:
 
@@ -36,11 +38,11 @@ import time
 from collections import deque
 from collections.abc import Callable
 from itertools import count, islice
-from typing import Any
 
 import grpc
 
-from bk_spark.errors import BKError, BookieUnavailableError, error_for_code
+from bk_spark.errors import BKError, BookieUnavailableError
+from bk_spark.io.entry import _varint, add_answer_error
 from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.protocol.add_stream import Refusal, message_size, refusal, window_open
 
@@ -48,18 +50,10 @@ log = logging.getLogger(__name__)
 
 #: A request's completion: None when the bookie stored it, else the error it failed with.
 Done = Callable[[BKError | None], None]
+#: One request: its bytes, whether it carries records (packed), its completion.
+Item = tuple[bytes, bool, Done]
 #: What a refused stream hands back: the refusal, and its requests with their completions.
-OnRefused = Callable[[Refusal, list[tuple[bytes, Done]]], None]
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    n &= 0xFFFFFFFFFFFFFFFF
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+OnRefused = Callable[[Refusal, list[Item]], None]
 
 
 def encode_message(request_id: int, requests: list[bytes]) -> bytes:
@@ -71,19 +65,11 @@ def encode_message(request_id: int, requests: list[bytes]) -> bytes:
     return b"".join(parts)
 
 
-def answer_error(resp: Any, bookie_id: str) -> BKError | None:
-    """The typed error of one ``AddResponse`` (None: OK), as a unary answer is read."""
-    if resp.status == pb.OK:
-        return None
-    return error_for_code(resp.status, f"bookie {bookie_id}: {resp.message}")
-
-
 class _Sent:
-    __slots__ = ("requests", "dones", "deadline", "size")
+    __slots__ = ("items", "deadline", "size")
 
-    def __init__(self, requests: list[bytes], dones: list[Done], deadline: float,
-                 size: int) -> None:
-        self.requests, self.dones, self.deadline, self.size = requests, dones, deadline, size
+    def __init__(self, items: list[Item], deadline: float, size: int) -> None:
+        self.items, self.deadline, self.size = items, deadline, size
 
 
 class AddStream:
@@ -101,7 +87,7 @@ class AddStream:
         self._on_broken = on_broken
         self._on_refused = on_refused
         self._cv = threading.Condition()
-        self._queue: deque[tuple[bytes, Done]] = deque()
+        self._queue: deque[Item] = deque()
         self._queued_bytes = 0
         self._out: dict[int, _Sent] = {}  # by request id, oldest first
         self._out_bytes = 0
@@ -118,13 +104,14 @@ class AddStream:
     def ended(self) -> bool:
         return self._ended
 
-    def submit(self, request: bytes, done: Done) -> bool:
-        """Queue one serialized ``AddRequest``; ``done(err)`` runs once with its answer.
-        False if the stream has ended (the caller sends it another way)."""
+    def submit(self, request: bytes, packed: bool, done: Done) -> bool:
+        """Queue one serialized ``AddRequest`` (``packed``: it carries records);
+        ``done(err)`` runs once with its answer. False if the stream has ended (the caller
+        sends it another way)."""
         with self._cv:
             if self._ended:
                 return False
-            self._queue.append((request, done))
+            self._queue.append((request, packed, done))
             self._queued_bytes += len(request)
             self._cv.notify_all()
         return True
@@ -152,14 +139,14 @@ class AddStream:
                     expired = True
                 else:
                     expired = False
-                    n = message_size([len(r) for r, _ in _head(queue, 4096)], self._max_message)
+                    n = message_size([len(it[0]) for it in _head(queue, 4096)],
+                                     self._max_message)
                     taken = [queue.popleft() for _ in range(n)]
-                    requests = [r for r, _ in taken]
+                    requests = [it[0] for it in taken]
                     size = sum(map(len, requests))
                     self._queued_bytes -= size
                     rid = next(self._ids)
-                    self._out[rid] = _Sent(requests, [d for _, d in taken],
-                                           now + self._timeout, size)
+                    self._out[rid] = _Sent(taken, now + self._timeout, size)
                     self._out_bytes += size
                     self.messages_sent += 1
             if expired:
@@ -186,8 +173,9 @@ class AddStream:
                 if sent is None:
                     continue
                 answers = resp.responses
-                for i, done in enumerate(sent.dones):
-                    e = (answer_error(answers[i], self.bookie_id) if i < len(answers) else
+                for i, (_r, packed, done) in enumerate(sent.items):
+                    e = (add_answer_error(answers[i], self.bookie_id, packed)
+                         if i < len(answers) else
                          BookieUnavailableError(f"bookie {self.bookie_id}: no answer for an "
                                                 f"add of its stream message"))
                     try:
@@ -215,8 +203,7 @@ class AddStream:
             if self._ended:
                 return
             self._ended = True
-            items = [(r, d) for s in self._out.values()
-                     for r, d in zip(s.requests, s.dones, strict=True)]
+            items = [it for s in self._out.values() for it in s.items]
             items += list(self._queue)
             self._out.clear()
             self._queue.clear()
@@ -228,7 +215,7 @@ class AddStream:
             return
         if items:
             log.debug("add stream to %s broke: %s", self.bookie_id, err)
-        for _r, done in items:
+        for _r, _packed, done in items:
             try:
                 done(err)
             except Exception:
@@ -243,7 +230,7 @@ class AddStream:
             self._reader.join(5.0)
 
 
-def _head(queue: deque[tuple[bytes, Done]], n: int) -> list[tuple[bytes, Done]]:
+def _head(queue: deque[Item], n: int) -> list[Item]:
     """The first ``n`` queued (a message never carries more than ``max_batch_bytes``, so a
     long queue need not be measured whole)."""
     return list(islice(queue, n))

@@ -50,6 +50,14 @@ from bk_spark.errors import (
     error_for_code,
 )
 from bk_spark.io.add_stream import AddStream
+from bk_spark.io.entry import (  # noqa: F401 - _varint, frame_entry: their old home
+    _varint,
+    add_answer_error,
+    add_request,
+    add_request_head,
+    frame_entry,
+    record_of,
+)
 from bk_spark.io.tls import TlsOptions, refusal_for
 from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.protocol.add_stream import RETRY_STREAM_S, Refusal, window_open
@@ -131,31 +139,6 @@ class ClientConfig:
         """How long one connection attempt may take (gRPC's min reconnect backoff): at
         least the longest operation timeout, and gRPC's own default of 20 s."""
         return int(1000 * max(20.0, self.add_timeout_s, self.read_timeout_s))
-
-
-_ENTRY_TAG = b"\x22"  # AddRequest.entries: field 4, length-delimited
-
-
-def _varint(n: int) -> bytes:
-    """Protobuf's base-128 varint; negative numbers as 64-bit two's complement."""
-    if 0 <= n < 0x80:
-        return bytes((n,))
-    n &= 0xFFFFFFFFFFFFFFFF
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def frame_entry(entry: bytes) -> bytes:
-    """A serialized ``pb.Entry`` framed as one ``AddRequest.entries`` field.
-
-    A writer frames each entry once, however many bookies of its write set it goes to;
-    :meth:`BookieClient.send_batch` then only concatenates.
-    """
-    return _ENTRY_TAG + _varint(len(entry)) + entry
 
 
 def _chunk_ends(entries: Sequence[bytes], max_entries: int, max_bytes: int) -> list[int]:
@@ -311,13 +294,14 @@ class BookieClient:
         """Send one entry (a tool's or a test's add: writers and recovery send rounds with
         :meth:`send_batch`, the one add path); ``callback(err)`` gets the bookie's answer
         once, None when it stored the entry."""
-        self.send_batch(ledger_id, master_key, [frame_entry(entry.SerializeToString())],
+        self.send_batch(ledger_id, master_key, [record_of(entry)],
                         [None], _CallbackSink(callback), lac=entry.lac, recovery=recovery)
 
     def send_batch(self, ledger_id: int, master_key: bytes, entries: Sequence[bytes],
                    tokens: Sequence[Any], sink: AddSink, *, lac: int = -1,
                    recovery: bool = False) -> None:
-        """Send already-serialized entries (``pb.Entry`` bytes framed by :func:`frame_entry`)
+        """Send entries already made records (:meth:`EntryCodec.frame_run`,
+        :func:`~bk_spark.io.entry.record_of`), packed (:func:`~bk_spark.io.entry.add_request`)
         in as few RPCs as the batch limits allow; ``sink.on_added(tokens, err)`` gets each
         RPC's answer, with the tokens of the entries it carried.
 
@@ -326,13 +310,12 @@ class BookieClient:
         deeper (:meth:`_may_send`).
         """
         cfg = self.config
-        head = pb.AddRequest(ledger_id=ledger_id, master_key=master_key, recovery=recovery,
-                             lac=lac).SerializeToString()
+        head = add_request_head(ledger_id, master_key, recovery=recovery, lac=lac)
         ends = (_chunk_ends(entries, cfg.max_batch_entries, cfg.max_batch_bytes)
                 if len(entries) > 1 else [len(entries)])
         start = 0
         for end in ends:
-            request = b"".join([head, *entries[start:end]])  # one copy of each entry
+            request = add_request(head, entries[start:end])  # one copy of each entry
             chunk_tokens = tokens[start:end]
             size = len(request)
             with self._cv:
@@ -345,14 +328,17 @@ class BookieClient:
                 key = (ledger_id, recovery)
                 self._in_flight[key] = self._in_flight.get(key, 0) + 1
                 self._in_flight_bytes += size
-            self._send_add(request, lambda err, t=chunk_tokens, n=size, k=key: self._batch_done(
-                sink, t, err, n, k))
+            self._send_add(request, end > start,
+                           lambda err, t=chunk_tokens, n=size, k=key: self._batch_done(
+                               sink, t, err, n, k))
             start = end
 
-    def _send_add(self, request: bytes, done: AddCallback) -> None:
-        """Send one serialized ``AddRequest``; ``done(err)`` gets its answer once. On the
+    def _send_add(self, request: bytes, packed: bool, done: AddCallback) -> None:
+        """Send one serialized ``AddRequest`` (``packed``: it carries records,
+        :func:`~bk_spark.io.entry.add_request`); ``done(err)`` gets its answer once. On the
         bookie's add stream (opened on first use, again after it broke), else (refused,
-        or ``add_stream`` off) as a unary ``AddEntries``: the same answer either way."""
+        or ``add_stream`` off) as a unary ``AddEntries``: the same answer either way, read
+        by :func:`~bk_spark.io.entry.add_answer_error`."""
         if self.config.add_stream and time.monotonic() >= self._unary_until:
             for _ in range(2):  # a stream that just ended: once more, on a new one
                 try:
@@ -362,17 +348,17 @@ class BookieClient:
                     break
                 if stream is None:
                     break
-                if stream.submit(request, done):
+                if stream.submit(request, packed, done):
                     return
-        self._send_unary(request, done)
+        self._send_unary(request, packed, done)
 
-    def _send_unary(self, request: bytes, done: AddCallback) -> None:
+    def _send_unary(self, request: bytes, packed: bool, done: AddCallback) -> None:
         try:
             fut = self._add_raw.future(request, timeout=self.config.add_timeout_s)
         except Exception as exc:  # channel closed under us
             done(BookieUnavailableError(f"bookie {self.bookie_id}: {exc}"))
         else:
-            fut.add_done_callback(lambda f: done(self._outcome(f)))
+            fut.add_done_callback(lambda f: done(self._outcome(f, packed)))
 
     def _add_stream(self) -> AddStream | None:
         """The open add stream, opened now if there is none (None: the client is closed,
@@ -393,15 +379,16 @@ class BookieClient:
                 on_refused=self._stream_refused)
             return stream
 
-    def _stream_refused(self, why: Refusal, items: list[tuple[bytes, AddCallback]]) -> None:
+    def _stream_refused(self, why: Refusal, items: list[tuple[bytes, bool, AddCallback]]
+                        ) -> None:
         """The bookie refused the stream before serving any of it: unary from now on (for
         :data:`~bk_spark.protocol.add_stream.RETRY_STREAM_S` if it had no stream to spare),
         and the stream's requests go again that way (an add is idempotent on a bookie)."""
         with self._stream_lock:
             self._unary_until = time.monotonic() + (
                 RETRY_STREAM_S if why is Refusal.UNARY_FOR_A_WHILE else float("inf"))
-        for request, done in items:
-            self._send_unary(request, done)
+        for request, packed, done in items:
+            self._send_unary(request, packed, done)
 
     def has_window(self, size: int, wake: Callable[[], None], ledger_id: int) -> bool:
         """Whether a :meth:`send_batch` request of about ``size`` bytes would go now,
@@ -426,16 +413,14 @@ class BookieClient:
                            max_in_flight_bytes=cfg.max_in_flight_bytes,
                            pipeline_min_bytes=cfg.pipeline_min_bytes)
 
-    def _outcome(self, fut: grpc.Future) -> BKError | None:
+    def _outcome(self, fut: grpc.Future, sent_records: bool) -> BKError | None:
         try:
             resp = fut.result()
         except grpc.RpcError as exc:
             return unavailable(self.bookie_id, exc, self.config.tls)
         except Exception as exc:  # cancelled on close
             return BookieUnavailableError(f"bookie {self.bookie_id}: {exc!r}")
-        if resp.status == pb.OK:
-            return None
-        return error_for_code(resp.status, f"bookie {self.bookie_id}: {resp.message}")
+        return add_answer_error(resp, self.bookie_id, sent_records)
 
     def _batch_done(self, sink: AddSink, tokens: Sequence[Any], err: BKError | None,
                     size: int, key: tuple[int, bool]) -> None:
@@ -468,7 +453,7 @@ class BookieClient:
             if err is not None:
                 log.debug("explicit LAC to %s failed: %s", bookie, err)
 
-        self._send_add(request, done)
+        self._send_add(request, False, done)
 
     def write_lac(self, ledger_id: int, master_key: bytes, lac: int) -> None:
         """Explicit LAC: tell the bookie how far the writer has been acknowledged."""

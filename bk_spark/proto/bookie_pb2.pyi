@@ -45,18 +45,22 @@ class Entry(_message.Message):
     def __init__(self, ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., lac: _Optional[int] = ..., payload: _Optional[bytes] = ..., digest: _Optional[bytes] = ...) -> None: ...
 
 class AddRequest(_message.Message):
-    __slots__ = ("ledger_id", "master_key", "recovery", "entries", "lac")
+    __slots__ = ("ledger_id", "master_key", "recovery", "entries", "lac", "records", "record_lengths")
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     MASTER_KEY_FIELD_NUMBER: _ClassVar[int]
     RECOVERY_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     LAC_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    RECORD_LENGTHS_FIELD_NUMBER: _ClassVar[int]
     ledger_id: int
     master_key: bytes
     recovery: bool
     entries: _containers.RepeatedCompositeFieldContainer[Entry]
     lac: int
-    def __init__(self, ledger_id: _Optional[int] = ..., master_key: _Optional[bytes] = ..., recovery: _Optional[bool] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., lac: _Optional[int] = ...) -> None: ...
+    records: bytes
+    record_lengths: bytes
+    def __init__(self, ledger_id: _Optional[int] = ..., master_key: _Optional[bytes] = ..., recovery: _Optional[bool] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., lac: _Optional[int] = ..., records: _Optional[bytes] = ..., record_lengths: _Optional[bytes] = ...) -> None: ...
 
 class AddResult(_message.Message):
     __slots__ = ("entry_id", "status")
@@ -67,14 +71,16 @@ class AddResult(_message.Message):
     def __init__(self, entry_id: _Optional[int] = ..., status: _Optional[_Union[StatusCode, str]] = ...) -> None: ...
 
 class AddResponse(_message.Message):
-    __slots__ = ("status", "message", "results")
+    __slots__ = ("status", "message", "results", "packed")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    PACKED_FIELD_NUMBER: _ClassVar[int]
     status: StatusCode
     message: str
     results: _containers.RepeatedCompositeFieldContainer[AddResult]
-    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., message: _Optional[str] = ..., results: _Optional[_Iterable[_Union[AddResult, _Mapping]]] = ...) -> None: ...
+    packed: bool
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., message: _Optional[str] = ..., results: _Optional[_Iterable[_Union[AddResult, _Mapping]]] = ..., packed: _Optional[bool] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
     __slots__ = ("ledger_id", "first_entry", "last_entry", "entry_ids", "max_entries", "max_bytes", "fence", "master_key", "packed")
