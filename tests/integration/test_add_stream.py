@@ -7,15 +7,20 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import grpc
 import pytest
 
 from bk_spark.certs import issue_cert, make_ca
 from bk_spark.core import BookKeeper, BookKeeperConfig
-from bk_spark.errors import BKError, UnauthorizedError
+from bk_spark.errors import BKError, BookieUnavailableError, UnauthorizedError
+from bk_spark.io.add_stream import encode_message
 from bk_spark.io.bookie_client import BookieClient, ClientConfig, TlsOptions
+from bk_spark.io.entry import EntryCodec, add_request, add_request_head
 from bk_spark.proto import bookie_pb2 as pb
+from bk_spark.protocol.digest import DigestManager, master_key
 from bk_spark.security import ClientSecurity
 
 PASSWORD = b"p"
@@ -150,3 +155,99 @@ def test_a_stream_peer_whose_certificate_may_not_add_is_refused_as_a_unary_call_
             str(ca.cert), str(intruder.cert), str(intruder.key))) as bk:
         with pytest.raises(UnauthorizedError, match="allow-list"):
             bk.create_ledger(1, 1, 1, password=PASSWORD).add_entry(b"refused")
+
+
+def test_one_stream_message_carries_packed_and_entry_adds_each_answered_as_unary(
+        cluster_factory) -> None:
+    """Packed adds (the client's) and ``Entry`` adds (an older client's) of two ledgers in ONE
+    stream message: each answer is the unary one, ``packed`` set exactly for the packed
+    request (the client's proof its records were read), a wrong key refused with its typed
+    status; every stored entry reads back."""
+    b = cluster_factory(1).bookies[0]
+    codec = EntryCodec(7, DigestManager("crc32c", PASSWORD))
+    old = EntryCodec(8, DigestManager("crc32c", PASSWORD))
+    key = master_key(PASSWORD)
+    wire, _ = codec.frame_run(0, -1, 0, [b"packed-0", b"packed-1"])
+    requests = [
+        add_request(add_request_head(7, key), wire),
+        pb.AddRequest(ledger_id=8, master_key=key,
+                      entries=[old.encode(0, -1, 5, b"entry")]).SerializeToString(),
+        add_request(add_request_head(7, b"w" * 20), wire),  # not the ledger's key
+    ]
+    channel = grpc.insecure_channel(b.bookie_id)
+    stream = channel.stream_stream("/bkspark.v1.Bookie/AddStream", request_serializer=None,
+                                   response_deserializer=pb.AddStreamResponse.FromString)
+    unary = channel.unary_unary("/bkspark.v1.Bookie/AddEntries", request_serializer=None,
+                                response_deserializer=pb.AddResponse.FromString)
+    try:
+        answers = list(stream(iter([encode_message(41, requests)]), timeout=20))
+        assert [a.request_id for a in answers] == [41]
+        got = [(r.status, r.packed) for r in answers[0].responses]
+        assert got == [(pb.OK, True), (pb.OK, False), (pb.UNAUTHORIZED, False)]
+        again = [unary(r, timeout=20) for r in requests]  # re-adding overwrites: same answers
+        assert [(r.status, r.packed) for r in again] == got
+    finally:
+        channel.close()
+    client = BookieClient(b.bookie_id)
+    try:
+        r = client.read_records_future(7, [0, 1], key).result()
+        assert r.records.entry_ids.tolist() == [0, 1] and codec.verify_records(r.records).all()
+        assert [e.payload for e in client.read_entries(8, entry_ids=[0], master_key=key).entries
+                ] == [b"entry"]
+    finally:
+        client.close()
+
+
+class _BookieBeforePackedAdds:
+    """A bookie that predates packed adds, as one would answer: it reads an ``AddRequest``
+    without knowing ``records`` and answers OK having stored nothing, unary and on its add
+    stream (which it has)."""
+
+    def __init__(self) -> None:
+        self.stream_messages = 0
+        self.server = grpc.server(ThreadPoolExecutor(max_workers=4))
+        self.server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
+            "bkspark.v1.Bookie", {
+                "AddEntries": grpc.unary_unary_rpc_method_handler(
+                    lambda raw, _ctx: pb.AddResponse(status=pb.OK).SerializeToString()),
+                "AddStream": grpc.stream_stream_rpc_method_handler(self._stream),
+            })])
+        self.address = f"127.0.0.1:{self.server.add_insecure_port('127.0.0.1:0')}"
+        self.server.start()
+
+    def _stream(self, messages, _ctx):  # type: ignore[no-untyped-def]
+        for raw in messages:
+            msg = pb.AddStreamRequest.FromString(raw)
+            self.stream_messages += 1
+            yield pb.AddStreamResponse(request_id=msg.request_id, responses=[
+                pb.AddResponse(status=pb.OK) for _ in msg.requests]).SerializeToString()
+
+
+@pytest.mark.parametrize("add_stream", [True, False], ids=["stream", "unary"])
+def test_an_ok_without_packed_to_a_packed_add_fails_on_the_stream_as_on_unary_calls(
+        add_stream: bool) -> None:
+    """A bookie that predates packed adds answers OK to records it never read: the add
+    fails (BookieUnavailableError naming the upgrade), never counts as stored, whether it
+    went on the add stream or unary."""
+    old = _BookieBeforePackedAdds()
+    client = BookieClient(old.address, ClientConfig(add_stream=add_stream, add_timeout_s=10))
+    codec = EntryCodec(3, DigestManager("crc32c", PASSWORD))
+    try:
+        wire, _ = codec.frame_run(0, -1, 0, [b"a", b"b"])
+        got: list[tuple[list[int], BKError | None]] = []
+        done = threading.Event()
+
+        class Sink:
+            def on_added(self, tokens, err) -> None:  # type: ignore[no-untyped-def]
+                got.append((list(tokens), err))
+                done.set()
+
+        client.send_batch(3, master_key(PASSWORD), wire, [0, 1], Sink())
+        assert done.wait(20)
+        [(tokens, err)] = got
+        assert tokens == [0, 1]
+        assert isinstance(err, BookieUnavailableError) and "predates packed adds" in str(err)
+        assert (old.stream_messages > 0) == add_stream  # the stream answer was the one read
+    finally:
+        client.close()
+        old.server.stop(None)
