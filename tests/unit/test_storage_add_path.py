@@ -180,3 +180,52 @@ def test_a_packed_add_is_stored_as_sent_and_replays_after_a_restart(tmp_path):
                               np.arange(3000))
     finally:
         storage.close()
+
+
+def test_a_packed_adds_callback_form_returns_at_once_and_answers_after_the_fdatasync(
+        tmp_path, monkeypatch):
+    """``add_records_then`` (the add stream's form of a packed add): the caller is not
+    parked while the journal syncs, ``done(None)`` comes only once the records are durable
+    and readable, a refusal (wrong key, fenced) raises at once and never calls ``done``."""
+    import pytest
+
+    from bk_spark.errors import LedgerFencedError, UnauthorizedError
+    from bk_spark.protocol.records import pack_records
+
+    syncs = CountedSyncs(monkeypatch)
+    gate = threading.Event()
+    counted = syncs.__call__
+
+    def held(fd: int) -> None:  # the journal's fdatasync waits for the gate
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".jnl"):
+            gate.wait(10)
+        counted(fd)
+
+    monkeypatch.setattr(os, "fdatasync", held)
+    storage = make_storage(tmp_path)
+    try:
+        answered = threading.Event()
+        seen: list[tuple[object, bool, int]] = []
+
+        def done(err) -> None:  # type: ignore[no-untyped-def]
+            payload = marked(1, 7)
+            seen.append((err, syncs.was_synced(payload), len(storage.read_records(
+                9, range(8))[0])))
+            answered.set()
+
+        records = pack_records([(9, e, e - 1, marked(1, e), b"d") for e in range(8)])
+        assert storage.add_records_then(9, KEY, *records, done) == 8  # returns at once
+        assert not answered.wait(0.2) and seen == []  # nothing acknowledged before the sync
+        gate.set()
+        assert answered.wait(10)
+        assert seen == [(None, True, 8)]
+        refused: list[object] = []
+        with pytest.raises(UnauthorizedError):
+            storage.add_records_then(9, b"other", *records, refused.append)
+        storage.fence(9, KEY)
+        with pytest.raises(LedgerFencedError):
+            storage.add_records_then(9, KEY, *records, refused.append)
+        assert refused == []
+    finally:
+        gate.set()
+        storage.close()
