@@ -403,7 +403,9 @@ class BookieService:
         (:meth:`_error_answer`, the ``AddEntries`` metrics). A stream holds this pool thread
         (it sends the answers) and one reader thread (it decodes and submits the requests)
         for its life, never a thread per request: a request's answer is queued by the
-        journal writer after the fdatasync (:meth:`BookieStorage.add_entries_then`) and sent
+        journal writer after the fdatasync (:meth:`BookieStorage.add_entries_then`, or
+        :meth:`BookieStorage.add_records_then` for a packed add, answered ``packed`` as the
+        unary call is: :func:`add_ok`) and sent
         from here. At most ``max_add_streams`` are open (the pool has that many threads
         beyond ``grpc_workers``, so unary calls never wait for streams); beyond, the stream
         is refused with RESOURCE_EXHAUSTED and the client sends unary calls."""

@@ -6,7 +6,9 @@ A write request goes through three steps, each in one place:
 
 1. **Accept** (caller thread, :meth:`BookieStorage.add_entries` and friends; a packed add,
    :meth:`BookieStorage.add_records`, checks its records at once and journals them as they
-   came): validate
+   came; :meth:`~BookieStorage.add_entries_then` and :meth:`~BookieStorage.add_records_then`
+   are their callback forms, the add stream's, and all four share one accept step,
+   ``_add_batches``): validate
    everything (ids, sizes and keys with :mod:`bookie_server.validation`, once per
    operation; master key, fenced flag, readonly mode) and raise a typed
    :class:`~bk_spark.errors.BKError` before anything is written. Under the submit lock the
