@@ -21,6 +21,8 @@ Failure, with the guarantees of unary calls:
   ensemble change handles it; the next request opens a new stream;
 * a request unanswered ``add_timeout_s`` after it was sent breaks the stream the same way
   (DEADLINE_EXCEEDED), checked by the sender while it waits;
+* a stream idle for :data:`~bk_spark.protocol.add_stream.IDLE_CLOSE_S` is ended by its
+  sender (nothing is outstanding on it): its threads end, the next request opens a new one;
 * a stream the bookie refused before answering anything
   (:func:`~bk_spark.protocol.add_stream.refusal`) hands its requests back to
   ``on_refused``: the client sends them, and its next ones, as unary calls.
@@ -44,7 +46,13 @@ import grpc
 from bk_spark.errors import BKError, BookieUnavailableError
 from bk_spark.io.entry import _varint, add_answer_error
 from bk_spark.proto import bookie_pb2 as pb
-from bk_spark.protocol.add_stream import Refusal, message_size, refusal, window_open
+from bk_spark.protocol.add_stream import (
+    IDLE_CLOSE_S,
+    Refusal,
+    message_size,
+    refusal,
+    window_open,
+)
 
 log = logging.getLogger(__name__)
 
@@ -77,13 +85,14 @@ class AddStream:
 
     def __init__(self, bookie_id: str, method: grpc.StreamStreamMultiCallable, *,
                  max_in_flight: int, max_in_flight_bytes: int, pipeline_min_bytes: int,
-                 max_message_bytes: int, timeout_s: float,
+                 max_message_bytes: int, timeout_s: float, idle_close_s: float = IDLE_CLOSE_S,
                  on_broken: Callable[[grpc.RpcError], BKError], on_refused: OnRefused) -> None:
         self.bookie_id = bookie_id
         self._limits = dict(max_in_flight=max_in_flight, max_in_flight_bytes=max_in_flight_bytes,
                             pipeline_min_bytes=pipeline_min_bytes)
         self._max_message = max_message_bytes
         self._timeout = timeout_s
+        self._idle_s = idle_close_s
         self._on_broken = on_broken
         self._on_refused = on_refused
         self._cv = threading.Condition()
@@ -134,6 +143,11 @@ class AddStream:
                     if queue and window_open(len(self._out), self._out_bytes,
                                              self._queued_bytes, **self._limits):
                         break
+                    if not self._out and not queue:  # idle: end the stream after a while
+                        if not cv.wait(self._idle_s) and not self._out and not queue:
+                            self._ended = True  # submit() now opens a new stream
+                            return
+                        continue
                     cv.wait(oldest - now if self._out else None)
                 if self._out and next(iter(self._out.values())).deadline <= now:
                     expired = True

@@ -15,6 +15,8 @@ trip, not a request each.
   ``max_in_flight_bytes`` (``ClientConfig``'s settings of those names);
 * :func:`message_size`: how many of the queued requests the next message carries (in order,
   at least one, at most ``max_bytes`` of them together: ``ClientConfig.max_batch_bytes``);
+* :data:`IDLE_CLOSE_S`: a stream idle that long is ended by the client (a reused Spark
+  worker keeps no thread for it, an idle client holds none of a bookie's stream slots);
 * :data:`REFUSALS`: a stream that ends with one of these codes before any answer was never
   served (the bookie refused it before reading a request, or has no such method), so its
   requests go again as unary ``AddEntries``, for a while or for good. Any other end breaks
@@ -63,6 +65,11 @@ REFUSALS: Mapping[str, Refusal] = {
 #: Seconds a client sends unary adds to a bookie that had no stream to spare, before it
 #: asks again.
 RETRY_STREAM_S = 30.0
+
+#: Seconds a stream with nothing queued or outstanding stays open: then the client ends it
+#: (its threads end with it, and the bookie's slot is free for another client); the next
+#: request opens a new one.
+IDLE_CLOSE_S = 2.0
 
 
 def refusal(code_name: str, answered: bool) -> Refusal | None:
