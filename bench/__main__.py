@@ -158,10 +158,12 @@ def bookie_add(bookie_id: str, n: int, size: int = KiB, in_flight: int = 2000
     is the bookie's rate, not a slow client's: the reference the ledger figure is compared
     with.
     """
-    from bk_spark.io.bookie_client import BookieClient, frame_entry
-    from bk_spark.proto import bookie_pb2 as pb
+    from bk_spark.io.bookie_client import BookieClient
+    from bk_spark.io.entry import EntryCodec
+    from bk_spark.protocol.digest import DigestManager
 
     client = BookieClient(bookie_id)
+    codec = EntryCodec(1, DigestManager("crc32c", b""))  # records, as a writer makes them
     tally = _AddTally(n, in_flight)
     data = b"p" * size
     chunk = max(in_flight // 2, 1)
@@ -179,9 +181,7 @@ def bookie_add(bookie_id: str, n: int, size: int = KiB, in_flight: int = 2000
             ids = range(first, min(first + chunk, n))
             for _ in ids:
                 tally.window.acquire()
-            entries = [frame_entry(pb.Entry(ledger_id=1, entry_id=i, lac=i - 1, payload=data,
-                                            digest=b"\0" * 12).SerializeToString())
-                       for i in ids]
+            entries, _ends = codec.frame_run(first, first - 1, 0, [data] * len(ids))
             client.send_batch(1, b"k", entries, list(ids), Sink(time.perf_counter()))
         tally.finish()
     finally:

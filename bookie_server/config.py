@@ -47,6 +47,10 @@ class BookieConfig:
     max_disk_bytes: int | None = None  # readonly when the data dir holds more than this
     disk_check_interval_s: float = 5.0
     grpc_workers: int = 64
+    # Add streams (AddStream, one per client) open at once; each holds two threads for its
+    # life (the gRPC pool gets that many beyond grpc_workers). Beyond it, and at 0, a
+    # client's stream is refused and it sends unary AddEntries.
+    max_add_streams: int = 32
     # Deleted ledger ids remembered individually (8 bytes each; older ones fall under a
     # floor): see bookie_server.tombstones.
     deleted_ledgers_max: int = 1_000_000
@@ -93,6 +97,8 @@ class BookieConfig:
             raise InvalidConfigError("entry_log_size must be at least 1 KiB")
         if not (0.0 < self.disk_usage_threshold <= 1.0):
             raise InvalidConfigError("disk_usage_threshold must be in (0, 1]")
+        if self.max_add_streams < 0:
+            raise InvalidConfigError(f"--max-add-streams must be >= 0, got {self.max_add_streams}")
         if self.deleted_ledgers_max < 1:
             raise InvalidConfigError("deleted_ledgers_max must be >= 1")
         if self.host in WILDCARD_HOSTS and not self.advertised_address:

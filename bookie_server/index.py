@@ -44,7 +44,7 @@ import os
 import struct
 import sys
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -205,30 +205,39 @@ class EntryIndex:
                 del sparse[entry_id]
         self._count += added
 
-    def put_batch(self, entry_ids: list[int], base_high: int, spans: list[int]) -> None:
+    def put_batch(self, entry_ids: Sequence[int] | np.ndarray, base_high: int,
+                  spans: Sequence[int] | np.ndarray) -> None:
         """Set the locations of one journaled batch: entry ``entry_ids[i]`` at
         ``join_location(base_high + high_of(spans[i]), length_of(spans[i]))`` (the batch's
-        location plus the entry's span, :class:`bookie_server.journal.AddBatch`). Strictly
-        ascending ids within the dense part's reach (every batch a writer sends) are set in
-        numpy, ~20x faster than one by one; anything else, and a batch of at most
-        :data:`SMALL_BATCH` entries, goes one by one."""
+        location plus the entry's span, :class:`bookie_server.journal.AddBatch`; lists, or
+        numpy arrays for a packed add's). Distinct ids within the dense part's reach (every
+        batch a writer sends: ascending to one bookie of its ensemble, or a few ascending
+        runs, one per write set it is in) are set in numpy, ~20x faster than one by one;
+        anything else (an id twice, ids before the dense part or far past it), and a batch
+        of at most :data:`SMALL_BATCH` entries, goes one by one."""
         n = len(entry_ids)
         if n == 0:
             return
         if n <= SMALL_BATCH:  # numpy's fixed cost (~8 us) is more than a few entries' own
-            for entry_id, span in zip(entry_ids, spans, strict=True):
-                self[entry_id] = join_location(base_high + high_of(span), length_of(span))
+            self._put_each(entry_ids, base_high, spans)
             return
         ids = np.asarray(entry_ids, dtype=np.int64)
+        ascending = bool(np.all(ids[1:] > ids[:-1]))
+        if not ascending:  # a ledger's share for one bookie: a few ascending runs, E apart
+            ordered = np.sort(ids)
+            if not bool(np.all(ordered[1:] > ordered[:-1])):  # an entry twice
+                self._put_each(entry_ids, base_high, spans)
+                return
+        else:
+            ordered = ids
+        lo, hi = int(ordered[0]), int(ordered[-1])
         if self._first < 0 and not self._sparse:
-            self._first = int(ids[0])
+            self._first = lo
         first, size = self._first, len(self._length)
-        if (first < 0 or int(ids[0]) < first or int(ids[-1]) - first > size + DENSE_MAX_GAP
-                or (n > 1 and not bool(np.all(ids[1:] > ids[:-1])))):
-            for entry_id, span in zip(entry_ids, spans, strict=True):
-                self[entry_id] = join_location(base_high + high_of(span), length_of(span))
+        if first < 0 or lo < first or hi - first > size + DENSE_MAX_GAP:
+            self._put_each(entry_ids, base_high, spans)
             return
-        top = int(ids[-1]) - first + 1
+        top = hi - first + 1
         if top > size:
             self._grow(top - size)
         sp = np.asarray(spans, dtype=HIGH_DTYPE)
@@ -243,8 +252,19 @@ class EntryIndex:
         length_view[slots] = lengths
         del length_view, high_view  # release the buffers: the arrays may grow again
         if self._sparse:
-            for entry_id in entry_ids:
+            for entry_id in ids.tolist():
                 self._sparse.pop(entry_id, None)
+
+    def _put_each(self, entry_ids: Sequence[int] | np.ndarray, base_high: int,
+                  spans: Sequence[int] | np.ndarray) -> None:
+        """:meth:`put_batch` one entry at a time (Python ints: a location needs more than
+        64 bits)."""
+        if isinstance(entry_ids, np.ndarray):
+            entry_ids = entry_ids.tolist()
+        if isinstance(spans, np.ndarray):
+            spans = spans.tolist()
+        for entry_id, span in zip(entry_ids, spans, strict=True):
+            self[entry_id] = join_location(base_high + high_of(span), length_of(span))
 
     def items(self) -> list[tuple[int, int]]:
         first, high, lengths = self._first, self._high, self._length

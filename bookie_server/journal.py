@@ -37,7 +37,8 @@ continues in a fresh file (a higher sequence number), so the stale bytes after t
 end can never be mistaken for records.
 
 Record bodies (ADD embeds the entry log's entry records verbatim, see
-:mod:`bookie_server.entrylog`)::
+:mod:`bookie_server.entrylog`; a packed add's records are the request's bytes as they came,
+:func:`encode_records`)::
 
     ROLL    u64 next file seq
     ADD     i64 ledger id | u16 key length | u32 n entries | master key | entry record * n
@@ -61,11 +62,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import crc32c
+import numpy as np
 
 from bk_spark.errors import BookieStorageError
 from bk_spark.protocol.batching import ArrivalRate, batch_wait
+from bk_spark.protocol.records import Records
 from bookie_server.entrylog import ENTRY_HEADER, fsync_directory
-from bookie_server.location import pack_span
+from bookie_server.location import pack_span, pack_spans
 from bookie_server.writeback import write_all_at, write_zeros_paced
 
 log = logging.getLogger(__name__)
@@ -153,15 +156,17 @@ class AddBatch:
 
     ``spans[i]`` is entry i's :func:`~bookie_server.location.pack_span` (its record's offset
     relative to ``entries_start`` and its length), so that an entry's location is the
-    batch's location plus its span.
+    batch's location plus its span. Both are lists (:func:`encode_adds`,
+    :func:`decode_add`) or numpy arrays, int64 and uint64 (:func:`encode_records`: a
+    packed add, no Python object per entry).
     """
 
     ledger_id: int
     master_key: bytes
     body: bytes | memoryview
     entries_start: int
-    entry_ids: list[int]
-    spans: list[int]
+    entry_ids: list[int] | np.ndarray
+    spans: list[int] | np.ndarray
     max_lac: int
     min_entry: int
     max_entry: int
@@ -230,6 +235,35 @@ def encode_adds(
         offset += n
     if entry_ids:
         batches.append(_finish_add(ledger_id, master_key, parts, entry_ids, spans, max_lac))
+    return batches
+
+
+def encode_records(ledger_id: int, master_key: bytes, recs: Records, record_cap: int
+                   ) -> list[AddBatch]:
+    """ADD record bodies for the records of a packed add (checked by
+    :func:`bookie_server.validation.check_records`): the same bodies :func:`encode_adds`
+    makes of the same entries, built from the request's bytes as they came (one copy per
+    body, its header joined to a slice of them) with the batch's columns in numpy. Each
+    body holds at most ``record_cap`` bytes of records unless a single record is larger."""
+    n = len(recs)
+    if n == 0:
+        return []
+    starts, ends = recs.starts, recs.payload_ends
+    raw = memoryview(recs.data)
+    batches: list[AddBatch] = []
+    a = 0
+    while a < n:
+        # the most records from a on whose bytes fit the cap (at least one)
+        b = int(np.searchsorted(ends, int(starts[a]) + record_cap, side="right"))
+        b = min(max(b, a + 1), n)
+        lo, hi = int(starts[a]), int(ends[b - 1])
+        ids = recs.entry_ids[a:b]
+        spans = pack_spans(starts[a:b] - lo, ends[a:b] - starts[a:b])
+        head = ADD_HEADER.pack(ledger_id, len(master_key), b - a) + master_key
+        batches.append(AddBatch(ledger_id, master_key, b"".join((head, raw[lo:hi])),
+                                len(head), ids, spans, max(-1, int(recs.lacs[a:b].max())),
+                                int(ids.min()), int(ids.max())))
+        a = b
     return batches
 
 

@@ -81,6 +81,12 @@ def pack_span(relative_offset: int, length: int) -> int:
     return (relative_offset << OFFSET_SHIFT) | length
 
 
+def pack_spans(relative_offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """:func:`pack_span` of arrays (a packed add's batch): uint64."""
+    return ((np.asarray(relative_offsets).astype(HIGH_DTYPE) << HIGH_DTYPE(OFFSET_SHIFT))
+            | np.asarray(lengths).astype(HIGH_DTYPE))
+
+
 def high_of(location_or_span: int) -> int:
     """The high column of a location (log id and offset), or a span's relative offset."""
     return location_or_span >> OFFSET_SHIFT

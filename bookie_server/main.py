@@ -195,6 +195,10 @@ def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None,
         journal_max_group_wait_ms: Annotated[float | None, field_option(
             "journal_max_group_wait_ms", "--journal-max-group-wait-ms",
             help="group-commit wait")] = None,
+        max_add_streams: Annotated[int | None, field_option(
+            "max_add_streams", "--max-add-streams",
+            help="add streams (one per client) served at once, each holding two threads; "
+                 "beyond, and at 0, clients send unary AddEntries")] = None,
         journal_file_size_mb: Annotated[int | None, field_option(
             "journal_file_size", "--journal-file-size-mb", scale=MiB,
             help="journal file size (MiB)")] = None,
@@ -295,6 +299,7 @@ def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None,
             host=host, port=port, advertised_address=advertised_address,
             metrics_port=metrics_port, max_entry_size=max_entry_size,
             journal_max_group_wait_ms=journal_max_group_wait_ms,
+            max_add_streams=max_add_streams,
             journal_file_size=_scaled(journal_file_size_mb, MiB),
             entry_log_size=_scaled(entry_log_size_mb, MiB),
             gc_interval_s=gc_interval, checkpoint_interval_s=checkpoint_interval,

@@ -48,6 +48,11 @@ class BookieMetrics:
         self.rpc_seconds = Histogram("bookie_rpc_seconds", "RPC handling latency", ["rpc"],
                                      buckets=_LATENCY_BUCKETS, registry=r)
         self.read_only = Gauge("bookie_read_only", "1 when the bookie is readonly", registry=r)
+        self.add_streams_open = Gauge("bookie_add_streams_open", "Add streams open (AddStream)",
+                                      registry=r)
+        self.add_streams_refused = Counter(
+            "bookie_add_streams_refused", "Add streams refused (the client sends AddEntries)",
+            ["reason"], registry=r)
         # the process: CPU, memory, open files, and Python's garbage collector
         ProcessCollector(registry=r)
         GCCollector(registry=r)

@@ -14,7 +14,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from typing import Any
 
@@ -55,6 +55,134 @@ def grpc_message_limit(config: BookieConfig) -> int:
     return max(64 * MiB, 4 * config.max_entry_size + MiB)
 
 
+_ADD_OK = pb.AddResponse(status=pb.OK)
+_ADD_OK_PACKED = pb.AddResponse(status=pb.OK, packed=True)
+
+
+def add_ok(req: pb.AddRequest) -> pb.AddResponse:
+    """The OK answer to an add, unary or on a stream alike: ``packed`` set when the request
+    carried records, the client's proof that this bookie read them (an older bookie's OK
+    lacks it: :func:`bk_spark.io.entry.add_answer_error`)."""
+    return _ADD_OK_PACKED if req.records or req.record_lengths else _ADD_OK
+
+
+class AddStreams:
+    """Admission of add streams: at most ``limit`` open at once (``max_add_streams``), and
+    the counts ``Info`` reports."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self.open_now = 0
+        self.requests = 0  # AddRequests served over streams
+
+    def open(self) -> bool:
+        with self._lock:
+            if self.open_now >= self.limit:
+                return False
+            self.open_now += 1
+            return True
+
+    def close(self) -> None:
+        with self._lock:
+            self.open_now -= 1
+
+    def served(self, n: int) -> None:
+        with self._lock:
+            self.requests += n
+
+
+class _StreamAnswers:
+    """The answers of one add stream, queued by journal-writer callbacks and taken by the
+    stream's pool thread, which sends them. The stream ends once its reader finished and
+    every message read was answered, or at once when the call was cancelled."""
+
+    __slots__ = ("_cv", "_ready", "_due", "_due_bytes", "_finished", "_cancelled",
+                 "abort_message")
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition(threading.Lock())
+        self._ready: list[bytes] = []
+        self._due = 0  # messages read and not yet answered
+        self._due_bytes = 0  # their size on the wire
+        self._finished = False
+        self._cancelled = False
+        self.abort_message = ""
+
+    def expect(self, size: int, limit: int) -> None:
+        """One more message of ``size`` bytes read; first waits while the messages read and
+        not yet answered hold ``limit`` bytes or more (the bookie's memory bound per stream:
+        meanwhile gRPC's flow control holds the client back, as a full pool of unary calls
+        does)."""
+        with self._cv:
+            while self._due_bytes >= limit and not self._cancelled:
+                self._cv.wait()
+            self._due += 1
+            self._due_bytes += size
+
+    def push(self, answer: bytes, size: int) -> None:
+        with self._cv:
+            self._ready.append(answer)
+            self._due -= 1
+            self._due_bytes -= size
+            self._cv.notify_all()
+
+    def take(self) -> list[bytes] | None:
+        """Every answer ready (waits for one); None: the stream is over."""
+        with self._cv:
+            while not self._ready:
+                if self._cancelled or (self._finished and self._due == 0):
+                    return None
+                self._cv.wait()
+            out, self._ready = self._ready, []
+            return out
+
+    def finish(self) -> None:
+        with self._cv:
+            self._finished = True
+            self._cv.notify_all()
+
+    def abort(self, message: str) -> None:
+        with self._cv:
+            self.abort_message = message
+            self._cancelled = True
+            self._cv.notify_all()
+
+    def cancel(self) -> None:
+        with self._cv:
+            self._cancelled = True
+            self._cv.notify_all()
+
+
+class _MessageAnswer:
+    """The answer to one stream message, sent once each of its requests is answered."""
+
+    __slots__ = ("_lock", "request_id", "size", "_responses", "_left", "_answers", "_hist",
+                 "_t0")
+
+    def __init__(self, request_id: int, size: int, n: int, answers: _StreamAnswers, hist: Any,
+                 t0: float) -> None:
+        self._lock = threading.Lock()
+        self.request_id = request_id
+        self.size = size
+        self._responses: list[Message | None] = [None] * n
+        self._left = n
+        self._answers, self._hist, self._t0 = answers, hist, t0
+
+    def put(self, i: int, response: Message) -> None:
+        self._hist.observe(time.perf_counter() - self._t0)
+        with self._lock:
+            self._responses[i] = response
+            self._left -= 1
+            if self._left:
+                return
+        self.send()
+
+    def send(self) -> None:
+        self._answers.push(pb.AddStreamResponse(
+            request_id=self.request_id, responses=self._responses).SerializeToString(), self.size)
+
+
 class BookieService:
     """Handlers of the ``Bookie`` RPCs over one storage instance."""
 
@@ -65,6 +193,7 @@ class BookieService:
         self.metrics = metrics
         self.policy = AccessPolicy.of(config.allow_clients, config.allow_bookies,
                                       config.allow_admins)
+        self.streams = AddStreams(config.max_add_streams)
         #: The last error of self-repair (set by the bookie while it repairs), for Info.
         self.repair_error: Callable[[], str] = lambda: ""
 
@@ -76,14 +205,39 @@ class BookieService:
             f"{ledger_id}: it cannot tell {what}; ask the other bookies")
 
     # -- handlers: each takes a decoded request and returns a response message --------
-    def add_entries(self, req: pb.AddRequest, _key_required: bool = True) -> pb.AddResponse:
+    def add_entries(self, req: pb.AddRequest, _key_required: bool = True,
+                    done: Callable[[BKError | None], None] | None = None) -> pb.AddResponse:
+        """Store the request's entries (unary ``AddEntries``, and each request of an add
+        stream). An add carries its entries packed (``records``, the client's way: checked
+        and journaled as they came) or as ``Entry`` messages (a client that predates packed
+        adds), never both. With ``done`` it does not wait: ``done(err)`` runs after the
+        fdatasync and apply (:meth:`BookieStorage.add_entries_then`,
+        :meth:`BookieStorage.add_records_then`); validation raises either way. Returns the
+        OK answer (:func:`add_ok`)."""
         lid = req.ledger_id
+        ok = add_ok(req)
+        if ok.packed:
+            if req.entries:
+                raise InvalidRequestError(f"an add of ledger {lid} with both records and "
+                                          f"entries: send one or the other")
+            if done is None:
+                self.storage.add_records(lid, req.master_key, req.records, req.record_lengths,
+                                         recovery=req.recovery, lac=req.lac)
+            else:
+                self.storage.add_records_then(lid, req.master_key, req.records,
+                                              req.record_lengths, done, recovery=req.recovery,
+                                              lac=req.lac)
+            return ok
         check_same_ledger(lid, (e.ledger_id for e in req.entries))
         entries = [(e.entry_id, e.lac, e.payload, e.digest) for e in req.entries]
-        self.storage.add_entries(lid, req.master_key, entries, recovery=req.recovery,
-                                 lac=req.lac)
+        if done is None:
+            self.storage.add_entries(lid, req.master_key, entries, recovery=req.recovery,
+                                     lac=req.lac)
+        else:
+            self.storage.add_entries_then(lid, req.master_key, entries, done,
+                                          recovery=req.recovery, lac=req.lac)
         # The status covers every entry of the request: no per-entry results needed.
-        return pb.AddResponse(status=pb.OK)
+        return ok
 
     def read_entries(self, req: pb.ReadRequest, key_required: bool = True) -> pb.ReadResponse:
         limbo = self.storage.in_limbo(req.ledger_id)
@@ -177,50 +331,148 @@ class BookieService:
             disk_free_bytes=free, max_entry_size=self.config.max_entry_size, version=VERSION,
             repair_state=rp.state, repair_ledgers_total=rp.total, repair_ledgers_left=rp.left,
             repair_limbo_ledgers=rp.limbo, repair_entries_copied=rp.entries_copied,
-            repair_bytes_copied=rp.bytes_copied, repair_error=self.repair_error())
+            repair_bytes_copied=rp.bytes_copied, repair_error=self.repair_error(),
+            add_streams_open=self.streams.open_now, stream_add_requests=self.streams.requests)
 
     # -- plumbing -----------------------------------------------------------------
+    def _authorize(self, name: str, context: grpc.ServicerContext) -> bool:
+        """The access rules of every RPC (unary, and an add stream when it opens): the
+        peer's role from its verified certificate (:mod:`bookie_server.access`), whether it
+        may call ``name`` at all, and whether it must present the ledger's master key
+        (returned). Raises :class:`UnauthorizedError` for a peer that may not."""
+        policy = self.policy
+        key_required = True
+        role = CLIENT
+        if policy.restricted:  # the peer's verified certificate decides its role
+            names = peer_identities(context.auth_context())
+            role = policy.role(names)
+            if role is None:
+                raise UnauthorizedError(
+                    f"bookie {self.config.bookie_id}: certificate identity "
+                    f"{', '.join(sorted(names)) or '(none)'} is in no allow-list of "
+                    f"this bookie: ask its operator to add it")
+            key_required = policy.key_required(role, name)
+        if not policy.may_call(role, name):
+            raise UnauthorizedError(
+                f"bookie {self.config.bookie_id}: {name} is answered to bookie and "
+                f"admin certificates only (mutual TLS with --allow-bookie / "
+                f"--allow-admin); this peer is a {role}")
+        return key_required
+
+    def _error_answer(self, name: str, resp_type: type[Message], exc: BaseException
+                      ) -> Message:
+        """The answer for a request that raised (counted in the RPC's error metric): a
+        :class:`BKError` as its typed status, anything else as INTERNAL (one request never
+        takes the bookie down)."""
+        if isinstance(exc, BKError):
+            self.metrics.rpc_error(name, pb.StatusCode.Name(exc.code))
+            return resp_type(status=exc.code, message=str(exc))
+        log.error("%s failed", name, exc_info=exc)
+        self.metrics.rpc_error(name, "INTERNAL")
+        return resp_type(status=pb.INTERNAL, message=f"{type(exc).__name__}: {exc}")
+
     def _wrap(self, name: str, req_type: type[Message], resp_type: type[Message],
               fn: Callable[[Any, bool], Message]
               ) -> Callable[[bytes, grpc.ServicerContext], Message]:
         hist = self.metrics.rpc_seconds.labels(name)
-        policy = self.policy
 
         def handler(raw: bytes, context: grpc.ServicerContext) -> Message:
             t0 = time.perf_counter()
             try:
-                key_required = True
-                role = CLIENT
-                if policy.restricted:  # the peer's verified certificate decides its role
-                    names = peer_identities(context.auth_context())
-                    role = policy.role(names)
-                    if role is None:
-                        raise UnauthorizedError(
-                            f"bookie {self.config.bookie_id}: certificate identity "
-                            f"{', '.join(sorted(names)) or '(none)'} is in no allow-list of "
-                            f"this bookie: ask its operator to add it")
-                    key_required = policy.key_required(role, name)
-                if not policy.may_call(role, name):
-                    raise UnauthorizedError(
-                        f"bookie {self.config.bookie_id}: {name} is answered to bookie and "
-                        f"admin certificates only (mutual TLS with --allow-bookie / "
-                        f"--allow-admin); this peer is a {role}")
+                key_required = self._authorize(name, context)
                 try:
                     req = req_type.FromString(raw)
                 except (DecodeError, RuntimeError, ValueError) as exc:
                     raise InvalidRequestError(f"undecodable {req_type.__name__}: {exc}") from None
                 return fn(req, key_required)
-            except BKError as exc:
-                self.metrics.rpc_error(name, pb.StatusCode.Name(exc.code))
-                return resp_type(status=exc.code, message=str(exc))
-            except Exception as exc:  # never let one request take the bookie down
-                log.exception("%s failed", name)
-                self.metrics.rpc_error(name, "INTERNAL")
-                return resp_type(status=pb.INTERNAL, message=f"{type(exc).__name__}: {exc}")
+            except Exception as exc:
+                return self._error_answer(name, resp_type, exc)
             finally:
                 hist.observe(time.perf_counter() - t0)
 
         return handler
+
+    # -- the add stream ------------------------------------------------------------
+    def add_stream(self, requests: Iterator[bytes], context: grpc.ServicerContext
+                   ) -> Iterator[bytes]:
+        """``AddStream``: one client's adds and explicit LACs, many ledgers per message
+        (issue 28 §2). Every request is held to exactly what a unary ``AddEntries`` is:
+        the peer's access rights (:meth:`_authorize`, checked once: they are the
+        connection's), then :meth:`add_entries` (master key, fencing, recovery flag,
+        readonly, validation), its answer built and counted as the unary one
+        (:meth:`_error_answer`, the ``AddEntries`` metrics). A stream holds this pool thread
+        (it sends the answers) and one reader thread (it decodes and submits the requests)
+        for its life, never a thread per request: a request's answer is queued by the
+        journal writer after the fdatasync (:meth:`BookieStorage.add_entries_then`, or
+        :meth:`BookieStorage.add_records_then` for a packed add, answered ``packed`` as the
+        unary call is: :func:`add_ok`) and sent
+        from here. At most ``max_add_streams`` are open (the pool has that many threads
+        beyond ``grpc_workers``, so unary calls never wait for streams); beyond, the stream
+        is refused with RESOURCE_EXHAUSTED and the client sends unary calls."""
+        try:
+            key_required = self._authorize("AddEntries", context)
+        except UnauthorizedError as exc:
+            self.metrics.add_streams_refused.labels("PERMISSION_DENIED").inc()
+            context.abort(grpc.StatusCode.PERMISSION_DENIED, str(exc))
+        if not self.streams.open():
+            self.metrics.add_streams_refused.labels("RESOURCE_EXHAUSTED").inc()
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                          f"bookie {self.config.bookie_id} has {self.streams.limit} add streams "
+                          f"open, its max_add_streams: send AddEntries")
+        self.metrics.add_streams_open.inc()
+        answers = _StreamAnswers()
+        context.add_callback(answers.cancel)
+        reader = threading.Thread(target=self._read_stream, args=(requests, answers, key_required),
+                                  name="bookie-add-stream", daemon=True)
+        try:
+            reader.start()
+            while True:
+                out = answers.take()
+                if out is None:
+                    break
+                yield from out
+            if answers.abort_message:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, answers.abort_message)
+        finally:
+            answers.cancel()
+            self.streams.close()
+            self.metrics.add_streams_open.dec()
+
+    def _read_stream(self, requests: Iterator[bytes], answers: _StreamAnswers,
+                     key_required: bool) -> None:
+        """The stream's reader thread: decode each message and submit its requests, in
+        arrival order (so a ledger's requests are journaled in the order sent)."""
+        hist = self.metrics.rpc_seconds.labels("AddEntries")
+        limit = grpc_message_limit(self.config)
+        try:
+            for raw in requests:
+                t0 = time.perf_counter()
+                try:
+                    msg = pb.AddStreamRequest.FromString(raw)
+                except (DecodeError, RuntimeError, ValueError) as exc:
+                    answers.abort(f"undecodable AddStreamRequest: {exc}")
+                    return
+                n = len(msg.requests)
+                answer = _MessageAnswer(msg.request_id, len(raw), n, answers, hist, t0)
+                answers.expect(len(raw), limit)
+                self.streams.served(n)
+                if not n:
+                    answer.send()
+                for i, req in enumerate(msg.requests):
+                    try:
+                        ok = add_ok(req)  # as the unary answer: packed=True for records
+                        self.add_entries(req, key_required,
+                                         done=lambda err, i=i, a=answer, ok=ok: a.put(
+                                             i, ok if err is None else self._error_answer(
+                                                 "AddEntries", pb.AddResponse, err)))
+                    except Exception as exc:
+                        answer.put(i, self._error_answer("AddEntries", pb.AddResponse, exc))
+        except grpc.RpcError:
+            pass  # the client went away or cancelled: the answers still due are dropped
+        except Exception:  # noqa: BLE001
+            log.exception("add stream reader failed")
+        finally:
+            answers.finish()
 
     def generic_handler(self) -> grpc.GenericRpcHandler:
         table = {
@@ -243,6 +495,8 @@ class BookieService:
             )
             for name, (req, resp, fn) in table.items()
         }
+        handlers["AddStream"] = grpc.stream_stream_rpc_method_handler(
+            self.add_stream, request_deserializer=None, response_serializer=None)
         return grpc.method_handlers_generic_handler(SERVICE, handlers)
 
 
@@ -304,7 +558,8 @@ class BookieServer:
                                    lambda: len(self.storage.ledger_ids()))
         limit = grpc_message_limit(cfg)
         server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=cfg.grpc_workers,
+            # a thread per open add stream beyond the unary calls' (BookieService.add_stream)
+            futures.ThreadPoolExecutor(max_workers=cfg.grpc_workers + cfg.max_add_streams,
                                        thread_name_prefix="bookie-rpc"),
             options=[("grpc.max_receive_message_length", limit),
                      ("grpc.max_send_message_length", limit),

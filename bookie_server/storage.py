@@ -4,7 +4,11 @@ Theory of operation
 -------------------
 A write request goes through three steps, each in one place:
 
-1. **Accept** (caller thread, :meth:`BookieStorage.add_entries` and friends): validate
+1. **Accept** (caller thread, :meth:`BookieStorage.add_entries` and friends; a packed add,
+   :meth:`BookieStorage.add_records`, checks its records at once and journals them as they
+   came; :meth:`~BookieStorage.add_entries_then` and :meth:`~BookieStorage.add_records_then`
+   are their callback forms, the add stream's, and all four share one accept step,
+   ``_add_batches``): validate
    everything (ids, sizes and keys with :mod:`bookie_server.validation`, once per
    operation; master key, fenced flag, readonly mode) and raise a typed
    :class:`~bk_spark.errors.BKError` before anything is written. Under the submit lock the
@@ -79,6 +83,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -115,6 +120,7 @@ from bookie_server.journal import (
     encode_delete,
     encode_fence,
     encode_lac,
+    encode_records,
 )
 from bookie_server.limbo import (
     ANSWERS_UNKNOWN,
@@ -139,6 +145,7 @@ from bookie_server.validation import (
     check_id,
     check_key,
     check_lac,
+    check_records,
 )
 
 log = logging.getLogger(__name__)
@@ -208,6 +215,50 @@ class _Waiter:
                                      ) from self.error
 
 
+class _AddDone:
+    """The waiter of an add's last journal record: calls back once it is synced and applied
+    (:meth:`BookieStorage.add_entries_then`)."""
+
+    __slots__ = ("fn", "metrics", "n", "nbytes")
+
+    def __init__(self, fn: AddCallback, metrics: StorageMetrics, n: int, nbytes: int) -> None:
+        self.fn, self.metrics, self.n, self.nbytes = fn, metrics, n, nbytes
+
+    def done(self, error: BaseException | None = None) -> None:
+        try:
+            if error is None:
+                self.metrics.added(self.n, self.nbytes)
+                self.fn(None)
+            else:
+                self.fn(BookieStorageError(f"write failed ({error}): restart the bookie"))
+        except Exception:  # noqa: BLE001 - the group's other waiters must still be released
+            log.exception("an add's completion failed")
+
+
+#: An add's completion (:meth:`BookieStorage.add_entries_then`): None once it is synced and
+#: applied, else the error its write failed with.
+AddCallback = Callable[[BKError | None], None]
+
+_T = TypeVar("_T")
+
+
+def _wait_for(start: Callable[[AddCallback], _T]) -> _T:
+    """The blocking form of an add's callback form: ``start(done)`` (which raises its
+    validation's typed error at once), then wait for ``done`` and raise the write's error."""
+    waiter = _Waiter()
+    outcome: list[BKError | None] = []
+
+    def done(error: BKError | None) -> None:
+        outcome.append(error)
+        waiter.done()
+
+    result = start(done)
+    waiter.wait()
+    if outcome[0] is not None:
+        raise outcome[0]
+    return result
+
+
 class _Op:
     """What the journal writer applies for one journal record once it is synced."""
 
@@ -218,7 +269,7 @@ class _Op:
         kind: int,
         batch: AddBatch | None = None,
         lac: int = -1,
-        waiter: _Waiter | None = None,
+        waiter: _Waiter | _AddDone | None = None,
         ledger_id: int = -1,
     ) -> None:
         self.kind = kind
@@ -227,6 +278,12 @@ class _Op:
         self.batch = batch
         self.lac = lac
         self.waiter = waiter
+
+
+def _as_lists(*columns: Sequence[int] | np.ndarray) -> list[list[int]]:
+    """Columns of an :class:`AddBatch` (lists, or numpy arrays of a packed add) as lists of
+    Python ints, for the per-entry paths (overwrites)."""
+    return [c.tolist() if isinstance(c, np.ndarray) else list(c) for c in columns]
 
 
 def _key_matches(state: LedgerState, master_key: bytes | None) -> bool:
@@ -409,23 +466,105 @@ class BookieStorage:
         entries are journaled and the call returns once the group's fdatasync is done and
         they are readable. Re-adding an entry overwrites it. ``recovery`` adds are accepted
         on a fenced ledger. ``lac >= 0`` also advances the ledger's LAC (explicit LAC; with no
-        entries that is the whole request).
+        entries that is the whole request). The blocking form of :meth:`add_entries_then`;
+        :meth:`add_records` is the same for the entries of a packed add.
         """
+        _wait_for(lambda done: self.add_entries_then(ledger_id, master_key, entries, done,
+                                                     recovery=recovery, lac=lac))
+
+    def add_entries_then(
+        self,
+        ledger_id: int,
+        master_key: bytes,
+        entries: Sequence[tuple[int, int, bytes, bytes]],
+        done: AddCallback,
+        *,
+        recovery: bool = False,
+        lac: int = -1,
+    ) -> None:
+        """:meth:`add_entries` without waiting (the add stream's form: no thread parks per
+        request): validation raises its typed error here, before anything is written; once
+        the group's fdatasync is done and the entries are applied (readable), ``done(None)``
+        runs on the journal writer thread (keep it short), or ``done(error)`` if the write
+        failed. Nothing is acknowledged before the fdatasync."""
         check_id("ledger id", ledger_id)
         master_key = check_key(master_key)
         check_lac(lac)
         entries, nbytes = check_entries(entries, self.config.max_entry_size)
         if not entries and lac < 0:
+            done(None)
             return
-        if self._disk.read_only:
-            raise ReadOnlyError(
-                f"bookie {self.config.bookie_id} is readonly (disk full): write to other bookies"
-            )
-        waiter = _Waiter()
+        self._check_not_read_only()
         try:
             batches = encode_adds(ledger_id, master_key, entries, self._record_cap)
         except (TypeError, ValueError, struct.error) as exc:  # ids >= 2**63, str payloads
             raise InvalidRequestError(f"malformed entry: {exc}") from exc
+        self._add_batches(ledger_id, master_key, batches, recovery, lac,
+                          _AddDone(done, self._metrics, len(entries), nbytes))
+
+    def add_records(
+        self,
+        ledger_id: int,
+        master_key: bytes,
+        records: bytes,
+        record_lengths: bytes,
+        *,
+        recovery: bool = False,
+        lac: int = -1,
+    ) -> int:
+        """:meth:`add_entries` for a packed add: the entries as records back to back
+        (``AddRequest.records``, :mod:`bk_spark.protocol.records`) and each record's length
+        (``record_lengths``, u32 little endian each). They are checked all at once
+        (:func:`~bookie_server.validation.check_records`: the rules of ``check_entries``,
+        as strict) and journaled and appended to the entry log as they came, with no Python
+        object per entry. Same guarantees as :meth:`add_entries`; returns how many entries
+        were stored. The blocking form of :meth:`add_records_then`."""
+        return _wait_for(lambda done: self.add_records_then(
+            ledger_id, master_key, records, record_lengths, done, recovery=recovery, lac=lac))
+
+    def add_records_then(
+        self,
+        ledger_id: int,
+        master_key: bytes,
+        records: bytes,
+        record_lengths: bytes,
+        done: AddCallback,
+        *,
+        recovery: bool = False,
+        lac: int = -1,
+    ) -> int:
+        """:meth:`add_records` without waiting, as :meth:`add_entries_then` is for
+        :meth:`add_entries` (the add stream's form): validation raises here, ``done(err)``
+        runs on the journal writer thread after the fdatasync and apply. Returns how many
+        entries the request carries."""
+        check_id("ledger id", ledger_id)
+        master_key = check_key(master_key)
+        check_lac(lac)
+        recs, nbytes = check_records(ledger_id, records, record_lengths,
+                                     self.config.max_entry_size)
+        n = len(recs)
+        if not n and lac < 0:
+            done(None)
+            return 0
+        self._check_not_read_only()
+        batches = encode_records(ledger_id, master_key, recs, self._record_cap)
+        self._add_batches(ledger_id, master_key, batches, recovery, lac,
+                          _AddDone(done, self._metrics, n, nbytes))
+        return n
+
+    def _check_not_read_only(self) -> None:
+        if self._disk.read_only:
+            raise ReadOnlyError(
+                f"bookie {self.config.bookie_id} is readonly (disk full): write to other bookies"
+            )
+
+    def _add_batches(self, ledger_id: int, master_key: bytes, batches: list[AddBatch],
+                     recovery: bool, lac: int, waiter: _AddDone) -> None:
+        """The accept step of every add (Entry messages or packed, blocking or not), after
+        validation: the master key, fenced and repair checks under the submit lock, the
+        ADD records (and the explicit LAC's) queued in that order; ``waiter`` is called
+        back once the last of them is synced and applied. Raises its typed error before
+        anything is queued."""
         records = [JournalRecord(ADD, batch.body, _Op(ADD, batch=batch)) for batch in batches]
         if lac >= 0:
             body = encode_lac(ledger_id, lac, master_key)
@@ -453,8 +592,6 @@ class BookieStorage:
             self._journal.submit(records)
             if created:
                 self._ledgers[ledger_id] = state
-        waiter.wait()
-        self._metrics.added(len(entries), nbytes)
 
     def fence(self, ledger_id: int, master_key: bytes) -> tuple[int, int]:
         """Fence a ledger: plain adds are refused from now on. Durable before it returns.
@@ -634,33 +771,34 @@ class BookieStorage:
         entry_ids = batch.entry_ids
         index = state.index
         live = self._live
+        n = len(entry_ids)
         if batch.min_entry > state.last_entry:  # all new: the common case, no per-entry work
             before = len(index)
             index.put_batch(entry_ids, high_of(base), batch.spans)
             live.add(log_id, ledger_id, batch.nbytes)
-            if len(index) - before != len(entry_ids):  # an entry twice in one batch
-                locations = [base + span for span in batch.spans]
+            if len(index) - before != n:  # an entry twice in one batch
+                ids, spans = _as_lists(entry_ids, batch.spans)
                 dead = sum(
-                    length_of(loc)
-                    for eid, loc in zip(entry_ids, locations, strict=True)
-                    if index[eid] != loc
+                    length_of(base + span)
+                    for eid, span in zip(ids, spans, strict=True)
+                    if index[eid] != base + span
                 )
                 live.sub(log_id, ledger_id, dead)
         else:  # overwrites (recovery writes entries back): the old copies die
-            locations = [base + span for span in batch.spans]
+            ids, spans = _as_lists(entry_ids, batch.spans)
             get = index.get
-            for entry_id, loc in zip(entry_ids, locations, strict=True):
+            for entry_id, span in zip(ids, spans, strict=True):
                 old = get(entry_id)
                 if old is not None:
                     live.sub(log_of(old), ledger_id, length_of(old))
-                index[entry_id] = loc
+                index[entry_id] = base + span
             live.add(log_id, ledger_id, batch.nbytes)
         if batch.max_entry > state.last_entry:
             state.last_entry = batch.max_entry
-        if batch.max_entry - batch.min_entry < 4 * len(entry_ids) + 64:
+        if batch.max_entry - batch.min_entry < 4 * n + 64:
             state.mark_dirty(batch.min_entry, batch.max_entry)  # a writer's batch: dense
         else:  # ids far apart (a hand-made request): no range over the gaps
-            for entry_id in entry_ids:
+            for entry_id in _as_lists(entry_ids, ())[0]:
                 state.mark_dirty(entry_id, entry_id)
         self._dirty[ledger_id] = state
         if batch.max_lac > state.lac:

@@ -104,6 +104,7 @@ class LedgerHandle:
         self._failed_since_progress: set[str] = set()
         self._change_lock = threading.Lock()
         self._lac_sent = -1
+        self._lac_flush_due = False  # a _flush_lac is on the I/O loop's timers
         self._sinks: dict[tuple[int, str], _BookieSink] = {}
         # payloads handed out but not yet encoded: the ids before _next_entry
         self._outbox: list[bytes] = []
@@ -410,7 +411,10 @@ class LedgerHandle:
         self._budget.release(released)
         self._deliver()
         if idle and self.explicit_lac_interval_s > 0:
-            self._threads.schedule(self._flush_lac)  # the LAC the last entry could not carry
+            with self._lock:
+                due, self._lac_flush_due = self._lac_flush_due, True
+            if not due:  # the LAC the last entry could not carry, once the interval passed
+                self._threads.call_later(self.explicit_lac_interval_s, self._flush_lac)
 
     def _deliver(self) -> None:
         """Complete decided adds in entry order, whichever thread decided them.
@@ -547,15 +551,20 @@ class LedgerHandle:
     # ------------------------------------------------------------------ explicit LAC
     def _flush_lac(self) -> None:
         """Explicit LAC (BookKeeper's ``ExplicitLacFlushPolicy``), on the client's I/O loop
-        when the writer fell idle: tell the bookies the LAC the last entry could not carry,
-        without waiting for their answers."""
+        ``explicit_lac_interval_s`` after the writer fell idle: tell the bookies the LAC the
+        last entry could not carry, without waiting for their answers. A writer busy again
+        by then skips it (its entries carry the LAC; its next idle moment sets the next
+        flush): a writer adding one entry at a time sends one explicit LAC per interval,
+        not one per add (three more requests and journal records per add for the
+        bookies)."""
         with self._lock:
+            self._lac_flush_due = False
             if self._closed or self._error is not None or self._targets:
                 return
             lac, bookies = self._take_lac_to_send()
         for b in bookies:
             try:
-                self._bk.bookies.get(b).write_lac_future(self.id, self._master_key, lac)
+                self._bk.bookies.get(b).send_lac(self.id, self._master_key, lac)
             except BKError as exc:  # the client closed: the close sends the final LAC
                 log.debug("explicit LAC to %s failed: %s", b, exc)
 

@@ -11,6 +11,13 @@ thousand writers sharing a bookie, or a recovery beside a writer, do not queue b
 other's requests. :meth:`BookieClient.add_entry` is one
 entry sent that way, for tools and tests.
 
+Each request goes on the bookie's add stream (:mod:`bk_spark.io.add_stream`, issue 28 §2):
+one long-lived ``AddStream`` call per bookie, opened on first use, whose messages carry the
+requests of many ledgers (and explicit LACs, :meth:`BookieClient.send_lac`) gathered while
+its window was shut; a bookie that refuses the stream (older, full, or not for this peer)
+gets unary ``AddEntries`` calls, as it does with ``ClientConfig.add_stream`` off. The
+answer, and what a failure does to the writer, are the same either way.
+
 A ledger writer's rounds (:meth:`BookieClient.send_batch`) pipeline deeper when they are
 big: beyond ``max_in_flight`` requests, a request of at least ``pipeline_min_bytes`` may
 go while the bookie's requests in flight hold less than ``max_in_flight_bytes`` (like
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,8 +49,18 @@ from bk_spark.errors import (
     UnauthorizedError,
     error_for_code,
 )
+from bk_spark.io.add_stream import AddStream
+from bk_spark.io.entry import (  # noqa: F401 - _varint, frame_entry: their old home
+    _varint,
+    add_answer_error,
+    add_request,
+    add_request_head,
+    frame_entry,
+    record_of,
+)
 from bk_spark.io.tls import TlsOptions, refusal_for
 from bk_spark.proto import bookie_pb2 as pb
+from bk_spark.protocol.add_stream import RETRY_STREAM_S, Refusal, window_open
 from bk_spark.protocol.records import (
     MalformedRecordsError,
     Records,
@@ -102,6 +120,10 @@ class ClientConfig:
     adds_block_when_full: bool = True
     """past ``adds_in_flight_max_bytes`` an add waits (True) or fails at once with
     ``TooManyRequestsError`` (False)"""
+    add_stream: bool = True
+    """send adds and explicit LACs on one long-lived stream per bookie, requests of many
+    ledgers per message (False, or a bookie that refuses the stream: one unary
+    ``AddEntries`` per request)"""
 
     def __post_init__(self) -> None:
         if self.max_in_flight < 1:
@@ -117,31 +139,6 @@ class ClientConfig:
         """How long one connection attempt may take (gRPC's min reconnect backoff): at
         least the longest operation timeout, and gRPC's own default of 20 s."""
         return int(1000 * max(20.0, self.add_timeout_s, self.read_timeout_s))
-
-
-_ENTRY_TAG = b"\x22"  # AddRequest.entries: field 4, length-delimited
-
-
-def _varint(n: int) -> bytes:
-    """Protobuf's base-128 varint; negative numbers as 64-bit two's complement."""
-    if 0 <= n < 0x80:
-        return bytes((n,))
-    n &= 0xFFFFFFFFFFFFFFFF
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def frame_entry(entry: bytes) -> bytes:
-    """A serialized ``pb.Entry`` framed as one ``AddRequest.entries`` field.
-
-    A writer frames each entry once, however many bookies of its write set it goes to;
-    :meth:`BookieClient.send_batch` then only concatenates.
-    """
-    return _ENTRY_TAG + _varint(len(entry)) + entry
 
 
 def _chunk_ends(entries: Sequence[bytes], max_entries: int, max_bytes: int) -> list[int]:
@@ -239,13 +236,6 @@ class _CallbackSink:
         self.callback(err)
 
 
-def _log_lac_failure(call: BookieCall[Any]) -> None:
-    try:
-        call.result()
-    except BKError as exc:  # the next add carries the LAC anyway
-        log.debug("explicit LAC to %s failed: %s", call.bookie_id, exc)
-
-
 class BookieClient:
     """One gRPC channel to one bookie; adds go in batches (:meth:`send_batch`)."""
 
@@ -286,6 +276,11 @@ class BookieClient:
         self._info = unary("Info", pb.InfoRequest, pb.InfoResponse)
         self._held = unary("HeldEntries", pb.HeldEntriesRequest, pb.HeldEntriesResponse)
         self._master_key = unary("ReadMasterKey", pb.MasterKeyRequest, pb.MasterKeyResponse)
+        self._add_stream_call = ch.stream_stream(SERVICE + "AddStream", request_serializer=None,
+                                                 response_deserializer=None)
+        self._stream_lock = threading.Lock()
+        self._stream: AddStream | None = None
+        self._unary_until = 0.0  # a bookie that refused the stream gets unary adds till then
         self._cv = threading.Condition()
         self._in_flight: dict[tuple[int, bool], int] = {}  # requests out per (ledger, recovery)
         self._in_flight_bytes = 0  # of send_batch's requests (pipelining, see the docstring)
@@ -299,13 +294,14 @@ class BookieClient:
         """Send one entry (a tool's or a test's add: writers and recovery send rounds with
         :meth:`send_batch`, the one add path); ``callback(err)`` gets the bookie's answer
         once, None when it stored the entry."""
-        self.send_batch(ledger_id, master_key, [frame_entry(entry.SerializeToString())],
+        self.send_batch(ledger_id, master_key, [record_of(entry)],
                         [None], _CallbackSink(callback), lac=entry.lac, recovery=recovery)
 
     def send_batch(self, ledger_id: int, master_key: bytes, entries: Sequence[bytes],
                    tokens: Sequence[Any], sink: AddSink, *, lac: int = -1,
                    recovery: bool = False) -> None:
-        """Send already-serialized entries (``pb.Entry`` bytes framed by :func:`frame_entry`)
+        """Send entries already made records (:meth:`EntryCodec.frame_run`,
+        :func:`~bk_spark.io.entry.record_of`), packed (:func:`~bk_spark.io.entry.add_request`)
         in as few RPCs as the batch limits allow; ``sink.on_added(tokens, err)`` gets each
         RPC's answer, with the tokens of the entries it carried.
 
@@ -314,13 +310,12 @@ class BookieClient:
         deeper (:meth:`_may_send`).
         """
         cfg = self.config
-        head = pb.AddRequest(ledger_id=ledger_id, master_key=master_key, recovery=recovery,
-                             lac=lac).SerializeToString()
+        head = add_request_head(ledger_id, master_key, recovery=recovery, lac=lac)
         ends = (_chunk_ends(entries, cfg.max_batch_entries, cfg.max_batch_bytes)
                 if len(entries) > 1 else [len(entries)])
         start = 0
         for end in ends:
-            request = b"".join([head, *entries[start:end]])  # one copy of each entry
+            request = add_request(head, entries[start:end])  # one copy of each entry
             chunk_tokens = tokens[start:end]
             size = len(request)
             with self._cv:
@@ -333,16 +328,67 @@ class BookieClient:
                 key = (ledger_id, recovery)
                 self._in_flight[key] = self._in_flight.get(key, 0) + 1
                 self._in_flight_bytes += size
-            try:
-                fut = self._add_raw.future(request, timeout=cfg.add_timeout_s)
-            except Exception as exc:  # channel closed under us
-                self._batch_done(sink, chunk_tokens,
-                                 BookieUnavailableError(f"bookie {self.bookie_id}: {exc}"), size,
-                                 key)
-            else:
-                fut.add_done_callback(lambda f, t=chunk_tokens, n=size, k=key: self._batch_done(
-                    sink, t, self._outcome(f), n, k))
+            self._send_add(request, end > start,
+                           lambda err, t=chunk_tokens, n=size, k=key: self._batch_done(
+                               sink, t, err, n, k))
             start = end
+
+    def _send_add(self, request: bytes, packed: bool, done: AddCallback) -> None:
+        """Send one serialized ``AddRequest`` (``packed``: it carries records,
+        :func:`~bk_spark.io.entry.add_request`); ``done(err)`` gets its answer once. On the
+        bookie's add stream (opened on first use, again after it broke), else (refused,
+        or ``add_stream`` off) as a unary ``AddEntries``: the same answer either way, read
+        by :func:`~bk_spark.io.entry.add_answer_error`."""
+        if self.config.add_stream and time.monotonic() >= self._unary_until:
+            for _ in range(2):  # a stream that just ended: once more, on a new one
+                try:
+                    stream = self._add_stream()
+                except Exception as exc:  # the channel closed under us: unary says so
+                    log.debug("add stream to %s not opened: %r", self.bookie_id, exc)
+                    break
+                if stream is None:
+                    break
+                if stream.submit(request, packed, done):
+                    return
+        self._send_unary(request, packed, done)
+
+    def _send_unary(self, request: bytes, packed: bool, done: AddCallback) -> None:
+        try:
+            fut = self._add_raw.future(request, timeout=self.config.add_timeout_s)
+        except Exception as exc:  # channel closed under us
+            done(BookieUnavailableError(f"bookie {self.bookie_id}: {exc}"))
+        else:
+            fut.add_done_callback(lambda f: done(self._outcome(f, packed)))
+
+    def _add_stream(self) -> AddStream | None:
+        """The open add stream, opened now if there is none (None: the client is closed,
+        or the bookie refused streams a moment ago)."""
+        with self._stream_lock:
+            stream = self._stream
+            if stream is not None and not stream.ended:
+                return stream
+            if self._closed or time.monotonic() < self._unary_until:
+                return None
+            cfg = self.config
+            self._stream = stream = AddStream(
+                self.bookie_id, self._add_stream_call, max_in_flight=cfg.max_in_flight,
+                max_in_flight_bytes=cfg.max_in_flight_bytes,
+                pipeline_min_bytes=cfg.pipeline_min_bytes,
+                max_message_bytes=cfg.max_batch_bytes, timeout_s=cfg.add_timeout_s,
+                on_broken=lambda exc: unavailable(self.bookie_id, exc, cfg.tls),
+                on_refused=self._stream_refused)
+            return stream
+
+    def _stream_refused(self, why: Refusal, items: list[tuple[bytes, bool, AddCallback]]
+                        ) -> None:
+        """The bookie refused the stream before serving any of it: unary from now on (for
+        :data:`~bk_spark.protocol.add_stream.RETRY_STREAM_S` if it had no stream to spare),
+        and the stream's requests go again that way (an add is idempotent on a bookie)."""
+        with self._stream_lock:
+            self._unary_until = time.monotonic() + (
+                RETRY_STREAM_S if why is Refusal.UNARY_FOR_A_WHILE else float("inf"))
+        for request, packed, done in items:
+            self._send_unary(request, packed, done)
 
     def has_window(self, size: int, wake: Callable[[], None], ledger_id: int) -> bool:
         """Whether a :meth:`send_batch` request of about ``size`` bytes would go now,
@@ -362,21 +408,19 @@ class BookieClient:
         a request of at least ``pipeline_min_bytes`` while the bytes in flight stay under
         ``max_in_flight_bytes`` (see the module docstring)."""
         cfg = self.config
-        if self._in_flight.get((ledger_id, recovery), 0) < cfg.max_in_flight:
-            return True
-        return (size >= cfg.pipeline_min_bytes
-                and self._in_flight_bytes + size <= cfg.max_in_flight_bytes)
+        return window_open(self._in_flight.get((ledger_id, recovery), 0),
+                           self._in_flight_bytes, size, max_in_flight=cfg.max_in_flight,
+                           max_in_flight_bytes=cfg.max_in_flight_bytes,
+                           pipeline_min_bytes=cfg.pipeline_min_bytes)
 
-    def _outcome(self, fut: grpc.Future) -> BKError | None:
+    def _outcome(self, fut: grpc.Future, sent_records: bool) -> BKError | None:
         try:
             resp = fut.result()
         except grpc.RpcError as exc:
             return unavailable(self.bookie_id, exc, self.config.tls)
         except Exception as exc:  # cancelled on close
             return BookieUnavailableError(f"bookie {self.bookie_id}: {exc!r}")
-        if resp.status == pb.OK:
-            return None
-        return error_for_code(resp.status, f"bookie {self.bookie_id}: {resp.message}")
+        return add_answer_error(resp, self.bookie_id, sent_records)
 
     def _batch_done(self, sink: AddSink, tokens: Sequence[Any], err: BKError | None,
                     size: int, key: tuple[int, bool]) -> None:
@@ -396,17 +440,20 @@ class BookieClient:
         for wake in waiters:
             wake()
 
-    def write_lac_future(self, ledger_id: int, master_key: bytes, lac: int
-                         ) -> BookieCall[pb.AddResponse]:
+    def send_lac(self, ledger_id: int, master_key: bytes, lac: int) -> None:
         """:meth:`write_lac` without waiting for the answer (the client's I/O loop sends
-        a writer's explicit LAC this way). The request goes on even if the caller drops the
-        call (gRPC cancels a call whose future is garbage-collected before it is done,
-        unless a done callback holds it: one is added here)."""
-        call = self._call(self._add.future(
-            pb.AddRequest(ledger_id=ledger_id, master_key=master_key, lac=lac),
-            timeout=self.config.add_timeout_s))
-        call.add_done_callback(_log_lac_failure)
-        return call
+        a writer's explicit LAC this way), on the add stream with the adds (it gathers with
+        other ledgers' requests while the stream is busy); a failure is only logged (the
+        next add carries the LAC anyway)."""
+        request = pb.AddRequest(ledger_id=ledger_id, master_key=master_key,
+                                lac=lac).SerializeToString()
+        bookie = self.bookie_id
+
+        def done(err: BKError | None) -> None:
+            if err is not None:
+                log.debug("explicit LAC to %s failed: %s", bookie, err)
+
+        self._send_add(request, False, done)
 
     def write_lac(self, ledger_id: int, master_key: bytes, lac: int) -> None:
         """Explicit LAC: tell the bookie how far the writer has been acknowledged."""
@@ -549,6 +596,10 @@ class BookieClient:
             self._window_waiters.clear()
         for wake in waiters:
             wake()
+        with self._stream_lock:
+            stream, self._stream = self._stream, None
+        if stream is not None:
+            stream.close(BookieUnavailableError(f"client for bookie {self.bookie_id} is closed"))
         self.channel.close()
 
 

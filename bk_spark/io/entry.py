@@ -5,6 +5,13 @@ a digest. bk-spark's ``digest`` field is a small trailer: the ledger's length in
 bytes up to and including this entry (8 bytes, big-endian, as BookKeeper keeps
 it in every entry so recovery can close a ledger with its length) followed by
 the digest of the chosen type, which covers ids, LAC, length and payload.
+
+A writer sends its entries *packed* (issue 28): each as the record a bookie stores
+(:mod:`bk_spark.protocol.records`, the format a packed read answers with), made once per
+entry however many bookies of its write set it goes to (:meth:`EntryCodec.frame_run`,
+:func:`record_of`), and an ``AddRequest`` carries a run of them back to back in its
+``records`` field with their lengths (:func:`add_request`): the bookie checks them all at
+once and journals them as they came, with no Python object per entry on either side.
 """
 
 from __future__ import annotations
@@ -19,19 +26,25 @@ from operator import add
 import crc32c
 import numpy as np
 
-from bk_spark.errors import DigestMismatchError
-from bk_spark.io.bookie_client import _varint, frame_entry
+from bk_spark.errors import (
+    BKError,
+    BookieUnavailableError,
+    DigestMismatchError,
+    error_for_code,
+)
 from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.protocol.digest import DigestManager
-from bk_spark.protocol.records import Records, gather
+from bk_spark.protocol.records import ENTRY_HEADER, HEADER_SIZE, LENGTHS_DTYPE, Records, gather
 
 _LEN = struct.Struct(">q")
 # What the crc32c digest covers ahead of the payload: ledger id, entry id, lac, the length of
 # the digested bytes (the 8-byte ledger length + payload), then that ledger length.
 _CRC_HEAD = struct.Struct(">qqqqq")
-# The digest field: tag 5, 12 bytes (ledger length, CRC32C).
-_CRC_TRAILER = struct.Struct(">BBqI")
-_SMALL_VARINTS = [_varint(n) for n in range(1 << 14)]
+# A crc32c entry's digest field: the ledger length and the CRC32C.
+_CRC_DIGEST = struct.Struct(">qI")
+#: AddRequest's ``records`` (field 6) and ``record_lengths`` (field 7), length-delimited.
+_RECORDS_TAG = b"\x32"
+_LENGTHS_TAG = b"\x3a"
 
 
 @lru_cache(maxsize=8)
@@ -41,23 +54,76 @@ def _crc_head(prefix_size: int) -> struct.Struct:
     return struct.Struct(f"{_CRC_HEAD.format}{prefix_size}s")
 
 
-def varints(first: int, count: int) -> list[bytes]:
-    """The protobuf varints of ``first, first + 1, ..., first + count - 1`` (ids >= 0), made
-    with a few numpy operations per run of equal length instead of a Python loop each."""
-    out: list[bytes] = []
-    start, stop = first, first + count
-    while start < stop:
-        width = max(1, (start.bit_length() + 6) // 7)  # bytes of start's varint
-        end = min(stop, 1 << (7 * width))  # ids below end have the same width
-        ids = np.arange(start, end, dtype=np.uint64)
-        digits = np.empty((end - start, width), dtype=np.uint8)
-        for k in range(width):
-            digits[:, k] = (ids >> np.uint64(7 * k)) & np.uint64(0x7F)
-        digits[:, :-1] |= 0x80  # every byte but the last has the continuation bit
-        flat = digits.tobytes()
-        out += [flat[i:i + width] for i in range(0, len(flat), width)]
-        start = end
-    return out
+def _varint(n: int) -> bytes:
+    """Protobuf's base-128 varint; negative numbers as 64-bit two's complement."""
+    if 0 <= n < 0x80:
+        return bytes((n,))
+    n &= 0xFFFFFFFFFFFFFFFF
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def entry_record(ledger_id: int, entry_id: int, lac: int, payload: bytes, digest: bytes
+                 ) -> bytes:
+    """One entry as the record a bookie stores (:mod:`bk_spark.protocol.records`)."""
+    return b"".join((ENTRY_HEADER.pack(HEADER_SIZE + len(digest) + len(payload), ledger_id,
+                                       entry_id, lac, len(digest)), digest, payload))
+
+
+def record_of(entry: pb.Entry) -> bytes:
+    """The record of an ``Entry`` message (a recovery's or a re-replication's copy of an
+    entry read back, a tool's add), for :meth:`BookieClient.send_batch`."""
+    return entry_record(entry.ledger_id, entry.entry_id, entry.lac, entry.payload,
+                        entry.digest)
+
+
+def frame_entry(entry: bytes) -> bytes:
+    """The record of a serialized ``pb.Entry``, for :meth:`BookieClient.send_batch`
+    (:func:`record_of` of it)."""
+    return record_of(pb.Entry.FromString(entry))
+
+
+def add_request_head(ledger_id: int, master_key: bytes, *, recovery: bool = False,
+                     lac: int = -1) -> bytes:
+    """The fields of an ``AddRequest`` but its entries: serialized once for every request
+    a batch is cut into (:func:`add_request`)."""
+    return pb.AddRequest(ledger_id=ledger_id, master_key=master_key, recovery=recovery,
+                         lac=lac).SerializeToString()
+
+
+def add_request(head: bytes, records: Sequence[bytes]) -> bytes:
+    """A serialized ``AddRequest`` (``head``: :func:`add_request_head`) carrying
+    ``records`` packed: back to back in its ``records`` field and their lengths in
+    ``record_lengths``. One copy of each record, made by the join; the lengths in numpy."""
+    if not records:
+        return head
+    lengths = np.fromiter(map(len, records), dtype=LENGTHS_DTYPE, count=len(records))
+    total = int(lengths.sum(dtype=np.int64))
+    lens = lengths.tobytes()
+    return b"".join((head, _RECORDS_TAG, _varint(total), *records,
+                     _LENGTHS_TAG, _varint(len(lens)), lens))
+
+
+def add_answer_error(resp: pb.AddResponse, bookie_id: str, sent_records: bool
+                     ) -> BKError | None:
+    """What a bookie's answer to one :func:`add_request` means, the one reading of it for
+    the unary ``AddEntries`` and the add stream alike: None when the bookie stored the
+    request, else the typed error of its status. An OK to a request that carried records
+    (``sent_records``) counts only with ``packed`` set: a bookie that predates packed adds
+    ignores the ``records`` field and answers OK having stored nothing, so its answer is a
+    failure and the writer moves to another bookie instead of counting entries that were
+    never stored."""
+    if resp.status != pb.OK:
+        return error_for_code(resp.status, f"bookie {bookie_id}: {resp.message}")
+    if resp.packed or not sent_records:
+        return None
+    return BookieUnavailableError(
+        f"bookie {bookie_id} did not read the packed entries of an add (it predates packed "
+        f"adds): upgrade it; the writer uses other bookies meanwhile")
 
 
 @dataclass(frozen=True)
@@ -89,44 +155,44 @@ class EntryCodec:
     def frame_run(self, first_entry: int, lac: int, length: int, payloads: Sequence[bytes],
                   prefix: bytes = b"") -> tuple[list[bytes], list[int]]:
         """Encode consecutive entries ``first_entry, first_entry + 1, ...`` all carrying
-        ``lac``, each framed for :meth:`BookieClient.send_batch` (:func:`frame_entry`).
+        ``lac``, each as its record (:func:`entry_record`) for
+        :meth:`BookieClient.send_batch`.
 
         Entry ``k`` holds ``prefix + payloads[k]`` (a log's frame header, the same for a
         whole round: joined here, so the payload is copied once). ``length`` is the ledger's
-        length before the first of them. Returns the framed entries and the ledger's length
-        after each. Each parses as the ``pb.Entry`` :meth:`encode` makes (and is byte for
-        byte :func:`frame_entry` of it, except that zero ids and empty payloads are written
-        out where protobuf leaves them out); the crc32c digest (the default) has its own
-        loop, the writer's hot path.
+        length before the first of them. Returns the records and the ledger's length
+        after each. Each is the record of the ``pb.Entry`` :meth:`encode` makes; the crc32c
+        digest (the default) has its own loop, the writer's hot path: per entry two
+        ``struct`` packs, two ``crc32c`` calls and one join.
         """
         k = len(prefix)
         sizes = map(len, payloads) if not k else map(add, map(len, payloads), repeat(k))
         ends = list(accumulate(sizes, initial=length))
         del ends[0]
+        lid = self.ledger_id
         if self.digest.digest_type != "crc32c":
-            return [frame_entry(self.encode(eid, lac, end, prefix + p).SerializeToString())
+            return [record_of(self.encode(eid, lac, end, prefix + p))
                     for eid, p, end in zip(range(first_entry, first_entry + len(payloads)),
                                            payloads, ends, strict=True)], ends
-        lid = self.ledger_id
-        ledger_field = b"\x08" + _varint(lid) + b"\x10"  # ledger_id, then entry_id's tag
-        lac_field = b"\x18" + _varint(lac) + b"\x22"  # lac, then payload's tag
-        fixed = len(ledger_field) + len(lac_field) + _CRC_TRAILER.size + k
-        # the digested bytes ahead of the payload: the ids, lac, sizes, then the prefix
-        head = _crc_head(k).pack
-        small, varint, trailer, crc = _SMALL_VARINTS, _varint, _CRC_TRAILER.pack, crc32c.crc32c
+        fixed = HEADER_SIZE + _CRC_DIGEST.size + k
+        head = _crc_head(k).pack  # the digested bytes ahead of the payload
+        rec_head, digest, crc = ENTRY_HEADER.pack, _CRC_DIGEST.pack, crc32c.crc32c
         join = b"".join
         out: list[bytes] = []
         append = out.append
         ids = range(first_entry, first_entry + len(payloads))
-        for eid, eid_v, p, end in zip(ids, varints(first_entry, len(payloads)), payloads, ends,
-                                      strict=True):
-            n = len(p) + k
-            n_v = small[n] if n < 16384 else varint(n)
-            size = fixed + len(eid_v) + len(n_v) + len(p)
-            append(join((b"\x22", small[size] if size < 16384 else varint(size), ledger_field,
-                         eid_v, lac_field, n_v, prefix, p,
-                         trailer(0x2A, 12, end,
-                                 crc(p, crc(head(lid, eid, lac, n + 8, end, prefix)))))))
+        if k:
+            for eid, p, end in zip(ids, payloads, ends, strict=True):
+                n = len(p) + k
+                append(join((rec_head(fixed + len(p), lid, eid, lac, 12),
+                             digest(end, crc(p, crc(head(lid, eid, lac, n + 8, end, prefix)))),
+                             prefix, p)))
+        else:
+            head0 = _CRC_HEAD.pack
+            for eid, p, end in zip(ids, payloads, ends, strict=True):
+                n = len(p)
+                append(join((rec_head(fixed + n, lid, eid, lac, 12),
+                             digest(end, crc(p, crc(head0(lid, eid, lac, n + 8, end)))), p)))
         return out, ends
 
     def verify_records(self, r: Records) -> np.ndarray:

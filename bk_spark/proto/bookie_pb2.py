@@ -24,51 +24,55 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x62k_spark/proto/bookie.proto\x12\nbkspark.v1\"Z\n\x05\x45ntry\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\x0b\n\x03lac\x18\x03 \x01(\x03\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\x12\x0e\n\x06\x64igest\x18\x05 \x01(\x0c\"v\n\nAddRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\x12\x10\n\x08recovery\x18\x03 \x01(\x08\x12\"\n\x07\x65ntries\x18\x04 \x03(\x0b\x32\x11.bkspark.v1.Entry\x12\x0b\n\x03lac\x18\x05 \x01(\x03\"E\n\tAddResult\x12\x10\n\x08\x65ntry_id\x18\x01 \x01(\x03\x12&\n\x06status\x18\x02 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\"n\n\x0b\x41\x64\x64Response\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12&\n\x07results\x18\x03 \x03(\x0b\x32\x15.bkspark.v1.AddResult\"\xb7\x01\n\x0bReadRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x13\n\x0b\x66irst_entry\x18\x02 \x01(\x03\x12\x12\n\nlast_entry\x18\x03 \x01(\x03\x12\x11\n\tentry_ids\x18\x04 \x03(\x03\x12\x13\n\x0bmax_entries\x18\x05 \x01(\x05\x12\x11\n\tmax_bytes\x18\x06 \x01(\x03\x12\r\n\x05\x66\x65nce\x18\x07 \x01(\x08\x12\x12\n\nmaster_key\x18\x08 \x01(\x0c\x12\x0e\n\x06packed\x18\t \x01(\x08\"\xc2\x01\n\x0cReadResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\"\n\x07\x65ntries\x18\x03 \x03(\x0b\x32\x11.bkspark.v1.Entry\x12\x0f\n\x07missing\x18\x04 \x03(\x03\x12\x0b\n\x03lac\x18\x05 \x01(\x03\x12\x0e\n\x06\x66\x65nced\x18\x06 \x01(\x08\x12\x0f\n\x07records\x18\x07 \x01(\x0c\x12\x16\n\x0erecord_lengths\x18\x08 \x01(\x0c\"J\n\x0eReadLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x14\n\x0cprevious_lac\x18\x02 \x01(\x03\x12\x0f\n\x07wait_ms\x18\x03 \x01(\x05\"{\n\x0fReadLacResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0b\n\x03lac\x18\x03 \x01(\x03\x12\x12\n\nlast_entry\x18\x04 \x01(\x03\x12\x0e\n\x06\x66\x65nced\x18\x05 \x01(\x08\"h\n\x12HeldEntriesRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x13\n\x0b\x66irst_entry\x18\x02 \x01(\x03\x12\x12\n\nlast_entry\x18\x03 \x01(\x03\x12\x16\n\x0everify_entries\x18\x04 \x01(\r\"w\n\x13HeldEntriesResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x13\n\x0brange_first\x18\x03 \x03(\x03\x12\x12\n\nrange_last\x18\x04 \x03(\x03\"5\n\x0c\x46\x65nceRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\"i\n\rFenceResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0b\n\x03lac\x18\x03 \x01(\x03\x12\x12\n\nlast_entry\x18\x04 \x01(\x03\"<\n\x13\x44\x65leteLedgerRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\"O\n\x14\x44\x65leteLedgerResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\"\r\n\x0bInfoRequest\"\x9a\x03\n\x0cInfoResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tbookie_id\x18\x03 \x01(\t\x12\x11\n\tread_only\x18\x04 \x01(\x08\x12\x0f\n\x07ledgers\x18\x05 \x01(\x03\x12\x17\n\x0f\x64isk_used_bytes\x18\x06 \x01(\x03\x12\x17\n\x0f\x64isk_free_bytes\x18\x07 \x01(\x03\x12\x16\n\x0emax_entry_size\x18\x08 \x01(\x03\x12\x0f\n\x07version\x18\t \x01(\t\x12\x14\n\x0crepair_state\x18\n \x01(\t\x12\x1c\n\x14repair_ledgers_total\x18\x0b \x01(\x03\x12\x1b\n\x13repair_ledgers_left\x18\x0c \x01(\x03\x12\x1c\n\x14repair_limbo_ledgers\x18\r \x01(\x03\x12\x1d\n\x15repair_entries_copied\x18\x0e \x01(\x03\x12\x1b\n\x13repair_bytes_copied\x18\x0f \x01(\x03\x12\x14\n\x0crepair_error\x18\x10 \x01(\t\"%\n\x10MasterKeyRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\"`\n\x11MasterKeyResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c*\xae\x01\n\nStatusCode\x12\x06\n\x02OK\x10\x00\x12\x12\n\x0eNO_SUCH_LEDGER\x10\x01\x12\x11\n\rNO_SUCH_ENTRY\x10\x02\x12\x11\n\rLEDGER_FENCED\x10\x03\x12\x10\n\x0cUNAUTHORIZED\x10\x04\x12\r\n\tTOO_LARGE\x10\x05\x12\r\n\tREAD_ONLY\x10\x06\x12\x13\n\x0fINVALID_REQUEST\x10\x07\x12\x0c\n\x08INTERNAL\x10\x08\x12\x0b\n\x07UNKNOWN\x10\t2\xb7\x04\n\x06\x42ookie\x12=\n\nAddEntries\x12\x16.bkspark.v1.AddRequest\x1a\x17.bkspark.v1.AddResponse\x12@\n\x0bReadEntries\x12\x17.bkspark.v1.ReadRequest\x1a\x18.bkspark.v1.ReadResponse\x12\x42\n\x07ReadLac\x12\x1a.bkspark.v1.ReadLacRequest\x1a\x1b.bkspark.v1.ReadLacResponse\x12<\n\x05\x46\x65nce\x12\x18.bkspark.v1.FenceRequest\x1a\x19.bkspark.v1.FenceResponse\x12Q\n\x0c\x44\x65leteLedger\x12\x1f.bkspark.v1.DeleteLedgerRequest\x1a .bkspark.v1.DeleteLedgerResponse\x12\x39\n\x04Info\x12\x17.bkspark.v1.InfoRequest\x1a\x18.bkspark.v1.InfoResponse\x12N\n\x0bHeldEntries\x12\x1e.bkspark.v1.HeldEntriesRequest\x1a\x1f.bkspark.v1.HeldEntriesResponse\x12L\n\rReadMasterKey\x12\x1c.bkspark.v1.MasterKeyRequest\x1a\x1d.bkspark.v1.MasterKeyResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x62k_spark/proto/bookie.proto\x12\nbkspark.v1\"Z\n\x05\x45ntry\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x02 \x01(\x03\x12\x0b\n\x03lac\x18\x03 \x01(\x03\x12\x0f\n\x07payload\x18\x04 \x01(\x0c\x12\x0e\n\x06\x64igest\x18\x05 \x01(\x0c\"\x9f\x01\n\nAddRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\x12\x10\n\x08recovery\x18\x03 \x01(\x08\x12\"\n\x07\x65ntries\x18\x04 \x03(\x0b\x32\x11.bkspark.v1.Entry\x12\x0b\n\x03lac\x18\x05 \x01(\x03\x12\x0f\n\x07records\x18\x06 \x01(\x0c\x12\x16\n\x0erecord_lengths\x18\x07 \x01(\x0c\"E\n\tAddResult\x12\x10\n\x08\x65ntry_id\x18\x01 \x01(\x03\x12&\n\x06status\x18\x02 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\"~\n\x0b\x41\x64\x64Response\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12&\n\x07results\x18\x03 \x03(\x0b\x32\x15.bkspark.v1.AddResult\x12\x0e\n\x06packed\x18\x04 \x01(\x08\"\xb7\x01\n\x0bReadRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x13\n\x0b\x66irst_entry\x18\x02 \x01(\x03\x12\x12\n\nlast_entry\x18\x03 \x01(\x03\x12\x11\n\tentry_ids\x18\x04 \x03(\x03\x12\x13\n\x0bmax_entries\x18\x05 \x01(\x05\x12\x11\n\tmax_bytes\x18\x06 \x01(\x03\x12\r\n\x05\x66\x65nce\x18\x07 \x01(\x08\x12\x12\n\nmaster_key\x18\x08 \x01(\x0c\x12\x0e\n\x06packed\x18\t \x01(\x08\"\xc2\x01\n\x0cReadResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\"\n\x07\x65ntries\x18\x03 \x03(\x0b\x32\x11.bkspark.v1.Entry\x12\x0f\n\x07missing\x18\x04 \x03(\x03\x12\x0b\n\x03lac\x18\x05 \x01(\x03\x12\x0e\n\x06\x66\x65nced\x18\x06 \x01(\x08\x12\x0f\n\x07records\x18\x07 \x01(\x0c\x12\x16\n\x0erecord_lengths\x18\x08 \x01(\x0c\"J\n\x0eReadLacRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x14\n\x0cprevious_lac\x18\x02 \x01(\x03\x12\x0f\n\x07wait_ms\x18\x03 \x01(\x05\"{\n\x0fReadLacResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0b\n\x03lac\x18\x03 \x01(\x03\x12\x12\n\nlast_entry\x18\x04 \x01(\x03\x12\x0e\n\x06\x66\x65nced\x18\x05 \x01(\x08\"h\n\x12HeldEntriesRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x13\n\x0b\x66irst_entry\x18\x02 \x01(\x03\x12\x12\n\nlast_entry\x18\x03 \x01(\x03\x12\x16\n\x0everify_entries\x18\x04 \x01(\r\"w\n\x13HeldEntriesResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x13\n\x0brange_first\x18\x03 \x03(\x03\x12\x12\n\nrange_last\x18\x04 \x03(\x03\"5\n\x0c\x46\x65nceRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\"i\n\rFenceResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x0b\n\x03lac\x18\x03 \x01(\x03\x12\x12\n\nlast_entry\x18\x04 \x01(\x03\"<\n\x13\x44\x65leteLedgerRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\x12\x12\n\nmaster_key\x18\x02 \x01(\x0c\"O\n\x14\x44\x65leteLedgerResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\"\r\n\x0bInfoRequest\"\xd1\x03\n\x0cInfoResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tbookie_id\x18\x03 \x01(\t\x12\x11\n\tread_only\x18\x04 \x01(\x08\x12\x0f\n\x07ledgers\x18\x05 \x01(\x03\x12\x17\n\x0f\x64isk_used_bytes\x18\x06 \x01(\x03\x12\x17\n\x0f\x64isk_free_bytes\x18\x07 \x01(\x03\x12\x16\n\x0emax_entry_size\x18\x08 \x01(\x03\x12\x0f\n\x07version\x18\t \x01(\t\x12\x14\n\x0crepair_state\x18\n \x01(\t\x12\x1c\n\x14repair_ledgers_total\x18\x0b \x01(\x03\x12\x1b\n\x13repair_ledgers_left\x18\x0c \x01(\x03\x12\x1c\n\x14repair_limbo_ledgers\x18\r \x01(\x03\x12\x1d\n\x15repair_entries_copied\x18\x0e \x01(\x03\x12\x1b\n\x13repair_bytes_copied\x18\x0f \x01(\x03\x12\x14\n\x0crepair_error\x18\x10 \x01(\t\x12\x18\n\x10\x61\x64\x64_streams_open\x18\x11 \x01(\x03\x12\x1b\n\x13stream_add_requests\x18\x12 \x01(\x03\"%\n\x10MasterKeyRequest\x12\x11\n\tledger_id\x18\x01 \x01(\x03\"`\n\x11MasterKeyResponse\x12&\n\x06status\x18\x01 \x01(\x0e\x32\x16.bkspark.v1.StatusCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x12\n\nmaster_key\x18\x03 \x01(\x0c\"P\n\x10\x41\x64\x64StreamRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\x12(\n\x08requests\x18\x02 \x03(\x0b\x32\x16.bkspark.v1.AddRequest\"S\n\x11\x41\x64\x64StreamResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\x03\x12*\n\tresponses\x18\x02 \x03(\x0b\x32\x17.bkspark.v1.AddResponse*\xae\x01\n\nStatusCode\x12\x06\n\x02OK\x10\x00\x12\x12\n\x0eNO_SUCH_LEDGER\x10\x01\x12\x11\n\rNO_SUCH_ENTRY\x10\x02\x12\x11\n\rLEDGER_FENCED\x10\x03\x12\x10\n\x0cUNAUTHORIZED\x10\x04\x12\r\n\tTOO_LARGE\x10\x05\x12\r\n\tREAD_ONLY\x10\x06\x12\x13\n\x0fINVALID_REQUEST\x10\x07\x12\x0c\n\x08INTERNAL\x10\x08\x12\x0b\n\x07UNKNOWN\x10\t2\x85\x05\n\x06\x42ookie\x12=\n\nAddEntries\x12\x16.bkspark.v1.AddRequest\x1a\x17.bkspark.v1.AddResponse\x12@\n\x0bReadEntries\x12\x17.bkspark.v1.ReadRequest\x1a\x18.bkspark.v1.ReadResponse\x12\x42\n\x07ReadLac\x12\x1a.bkspark.v1.ReadLacRequest\x1a\x1b.bkspark.v1.ReadLacResponse\x12<\n\x05\x46\x65nce\x12\x18.bkspark.v1.FenceRequest\x1a\x19.bkspark.v1.FenceResponse\x12Q\n\x0c\x44\x65leteLedger\x12\x1f.bkspark.v1.DeleteLedgerRequest\x1a .bkspark.v1.DeleteLedgerResponse\x12\x39\n\x04Info\x12\x17.bkspark.v1.InfoRequest\x1a\x18.bkspark.v1.InfoResponse\x12N\n\x0bHeldEntries\x12\x1e.bkspark.v1.HeldEntriesRequest\x1a\x1f.bkspark.v1.HeldEntriesResponse\x12L\n\rReadMasterKey\x12\x1c.bkspark.v1.MasterKeyRequest\x1a\x1d.bkspark.v1.MasterKeyResponse\x12L\n\tAddStream\x12\x1c.bkspark.v1.AddStreamRequest\x1a\x1d.bkspark.v1.AddStreamResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'bk_spark.proto.bookie_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STATUSCODE']._serialized_start=2120
-  _globals['_STATUSCODE']._serialized_end=2294
+  _globals['_STATUSCODE']._serialized_start=2400
+  _globals['_STATUSCODE']._serialized_end=2574
   _globals['_ENTRY']._serialized_start=43
   _globals['_ENTRY']._serialized_end=133
-  _globals['_ADDREQUEST']._serialized_start=135
-  _globals['_ADDREQUEST']._serialized_end=253
-  _globals['_ADDRESULT']._serialized_start=255
-  _globals['_ADDRESULT']._serialized_end=324
-  _globals['_ADDRESPONSE']._serialized_start=326
-  _globals['_ADDRESPONSE']._serialized_end=436
-  _globals['_READREQUEST']._serialized_start=439
-  _globals['_READREQUEST']._serialized_end=622
-  _globals['_READRESPONSE']._serialized_start=625
-  _globals['_READRESPONSE']._serialized_end=819
-  _globals['_READLACREQUEST']._serialized_start=821
-  _globals['_READLACREQUEST']._serialized_end=895
-  _globals['_READLACRESPONSE']._serialized_start=897
-  _globals['_READLACRESPONSE']._serialized_end=1020
-  _globals['_HELDENTRIESREQUEST']._serialized_start=1022
-  _globals['_HELDENTRIESREQUEST']._serialized_end=1126
-  _globals['_HELDENTRIESRESPONSE']._serialized_start=1128
-  _globals['_HELDENTRIESRESPONSE']._serialized_end=1247
-  _globals['_FENCEREQUEST']._serialized_start=1249
-  _globals['_FENCEREQUEST']._serialized_end=1302
-  _globals['_FENCERESPONSE']._serialized_start=1304
-  _globals['_FENCERESPONSE']._serialized_end=1409
-  _globals['_DELETELEDGERREQUEST']._serialized_start=1411
-  _globals['_DELETELEDGERREQUEST']._serialized_end=1471
-  _globals['_DELETELEDGERRESPONSE']._serialized_start=1473
-  _globals['_DELETELEDGERRESPONSE']._serialized_end=1552
-  _globals['_INFOREQUEST']._serialized_start=1554
-  _globals['_INFOREQUEST']._serialized_end=1567
-  _globals['_INFORESPONSE']._serialized_start=1570
-  _globals['_INFORESPONSE']._serialized_end=1980
-  _globals['_MASTERKEYREQUEST']._serialized_start=1982
-  _globals['_MASTERKEYREQUEST']._serialized_end=2019
-  _globals['_MASTERKEYRESPONSE']._serialized_start=2021
-  _globals['_MASTERKEYRESPONSE']._serialized_end=2117
-  _globals['_BOOKIE']._serialized_start=2297
-  _globals['_BOOKIE']._serialized_end=2864
+  _globals['_ADDREQUEST']._serialized_start=136
+  _globals['_ADDREQUEST']._serialized_end=295
+  _globals['_ADDRESULT']._serialized_start=297
+  _globals['_ADDRESULT']._serialized_end=366
+  _globals['_ADDRESPONSE']._serialized_start=368
+  _globals['_ADDRESPONSE']._serialized_end=494
+  _globals['_READREQUEST']._serialized_start=497
+  _globals['_READREQUEST']._serialized_end=680
+  _globals['_READRESPONSE']._serialized_start=683
+  _globals['_READRESPONSE']._serialized_end=877
+  _globals['_READLACREQUEST']._serialized_start=879
+  _globals['_READLACREQUEST']._serialized_end=953
+  _globals['_READLACRESPONSE']._serialized_start=955
+  _globals['_READLACRESPONSE']._serialized_end=1078
+  _globals['_HELDENTRIESREQUEST']._serialized_start=1080
+  _globals['_HELDENTRIESREQUEST']._serialized_end=1184
+  _globals['_HELDENTRIESRESPONSE']._serialized_start=1186
+  _globals['_HELDENTRIESRESPONSE']._serialized_end=1305
+  _globals['_FENCEREQUEST']._serialized_start=1307
+  _globals['_FENCEREQUEST']._serialized_end=1360
+  _globals['_FENCERESPONSE']._serialized_start=1362
+  _globals['_FENCERESPONSE']._serialized_end=1467
+  _globals['_DELETELEDGERREQUEST']._serialized_start=1469
+  _globals['_DELETELEDGERREQUEST']._serialized_end=1529
+  _globals['_DELETELEDGERRESPONSE']._serialized_start=1531
+  _globals['_DELETELEDGERRESPONSE']._serialized_end=1610
+  _globals['_INFOREQUEST']._serialized_start=1612
+  _globals['_INFOREQUEST']._serialized_end=1625
+  _globals['_INFORESPONSE']._serialized_start=1628
+  _globals['_INFORESPONSE']._serialized_end=2093
+  _globals['_MASTERKEYREQUEST']._serialized_start=2095
+  _globals['_MASTERKEYREQUEST']._serialized_end=2132
+  _globals['_MASTERKEYRESPONSE']._serialized_start=2134
+  _globals['_MASTERKEYRESPONSE']._serialized_end=2230
+  _globals['_ADDSTREAMREQUEST']._serialized_start=2232
+  _globals['_ADDSTREAMREQUEST']._serialized_end=2312
+  _globals['_ADDSTREAMRESPONSE']._serialized_start=2314
+  _globals['_ADDSTREAMRESPONSE']._serialized_end=2397
+  _globals['_BOOKIE']._serialized_start=2577
+  _globals['_BOOKIE']._serialized_end=3222
 # @@protoc_insertion_point(module_scope)

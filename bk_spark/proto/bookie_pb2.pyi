@@ -45,18 +45,22 @@ class Entry(_message.Message):
     def __init__(self, ledger_id: _Optional[int] = ..., entry_id: _Optional[int] = ..., lac: _Optional[int] = ..., payload: _Optional[bytes] = ..., digest: _Optional[bytes] = ...) -> None: ...
 
 class AddRequest(_message.Message):
-    __slots__ = ("ledger_id", "master_key", "recovery", "entries", "lac")
+    __slots__ = ("ledger_id", "master_key", "recovery", "entries", "lac", "records", "record_lengths")
     LEDGER_ID_FIELD_NUMBER: _ClassVar[int]
     MASTER_KEY_FIELD_NUMBER: _ClassVar[int]
     RECOVERY_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     LAC_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    RECORD_LENGTHS_FIELD_NUMBER: _ClassVar[int]
     ledger_id: int
     master_key: bytes
     recovery: bool
     entries: _containers.RepeatedCompositeFieldContainer[Entry]
     lac: int
-    def __init__(self, ledger_id: _Optional[int] = ..., master_key: _Optional[bytes] = ..., recovery: _Optional[bool] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., lac: _Optional[int] = ...) -> None: ...
+    records: bytes
+    record_lengths: bytes
+    def __init__(self, ledger_id: _Optional[int] = ..., master_key: _Optional[bytes] = ..., recovery: _Optional[bool] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., lac: _Optional[int] = ..., records: _Optional[bytes] = ..., record_lengths: _Optional[bytes] = ...) -> None: ...
 
 class AddResult(_message.Message):
     __slots__ = ("entry_id", "status")
@@ -67,14 +71,16 @@ class AddResult(_message.Message):
     def __init__(self, entry_id: _Optional[int] = ..., status: _Optional[_Union[StatusCode, str]] = ...) -> None: ...
 
 class AddResponse(_message.Message):
-    __slots__ = ("status", "message", "results")
+    __slots__ = ("status", "message", "results", "packed")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    PACKED_FIELD_NUMBER: _ClassVar[int]
     status: StatusCode
     message: str
     results: _containers.RepeatedCompositeFieldContainer[AddResult]
-    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., message: _Optional[str] = ..., results: _Optional[_Iterable[_Union[AddResult, _Mapping]]] = ...) -> None: ...
+    packed: bool
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., message: _Optional[str] = ..., results: _Optional[_Iterable[_Union[AddResult, _Mapping]]] = ..., packed: _Optional[bool] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
     __slots__ = ("ledger_id", "first_entry", "last_entry", "entry_ids", "max_entries", "max_bytes", "fence", "master_key", "packed")
@@ -207,7 +213,7 @@ class InfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class InfoResponse(_message.Message):
-    __slots__ = ("status", "message", "bookie_id", "read_only", "ledgers", "disk_used_bytes", "disk_free_bytes", "max_entry_size", "version", "repair_state", "repair_ledgers_total", "repair_ledgers_left", "repair_limbo_ledgers", "repair_entries_copied", "repair_bytes_copied", "repair_error")
+    __slots__ = ("status", "message", "bookie_id", "read_only", "ledgers", "disk_used_bytes", "disk_free_bytes", "max_entry_size", "version", "repair_state", "repair_ledgers_total", "repair_ledgers_left", "repair_limbo_ledgers", "repair_entries_copied", "repair_bytes_copied", "repair_error", "add_streams_open", "stream_add_requests")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     BOOKIE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -224,6 +230,8 @@ class InfoResponse(_message.Message):
     REPAIR_ENTRIES_COPIED_FIELD_NUMBER: _ClassVar[int]
     REPAIR_BYTES_COPIED_FIELD_NUMBER: _ClassVar[int]
     REPAIR_ERROR_FIELD_NUMBER: _ClassVar[int]
+    ADD_STREAMS_OPEN_FIELD_NUMBER: _ClassVar[int]
+    STREAM_ADD_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     status: StatusCode
     message: str
     bookie_id: str
@@ -240,7 +248,9 @@ class InfoResponse(_message.Message):
     repair_entries_copied: int
     repair_bytes_copied: int
     repair_error: str
-    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., message: _Optional[str] = ..., bookie_id: _Optional[str] = ..., read_only: _Optional[bool] = ..., ledgers: _Optional[int] = ..., disk_used_bytes: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., max_entry_size: _Optional[int] = ..., version: _Optional[str] = ..., repair_state: _Optional[str] = ..., repair_ledgers_total: _Optional[int] = ..., repair_ledgers_left: _Optional[int] = ..., repair_limbo_ledgers: _Optional[int] = ..., repair_entries_copied: _Optional[int] = ..., repair_bytes_copied: _Optional[int] = ..., repair_error: _Optional[str] = ...) -> None: ...
+    add_streams_open: int
+    stream_add_requests: int
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., message: _Optional[str] = ..., bookie_id: _Optional[str] = ..., read_only: _Optional[bool] = ..., ledgers: _Optional[int] = ..., disk_used_bytes: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., max_entry_size: _Optional[int] = ..., version: _Optional[str] = ..., repair_state: _Optional[str] = ..., repair_ledgers_total: _Optional[int] = ..., repair_ledgers_left: _Optional[int] = ..., repair_limbo_ledgers: _Optional[int] = ..., repair_entries_copied: _Optional[int] = ..., repair_bytes_copied: _Optional[int] = ..., repair_error: _Optional[str] = ..., add_streams_open: _Optional[int] = ..., stream_add_requests: _Optional[int] = ...) -> None: ...
 
 class MasterKeyRequest(_message.Message):
     __slots__ = ("ledger_id",)
@@ -257,3 +267,19 @@ class MasterKeyResponse(_message.Message):
     message: str
     master_key: bytes
     def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., message: _Optional[str] = ..., master_key: _Optional[bytes] = ...) -> None: ...
+
+class AddStreamRequest(_message.Message):
+    __slots__ = ("request_id", "requests")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    requests: _containers.RepeatedCompositeFieldContainer[AddRequest]
+    def __init__(self, request_id: _Optional[int] = ..., requests: _Optional[_Iterable[_Union[AddRequest, _Mapping]]] = ...) -> None: ...
+
+class AddStreamResponse(_message.Message):
+    __slots__ = ("request_id", "responses")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    RESPONSES_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    responses: _containers.RepeatedCompositeFieldContainer[AddResponse]
+    def __init__(self, request_id: _Optional[int] = ..., responses: _Optional[_Iterable[_Union[AddResponse, _Mapping]]] = ...) -> None: ...

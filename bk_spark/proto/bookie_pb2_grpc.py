@@ -74,6 +74,11 @@ class BookieStub:
                 request_serializer=bk__spark_dot_proto_dot_bookie__pb2.MasterKeyRequest.SerializeToString,
                 response_deserializer=bk__spark_dot_proto_dot_bookie__pb2.MasterKeyResponse.FromString,
                 _registered_method=True)
+        self.AddStream = channel.stream_stream(
+                '/bkspark.v1.Bookie/AddStream',
+                request_serializer=bk__spark_dot_proto_dot_bookie__pb2.AddStreamRequest.SerializeToString,
+                response_deserializer=bk__spark_dot_proto_dot_bookie__pb2.AddStreamResponse.FromString,
+                _registered_method=True)
 
 
 class BookieServicer:
@@ -127,6 +132,13 @@ class BookieServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddStream(self, request_iterator, context):
+        """Adds and explicit LACs on one long-lived stream per (client, bookie): see AddStreamRequest.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BookieServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -169,6 +181,11 @@ def add_BookieServicer_to_server(servicer, server):
                     servicer.ReadMasterKey,
                     request_deserializer=bk__spark_dot_proto_dot_bookie__pb2.MasterKeyRequest.FromString,
                     response_serializer=bk__spark_dot_proto_dot_bookie__pb2.MasterKeyResponse.SerializeToString,
+            ),
+            'AddStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.AddStream,
+                    request_deserializer=bk__spark_dot_proto_dot_bookie__pb2.AddStreamRequest.FromString,
+                    response_serializer=bk__spark_dot_proto_dot_bookie__pb2.AddStreamResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -387,6 +404,33 @@ class Bookie:
             '/bkspark.v1.Bookie/ReadMasterKey',
             bk__spark_dot_proto_dot_bookie__pb2.MasterKeyRequest.SerializeToString,
             bk__spark_dot_proto_dot_bookie__pb2.MasterKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/bkspark.v1.Bookie/AddStream',
+            bk__spark_dot_proto_dot_bookie__pb2.AddStreamRequest.SerializeToString,
+            bk__spark_dot_proto_dot_bookie__pb2.AddStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from bk_spark.io.bookie_client import _varint
 from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.protocol.digest import master_key
+from bk_spark.protocol.records import pack_records
 from bk_spark.sandbox import BookieProcess, free_port
 
 SERVICE = "/bkspark.v1.Bookie/"
@@ -137,6 +138,34 @@ def add_request(draw) -> pb.AddRequest:  # type: ignore[no-untyped-def]
 
 
 @st.composite
+def packed_add_request(draw) -> pb.AddRequest:  # type: ignore[no-untyped-def]
+    """A packed add (``records`` + ``record_lengths``) of hostile entries, then maybe
+    garbled: a byte of the records or their lengths changed, bytes cut or added, both
+    ``records`` and ``entries`` set."""
+    lid = draw(ids)
+    entries = draw(st.lists(hostile_entry(lid), max_size=4))
+    records, lengths = pack_records([(e.ledger_id, e.entry_id, e.lac, e.payload, e.digest)
+                                     for e in entries])
+    how = draw(st.sampled_from(["as made", "flip", "flip lengths", "cut", "extra", "both"]))
+    if how == "flip" and records:
+        i = draw(st.integers(0, len(records) - 1))
+        records = records[:i] + bytes([records[i] ^ draw(st.integers(1, 255))]) + records[i + 1:]
+    elif how == "flip lengths" and lengths:
+        i = draw(st.integers(0, len(lengths) - 1))
+        lengths = lengths[:i] + bytes([lengths[i] ^ draw(st.integers(1, 255))]) + lengths[i + 1:]
+    elif how == "cut":
+        records = records[:draw(st.integers(0, len(records)))]
+        lengths = lengths[:draw(st.integers(0, len(lengths)))]
+    elif how == "extra":
+        records += draw(st.binary(min_size=1, max_size=40))
+    req = pb.AddRequest(ledger_id=lid, master_key=draw(keys), recovery=draw(st.booleans()),
+                        records=records, record_lengths=lengths, lac=draw(entry_ids))
+    if how == "both":
+        req.entries.append(entry(lid, 0))
+    return req
+
+
+@st.composite
 def read_request(draw) -> pb.ReadRequest:  # type: ignore[no-untyped-def]
     return pb.ReadRequest(ledger_id=draw(ids), first_entry=draw(entry_ids),
                           last_entry=draw(entry_ids),
@@ -184,6 +213,7 @@ hostile_call = st.one_of(
     st.tuples(st.sampled_from(["Fence", "ReadLac", "DeleteLedger"]),
               st.one_of(add_request(), read_request()).map(lambda m: m.SerializeToString())),
     st.tuples(st.just("AddEntries"), add_request().map(lambda m: m.SerializeToString())),
+    st.tuples(st.just("AddEntries"), packed_add_request().map(lambda m: m.SerializeToString())),
     st.tuples(st.just("ReadEntries"), read_request().map(lambda m: m.SerializeToString())),
     st.tuples(st.just("ReadLac"), read_lac_request().map(lambda m: m.SerializeToString())),
     st.tuples(st.just("Fence"), ledger_request(pb.FenceRequest).map(
@@ -245,6 +275,38 @@ def test_typed_answers_to_adds_on_fenced_deleted_and_foreign_ledgers(bookie) -> 
     assert big.status == pb.TOO_LARGE
 
 
+def test_typed_answers_to_packed_adds(bookie) -> None:  # type: ignore[no-untyped-def]
+    """A packed add is refused as strictly as an add of Entry messages: fenced, wrong key,
+    too large, garbled, of another ledger, or with entries beside its records."""
+    _, raw = bookie
+
+    def add(lid, key, entries, rec=False, **garble):  # type: ignore[no-untyped-def]
+        records, lengths = pack_records([(e.ledger_id, e.entry_id, e.lac, e.payload,
+                                          e.digest) for e in entries])
+        return raw.send("AddEntries", pb.AddRequest(
+            ledger_id=lid, master_key=key, recovery=rec, lac=-1,
+            records=garble.get("records", records),
+            record_lengths=garble.get("lengths", lengths), entries=garble.get("also", [])))
+
+    assert add(FENCED_LEDGER, FENCED_KEY, [entry(FENCED_LEDGER, 50)]).status == \
+        pb.LEDGER_FENCED
+    done = add(FENCED_LEDGER, FENCED_KEY, [entry(FENCED_LEDGER, 5)], rec=True)
+    assert done.status == pb.OK and done.packed
+    assert add(GOOD_LEDGER, FENCED_KEY, [entry(GOOD_LEDGER, 50)]).status == pb.UNAUTHORIZED
+    assert add(DELETED_LEDGER, FENCED_KEY, [entry(DELETED_LEDGER, 1)], rec=True).status == \
+        pb.NO_SUCH_LEDGER
+    assert add(78, b"k", [entry(78, 0), entry(78, 1, b"x" * (MAX_ENTRY + 1))]).status == \
+        pb.TOO_LARGE
+    assert add(78, b"k", [entry(78, 0), entry(79, 1)]).status == pb.INVALID_REQUEST
+    assert add(78, b"k", [entry(78, -1)]).status == pb.INVALID_REQUEST
+    assert add(78, b"k", [entry(78, 0)], records=b"\x00" * 40).status == pb.INVALID_REQUEST
+    assert add(78, b"k", [entry(78, 0)], lengths=b"\x01\x02").status == pb.INVALID_REQUEST
+    assert add(78, b"k", [entry(78, 0)], also=[entry(78, 0)]).status == pb.INVALID_REQUEST
+    # nothing of the refused adds was stored
+    assert raw.send("ReadEntries", pb.ReadRequest(ledger_id=78, entry_ids=[0], master_key=b"k")
+                    ).status == pb.NO_SUCH_LEDGER
+
+
 def test_reads_past_the_end_and_at_the_64_bit_bounds_are_answered(bookie) -> None:  # type: ignore[no-untyped-def]
     _, raw = bookie
     past = raw.send("ReadEntries", pb.ReadRequest(ledger_id=GOOD_LEDGER, first_entry=45,
@@ -293,10 +355,13 @@ def test_every_hostile_request_gets_a_typed_answer(bookie, call: tuple[str, byte
             req = pb.AddRequest.FromString(data)
         except Exception:  # noqa: BLE001 - undecodable: any typed answer will do
             return
-        if req.ledger_id == GOOD_LEDGER and (req.entries or req.lac >= 0):
+        if req.ledger_id == GOOD_LEDGER and (req.entries or req.records or req.lac >= 0):
             assert resp.status != pb.OK, "an add to the good ledger without its key"
-        if req.ledger_id == FENCED_LEDGER and req.entries and not req.recovery:
+        if req.ledger_id == FENCED_LEDGER and (req.entries or req.records) \
+                and not req.recovery:
             assert resp.status != pb.OK, "a plain add to a fenced ledger"
+        if req.records and req.entries:
+            assert resp.status == pb.INVALID_REQUEST, "an add with records and entries"
 
 
 def test_the_bookie_survives_and_still_serves_the_good_ledger_intact(bookie) -> None:  # type: ignore[no-untyped-def]

@@ -89,6 +89,9 @@ def test_put_batch_sets_the_same_locations_as_single_sets():
         list(range(310, 310 + 2 * SMALL_BATCH, 2)),  # just past SMALL_BATCH: numpy
         [400, 399],  # descending: one by one
         [500, 500],  # twice in one batch: the later wins, as in a dict
+        # a ledger's share for one bookie (E=3, Qw=2): two ascending runs, in numpy
+        [e for e in range(600, 660, 3)] + [e for e in range(602, 660, 3)],
+        [700 + e for e in range(20)] + [710],  # unsorted with an id twice: one by one
         [DENSE_MAX_GAP * 4],  # far past the end: sparse
         [7, 8],  # overwrites
     ]
@@ -149,3 +152,20 @@ def test_an_id_kept_sparse_is_still_found_once_the_dense_part_grows_over_it(how)
     assert far in index and index.get(far) == loc(far)
     assert len(index) == len(model) and sorted(index.keys()) == sorted(model)
     assert dict(index.items()) == model
+
+
+def test_a_bookies_share_of_a_ledger_round_is_indexed_in_numpy(monkeypatch):
+    """E=3, Qw=2: a bookie's share of a round is two ascending runs of ids (one per write
+    set it is in), not one: still one numpy step, not a Python call per entry."""
+    import numpy as np
+
+    index = EntryIndex()
+    calls: list[int] = []
+    real = EntryIndex.__setitem__
+    monkeypatch.setattr(EntryIndex, "__setitem__",
+                        lambda self, e, loc: (calls.append(e), real(self, e, loc)))
+    ids = np.concatenate([np.arange(0, 3000, 3), np.arange(1, 3000, 3)])
+    spans = (np.arange(len(ids), dtype=np.uint64) << np.uint64(32)) | np.uint64(50)
+    index.put_batch(ids, 7 << 40, spans)
+    assert calls == [] and len(index) == 2000
+    assert index.get(1) == ((7 << 40) + 1000) << 32 | 50 and index.get(2) is None

@@ -161,14 +161,11 @@ def test_complete_in_order_runs_callbacks_in_order_and_skips_cancelled() -> None
 
 @pytest.mark.parametrize("value", [1, 127, 128, 300, 2**32, 2**63 - 1, -1, -(2**63)])
 def test_varint_matches_protobuf(value: int) -> None:
-    """frame_entry's varint is protobuf's (negative numbers as 64-bit two's complement)."""
-    from bk_spark.io.bookie_client import _varint, frame_entry
+    """add_request's varint is protobuf's (negative numbers as 64-bit two's complement)."""
+    from bk_spark.io.bookie_client import _varint
     from bk_spark.proto import bookie_pb2 as pb
 
     assert b"\x18" + _varint(value) == pb.Entry(lac=value).SerializeToString()
-    entry = pb.Entry(ledger_id=3, entry_id=value & (2**63 - 1), payload=b"x" * 200)
-    framed = frame_entry(entry.SerializeToString())
-    assert pb.AddRequest.FromString(framed).entries[0] == entry
 
 
 def test_complete_adds_keeps_entry_order_across_futures_and_callbacks() -> None:

@@ -133,3 +133,99 @@ def test_adds_of_one_ledger_are_applied_in_journal_order(tmp_path):
                 journaled += decode_add(body).entry_ids
     assert journaled == stored
     assert sorted(journaled) == list(range(n_threads * each))
+
+
+def test_a_packed_add_is_stored_as_sent_and_replays_after_a_restart(tmp_path):
+    """``add_records``: the records come back byte for byte from reads, the index and the
+    LAC are those of the same entries added one tuple each, overwrites (a recovery's
+    write-back) replace, and all of it is there after a restart (journal replay after a
+    kill -9: tests/integration/test_packed_adds.py)."""
+    import numpy as np
+    import pytest
+
+    from bk_spark.errors import LedgerFencedError, UnauthorizedError
+    from bk_spark.protocol.records import pack_records
+
+    storage = make_storage(tmp_path)
+    entries = [(5, e, e - 1, (b"%d;" % e) * (e % 300 + 1), b"d" * 12) for e in range(3000)]
+    data, lengths = pack_records(entries)
+    assert storage.add_records(5, KEY, data, lengths) == 3000
+    plain = [(e, lac, p, d) for _l, e, lac, p, d in entries]
+    storage.add_entries(6, KEY, plain)
+    for lid in (5, 6):
+        recs, missing = storage.read_records(lid, range(0, 3000), max_entries=5000,
+                                             max_bytes=64 * MiB)
+        assert missing == [] and len(recs) == 3000
+        if lid == 5:
+            assert recs.data == data
+        assert storage.ledger_state(lid) == (2998, 2999, False)
+    with pytest.raises(UnauthorizedError):
+        storage.add_records(5, b"other", *pack_records(entries[:1]))
+    storage.fence(5, KEY)
+    with pytest.raises(LedgerFencedError):
+        storage.add_records(5, KEY, *pack_records(entries[:1]))
+    again = [(5, e, 2999, b"recovered %d" % e, b"r" * 12) for e in (10, 11, 12)]
+    storage.add_records(5, KEY, *pack_records(again), recovery=True)
+    storage.close()
+
+    storage = make_storage(tmp_path)
+    try:
+        recs, _ = storage.read_records(5, range(9, 14), master_key=KEY)
+        payloads = [recs.data[a:b] for a, b in zip(recs.payload_starts.tolist(),
+                                                    recs.payload_ends.tolist(), strict=True)]
+        assert payloads == [entries[9][3], b"recovered 10", b"recovered 11", b"recovered 12",
+                            entries[13][3]]
+        assert storage.ledger_state(5) == (2999, 2999, True)
+        assert np.array_equal(storage.read_records(6, range(3000))[0].entry_ids,
+                              np.arange(3000))
+    finally:
+        storage.close()
+
+
+def test_a_packed_adds_callback_form_returns_at_once_and_answers_after_the_fdatasync(
+        tmp_path, monkeypatch):
+    """``add_records_then`` (the add stream's form of a packed add): the caller is not
+    parked while the journal syncs, ``done(None)`` comes only once the records are durable
+    and readable, a refusal (wrong key, fenced) raises at once and never calls ``done``."""
+    import pytest
+
+    from bk_spark.errors import LedgerFencedError, UnauthorizedError
+    from bk_spark.protocol.records import pack_records
+
+    syncs = CountedSyncs(monkeypatch)
+    gate = threading.Event()
+    counted = syncs.__call__
+
+    def held(fd: int) -> None:  # the journal's fdatasync waits for the gate
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".jnl"):
+            gate.wait(10)
+        counted(fd)
+
+    monkeypatch.setattr(os, "fdatasync", held)
+    storage = make_storage(tmp_path)
+    try:
+        answered = threading.Event()
+        seen: list[tuple[object, bool, int]] = []
+
+        def done(err) -> None:  # type: ignore[no-untyped-def]
+            payload = marked(1, 7)
+            seen.append((err, syncs.was_synced(payload), len(storage.read_records(
+                9, range(8))[0])))
+            answered.set()
+
+        records = pack_records([(9, e, e - 1, marked(1, e), b"d") for e in range(8)])
+        assert storage.add_records_then(9, KEY, *records, done) == 8  # returns at once
+        assert not answered.wait(0.2) and seen == []  # nothing acknowledged before the sync
+        gate.set()
+        assert answered.wait(10)
+        assert seen == [(None, True, 8)]
+        refused: list[object] = []
+        with pytest.raises(UnauthorizedError):
+            storage.add_records_then(9, b"other", *records, refused.append)
+        storage.fence(9, KEY)
+        with pytest.raises(LedgerFencedError):
+            storage.add_records_then(9, KEY, *records, refused.append)
+        assert refused == []
+    finally:
+        gate.set()
+        storage.close()

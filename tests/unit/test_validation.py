@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bk_spark.errors import InvalidRequestError, TooLargeError
+from bk_spark.protocol.records import ENTRY_HEADER, pack_records
 from bookie_server.validation import (
     MAX_DIGEST_SIZE,
     MAX_ID,
@@ -16,6 +17,7 @@ from bookie_server.validation import (
     check_key,
     check_lac,
     check_read_range,
+    check_records,
     check_same_ledger,
 )
 
@@ -76,6 +78,74 @@ def test_an_add_is_refused_whole_for_any_bad_entry(entries, expect):
     else:
         with pytest.raises(expect):
             check_entries(entries, MAX_SIZE)
+
+
+@pytest.mark.parametrize("entries, expect", [(e, x) for e, x in ENTRIES
+                                             if all(len(t) == 4 and t[2] is not None
+                                                    for t in e)])
+def test_a_packed_add_is_refused_whole_by_the_same_rules(entries, expect):
+    """The same table as ``check_entries``', as records (a packed add): every rule as
+    strict, checked at once."""
+    data, lengths = pack_records([(7, eid, lac, payload, digest)
+                                  for eid, lac, payload, digest in entries])
+    if isinstance(expect, int):
+        recs, nbytes = check_records(7, data, lengths, MAX_SIZE)
+        assert nbytes == expect and recs.entry_ids.tolist() == [e[0] for e in entries]
+        assert [data[a:b] for a, b in zip(recs.payload_starts.tolist(),
+                                          recs.payload_ends.tolist(), strict=True)] == \
+            [e[2] for e in entries]
+    else:
+        with pytest.raises(expect):
+            check_records(7, data, lengths, MAX_SIZE)
+
+
+def _garbled(how: str) -> tuple[bytes, bytes]:
+    """A packed add of two good entries of ledger 7, then broken as ``how`` says."""
+    data, lengths = pack_records([(7, 0, -1, b"ab", b"d"), (7, 1, 0, b"cd", b"d")])
+    n = len(data) // 2
+    if how == "lengths not whole u32s":
+        return data, lengths + b"\x01"
+    if how == "lengths past the data":
+        return data[:-1], lengths
+    if how == "bytes after the last record":
+        return data + b"\x00", lengths
+    if how == "lengths but no data":
+        return b"", lengths
+    if how == "data but no lengths":
+        return data, b""
+    if how == "record shorter than a header":
+        return data[:10], (10).to_bytes(4, "little")
+    if how == "header disagrees with its length":
+        return (ENTRY_HEADER.pack(n + 1, 7, 0, -1, 1) + data[ENTRY_HEADER.size:]), lengths
+    if how == "digest past the record":
+        return (ENTRY_HEADER.pack(n, 7, 0, -1, 500) + data[ENTRY_HEADER.size:]), lengths
+    if how == "an entry of another ledger":
+        return data[:n] + ENTRY_HEADER.pack(n, 8, 1, 0, 1) + data[n + ENTRY_HEADER.size:], \
+            lengths
+    raise AssertionError(how)
+
+
+@pytest.mark.parametrize("how", ["lengths not whole u32s", "lengths past the data",
+                                 "bytes after the last record", "lengths but no data",
+                                 "data but no lengths", "record shorter than a header",
+                                 "header disagrees with its length", "digest past the record",
+                                 "an entry of another ledger"])
+def test_garbled_packed_records_are_an_invalid_request(how):
+    data, lengths = _garbled(how)
+    with pytest.raises(InvalidRequestError):
+        check_records(7, data, lengths, MAX_SIZE)
+
+
+def test_packed_records_of_many_entries_are_checked_in_numpy():
+    """A big add: 10,000 records, the last one over the size or of a negative id."""
+    entries = [(7, e, e - 1, b"x" * (e % 90), b"d" * 12) for e in range(10_000)]
+    data, lengths = pack_records(entries)
+    recs, nbytes = check_records(7, data, lengths, MAX_SIZE)
+    assert len(recs) == 10_000 and nbytes == sum(e % 90 for e in range(10_000))
+    with pytest.raises(TooLargeError, match="entry 10000 has 101 bytes"):
+        check_records(7, *pack_records(entries + [(7, 10_000, 0, b"y" * 101, b"")]), MAX_SIZE)
+    with pytest.raises(InvalidRequestError, match="entry id must be >= 0"):
+        check_records(7, *pack_records(entries + [(7, -3, 0, b"y", b"")]), MAX_SIZE)
 
 
 @pytest.mark.parametrize("ids, ok", [([], True), ([0, 5], True), (range(0, 2**63 - 1), True),
