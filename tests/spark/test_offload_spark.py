@@ -5,6 +5,7 @@ Parquet to the bookies exactly once. Ledgers with a password, writers left open.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -107,7 +108,16 @@ def test_read_log_unions_spark_parquet_scan_with_the_source_exactly_at_the_bound
     _offload(bk, name, tmp_path / "t", lag_ms=-1)
     for i in range(20, 23):
         w.append(f"{name}:{i}".encode())
-    expected = sorted(tuple(r) for r in read_log(spark, uri, name, password=PW).collect())
+    # an idle writer tells the bookies its last entry explicit_lac_interval_s later: until
+    # then a reader sees up to the entry before it (BookKeeper's LAC); wait for all 23 so
+    # both reads below see the same snapshot
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        expected = sorted(tuple(r) for r in read_log(spark, uri, name, password=PW).collect())
+        if len(expected) == 23:
+            break
+        time.sleep(0.1)
+    assert len(expected) == 23
     df = read_both(spark, name, uri=uri, password=PW)
     got = sorted(tuple(r) for r in df.collect())
     assert got == expected and len({(r[1], r[2]) for r in got}) == len(got)
