@@ -3,6 +3,8 @@ a bookie refuses as INVALID_REQUEST (or TOO_LARGE) before anything is stored."""
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -134,6 +136,12 @@ def test_both_paths_of_check_records_agree_on_the_packed_table_and_garbage():
                                                  for eid, lac, payload, digest in entries]))
     for how in GARBLINGS:
         assert_same_on_both_paths(*_garbled(how))
+    # one byte short of a header; a digest reaching exactly to, then one past, the end
+    header = ENTRY_HEADER.pack(30, 7, 0, -1, 0)
+    assert_same_on_both_paths(header[:29], (29).to_bytes(4, "little"))
+    for digest_length in (3, 4):
+        assert_same_on_both_paths(ENTRY_HEADER.pack(33, 7, 0, -1, digest_length) + b"abc",
+                                  (33).to_bytes(4, "little"))
     # which error wins when several rules break: the same one, naming the same entry
     assert_same_on_both_paths(*pack_records([(7, 3, -5, b"x" * 500, b""),
                                              (7, -2, -9, b"y" * 900, b"")]))
@@ -142,25 +150,48 @@ def test_both_paths_of_check_records_agree_on_the_packed_table_and_garbage():
                                              (7, 5, 0, b"z" * 300, b"")]))
 
 
-record = st.tuples(st.sampled_from([7, 7, 7, 8]), st.integers(-3, 1 << 62),
-                   st.integers(-4, 1 << 62), st.binary(max_size=120),
+small_or_big = st.one_of(st.integers(-4, 6), st.integers(-3, 1 << 62))
+record = st.tuples(st.sampled_from([7, 7, 7, 8]), small_or_big, small_or_big,
+                   st.one_of(st.binary(max_size=8), st.binary(min_size=95, max_size=110)),
                    st.one_of(st.binary(max_size=8), st.just(b"d" * (MAX_DIGEST_SIZE + 1))))
+#: a header field to overwrite: (offset in the header, struct format)
+FIELDS = st.sampled_from([(0, "<I"), (28, "<H"), (8, "<q")])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=400, deadline=None)
 @given(st.lists(record, max_size=SMALL_RECORDS * 2),
+       st.one_of(st.none(), st.tuples(st.integers(0, 99), FIELDS, st.integers(-2, 2))),
        st.one_of(st.none(), st.tuples(st.integers(0, 400), st.binary(min_size=1, max_size=4))),
+       st.one_of(st.none(), st.tuples(st.integers(0, 99), st.integers(-2, 2))),
        st.booleans())
-def test_both_paths_of_check_records_agree_on_random_records(entries, garble, cut_lengths):
+def test_both_paths_of_check_records_agree_on_random_records(entries, field, junk, relist,
+                                                             cut):
     """Random records (some of another ledger, negative ids or lacs, too large, long
-    digests), some garbled by overwriting bytes or truncating the lengths: both paths give
-    the same outcome."""
+    digests), some broken by a header field set near its boundary (a record's length, a
+    digest reaching just to or past its record's end, the ledger), by bytes overwritten
+    anywhere, by two listed lengths moved by the same bytes, or by lengths cut short: both
+    paths give the same outcome."""
     data, lengths = pack_records(entries)
-    if garble is not None and data:
-        at, junk = garble
+    if field is not None and entries:
+        i, (offset, fmt), delta = field
+        i %= len(entries)
+        start = sum(ENTRY_HEADER.size + len(e[3]) + len(e[4]) for e in entries[:i])
+        size = ENTRY_HEADER.size + len(entries[i][3]) + len(entries[i][4])
+        value = size + delta if fmt == "<I" else \
+            (size - ENTRY_HEADER.size + delta) % (1 << 16) if fmt == "<H" else 7 + delta
+        patch = struct.pack(fmt, value % (1 << 32) if fmt == "<I" else value)
+        data = data[:start + offset] + patch + data[start + offset + len(patch):]
+    if junk is not None and data:
+        at, raw = junk
         at %= len(data)
-        data = data[:at] + junk + data[at + len(junk):]
-    if cut_lengths and lengths:
+        data = data[:at] + raw + data[at + len(raw):]
+    if relist is not None and len(entries) >= 2:
+        i, delta = relist
+        i %= len(entries) - 1
+        lens = list(struct.unpack(f"<{len(entries)}I", lengths))
+        lens[i], lens[i + 1] = max(0, lens[i] + delta), max(0, lens[i + 1] - delta)
+        lengths = struct.pack(f"<{len(lens)}I", *lens)
+    if cut and lengths:
         lengths = lengths[:-1]
     assert_same_on_both_paths(data, lengths)
 
