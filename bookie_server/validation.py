@@ -87,8 +87,8 @@ def check_entries(entries: Iterable[Entry], max_size: int) -> tuple[Sequence[Ent
 #: A packed add of at most this many records is checked in plain Python
 #: (:func:`~bk_spark.protocol.records.parse_record_list`), a larger one in numpy: numpy's
 #: fixed cost (~20 us) is most of a lone add's check. Chosen by timeit (the report of the
-#: ``smallreq`` change): the plain path is faster up to ~16 records on this machine.
-SMALL_RECORDS = 8
+#: ``smallreq`` change): check and encode in plain Python beat numpy up to ~48 records here.
+SMALL_RECORDS = 32
 
 
 def _other_ledger(ledger_id: int) -> InvalidRequestError:
