@@ -277,6 +277,12 @@ def _encode_record_list(ledger_id: int, master_key: bytes, recs: RecordList, rec
     """:func:`encode_records` of a few records (a :class:`RecordList`, plain Python): the
     same bodies and batches, its columns as lists (numpy's set-up would cost more)."""
     starts, ends, n = recs.starts, recs.payload_ends, len(recs)
+    if ends[-1] <= record_cap or n == 1:  # the usual case: the whole request, one body
+        head = ADD_HEADER.pack(ledger_id, len(master_key), n) + master_key
+        ids = recs.entry_ids
+        return [AddBatch(ledger_id, master_key, head + bytes(recs.data), len(head), ids,
+                         [pack_span(s, e - s) for s, e in zip(starts, ends, strict=True)],
+                         max(-1, *recs.lacs), min(ids), max(ids))]
     raw = memoryview(recs.data)
     batches: list[AddBatch] = []
     a = 0
