@@ -1,7 +1,8 @@
 """Request validation: every check of a bookie request's ids, sizes and keys, in one place.
 
 Each storage operation (:class:`~bookie_server.storage.BookieStorage`'s ``add_entries``,
-``add_records`` (a packed add: :func:`check_records`, the same rules over numpy columns),
+``add_records`` (a packed add: :func:`check_records`, the same rules over numpy columns, or in
+plain Python for a few records),
 ``fence``, ``delete_ledger``, ``read_entries``, ``held_ranges``, ``ledger_state``,
 ``wait_for_lac``) checks
 its arguments with these functions once, at its start, before anything is written: the
