@@ -54,6 +54,7 @@ import os
 import struct
 import threading
 import time
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -66,7 +67,7 @@ import numpy as np
 
 from bk_spark.errors import BookieStorageError
 from bk_spark.protocol.batching import ArrivalRate, batch_wait
-from bk_spark.protocol.records import Records
+from bk_spark.protocol.records import RecordList, Records
 from bookie_server.entrylog import ENTRY_HEADER, fsync_directory
 from bookie_server.location import pack_span, pack_spans
 from bookie_server.writeback import write_all_at, write_zeros_paced
@@ -238,16 +239,20 @@ def encode_adds(
     return batches
 
 
-def encode_records(ledger_id: int, master_key: bytes, recs: Records, record_cap: int
-                   ) -> list[AddBatch]:
+def encode_records(ledger_id: int, master_key: bytes, recs: Records | RecordList,
+                   record_cap: int) -> list[AddBatch]:
     """ADD record bodies for the records of a packed add (checked by
     :func:`bookie_server.validation.check_records`): the same bodies :func:`encode_adds`
     makes of the same entries, built from the request's bytes as they came (one copy per
     body, its header joined to a slice of them) with the batch's columns in numpy. Each
-    body holds at most ``record_cap`` bytes of records unless a single record is larger."""
+    body holds at most ``record_cap`` bytes of records unless a single record is larger.
+    A :class:`~bk_spark.protocol.records.RecordList` (a few records) is encoded the same
+    way in plain Python."""
     n = len(recs)
     if n == 0:
         return []
+    if isinstance(recs, RecordList):
+        return _encode_record_list(ledger_id, master_key, recs, record_cap)
     starts, ends = recs.starts, recs.payload_ends
     raw = memoryview(recs.data)
     batches: list[AddBatch] = []
@@ -263,6 +268,34 @@ def encode_records(ledger_id: int, master_key: bytes, recs: Records, record_cap:
         batches.append(AddBatch(ledger_id, master_key, b"".join((head, raw[lo:hi])),
                                 len(head), ids, spans, max(-1, int(recs.lacs[a:b].max())),
                                 int(ids.min()), int(ids.max())))
+        a = b
+    return batches
+
+
+def _encode_record_list(ledger_id: int, master_key: bytes, recs: RecordList, record_cap: int
+                        ) -> list[AddBatch]:
+    """:func:`encode_records` of a few records (a :class:`RecordList`, plain Python): the
+    same bodies and batches, its columns as lists (numpy's set-up would cost more)."""
+    starts, ends, n = recs.starts, recs.payload_ends, len(recs)
+    if ends[-1] <= record_cap or n == 1:  # the usual case: the whole request, one body
+        head = ADD_HEADER.pack(ledger_id, len(master_key), n) + master_key
+        ids = recs.entry_ids
+        return [AddBatch(ledger_id, master_key, head + bytes(recs.data), len(head), ids,
+                         [pack_span(s, e - s) for s, e in zip(starts, ends, strict=True)],
+                         max(-1, *recs.lacs), min(ids), max(ids))]
+    raw = memoryview(recs.data)
+    batches: list[AddBatch] = []
+    a = 0
+    while a < n:
+        # the most records from a on whose bytes fit the cap (at least one)
+        b = min(max(bisect_right(ends, starts[a] + record_cap), a + 1), n)
+        lo, hi = starts[a], ends[b - 1]
+        ids = recs.entry_ids[a:b]
+        spans = [pack_span(s - lo, e - s) for s, e in zip(starts[a:b], ends[a:b], strict=True)]
+        head = ADD_HEADER.pack(ledger_id, len(master_key), b - a) + master_key
+        batches.append(AddBatch(ledger_id, master_key, b"".join((head, raw[lo:hi])),
+                                len(head), ids, spans, max(-1, *recs.lacs[a:b]),
+                                min(ids), max(ids)))
         a = b
     return batches
 

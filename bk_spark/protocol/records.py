@@ -85,29 +85,48 @@ def gather(data: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
     return data[starts[:, None] + np.arange(width, dtype=np.int64)]
 
 
+def _not_whole_lengths(nbytes: int) -> MalformedRecordsError:
+    return MalformedRecordsError(f"record lengths of {nbytes} bytes: not whole lengths")
+
+
+def _no_record(nbytes: int) -> MalformedRecordsError:
+    return MalformedRecordsError(f"a packed answer of {nbytes} bytes lists no record")
+
+
+def _lengths_disagree(nbytes: int, n: int, total: int, shortest: int) -> MalformedRecordsError:
+    return MalformedRecordsError(
+        f"a packed answer of {nbytes} bytes does not hold the {n} records its "
+        f"lengths list ({total} bytes, shortest {shortest})")
+
+
+def _record_disagrees(i: int, start: int, listed: int, in_header: int, digest: int
+                      ) -> MalformedRecordsError:
+    return MalformedRecordsError(
+        f"record {i} of a packed answer (at byte {start}) disagrees with "
+        f"its length ({listed} listed, {in_header} in its header, digest of {digest} bytes)")
+
+
 def parse_records(data: bytes, lengths: bytes | np.ndarray) -> Records:
     """The columns of a packed answer: ``data`` the records back to back, ``lengths`` each
     record's length (``record_lengths`` bytes, or an array). Raises
     :class:`MalformedRecordsError` unless every record's header agrees with its length and
-    its digest and payload lie inside it."""
+    its digest and payload lie inside it. :func:`parse_record_list` is the same in plain
+    Python, for a few records."""
     if isinstance(lengths, bytes | bytearray | memoryview):
         if len(lengths) % LENGTHS_DTYPE.itemsize:
-            raise MalformedRecordsError(f"record lengths of {len(lengths)} bytes: not whole "
-                                        f"lengths")
+            raise _not_whole_lengths(len(lengths))
         lens = np.frombuffer(lengths, LENGTHS_DTYPE).astype(np.int64)
     else:
         lens = np.asarray(lengths).astype(np.int64)
     n = len(lens)
     if n == 0:
         if len(data):
-            raise MalformedRecordsError(f"a packed answer of {len(data)} bytes lists no record")
+            raise _no_record(len(data))
         return empty_records()
     ends = np.cumsum(lens)
     starts = ends - lens
     if int(ends[-1]) != len(data) or int(lens.min()) < HEADER_SIZE:
-        raise MalformedRecordsError(
-            f"a packed answer of {len(data)} bytes does not hold the {n} records its "
-            f"lengths list ({int(ends[-1])} bytes, shortest {int(lens.min())})")
+        raise _lengths_disagree(len(data), n, int(ends[-1]), int(lens.min()))
     raw = np.frombuffer(data, np.uint8)
     head = np.ascontiguousarray(gather(raw, starts, HEADER_SIZE)).view(HEADER_DTYPE)[:, 0]
     digest_starts = starts + HEADER_SIZE
@@ -116,13 +135,71 @@ def parse_records(data: bytes, lengths: bytes | np.ndarray) -> Records:
             bool(np.all(payload_starts <= ends))):
         bad = int(np.argmax((head["length"].astype(np.int64) != lens) |
                             (payload_starts > ends)))
-        raise MalformedRecordsError(
-            f"record {bad} of a packed answer (at byte {int(starts[bad])}) disagrees with "
-            f"its length ({int(lens[bad])} listed, {int(head['length'][bad])} in its "
-            f"header, digest of {int(head['digest_length'][bad])} bytes)")
+        raise _record_disagrees(bad, int(starts[bad]), int(lens[bad]),
+                                int(head["length"][bad]), int(head["digest_length"][bad]))
     return Records(data, starts, head["ledger_id"].astype(np.int64),
                    head["entry_id"].astype(np.int64), head["lac"].astype(np.int64),
                    digest_starts, payload_starts, ends)
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class RecordList:
+    """:class:`Records` for a few records: the same columns as Python lists of ints (no
+    numpy array to set up, which costs more than the work for one record)."""
+
+    data: bytes
+    starts: list[int]
+    ledger_ids: list[int]
+    entry_ids: list[int]
+    lacs: list[int]
+    digest_starts: list[int]
+    payload_starts: list[int]
+    payload_ends: list[int]
+
+    def __len__(self) -> int:
+        return len(self.entry_ids)
+
+
+def parse_record_list(data: bytes, lengths: bytes) -> RecordList:
+    """:func:`parse_records` in plain Python (``lengths`` as ``record_lengths`` bytes): the
+    same checks in the same order, the same :class:`MalformedRecordsError` messages (the
+    helpers above), for a packed add of a few records, where numpy's fixed cost dominates."""
+    if len(lengths) % LENGTHS_DTYPE.itemsize:
+        raise _not_whole_lengths(len(lengths))
+    n = len(lengths) // LENGTHS_DTYPE.itemsize
+    if n == 0:
+        if len(data):
+            raise _no_record(len(data))
+        return RecordList(data, [], [], [], [], [], [], [])
+    lens = struct.unpack(f"<{n}I", lengths)
+    total = sum(lens)
+    shortest = min(lens)
+    if total != len(data) or shortest < HEADER_SIZE:
+        raise _lengths_disagree(len(data), n, total, shortest)
+    unpack = ENTRY_HEADER.unpack_from
+    starts: list[int] = []
+    ledger_ids: list[int] = []
+    entry_ids: list[int] = []
+    lacs: list[int] = []
+    digest_starts: list[int] = []
+    payload_starts: list[int] = []
+    ends: list[int] = []
+    pos = 0
+    for i, length in enumerate(lens):
+        in_header, lid, eid, lac, digest = unpack(data, pos)
+        end = pos + length
+        if in_header != length or pos + HEADER_SIZE + digest > end:
+            raise _record_disagrees(i, pos, length, in_header, digest)
+        starts.append(pos)
+        ledger_ids.append(lid)
+        entry_ids.append(eid)
+        lacs.append(lac)
+        digest_starts.append(pos + HEADER_SIZE)
+        payload_starts.append(pos + HEADER_SIZE + digest)
+        ends.append(end)
+        pos = end
+    return RecordList(data, starts, ledger_ids, entry_ids, lacs, digest_starts,
+                      payload_starts, ends)
 
 
 def pack_records(entries: Iterable[tuple[int, int, int, bytes, bytes]]) -> tuple[bytes, bytes]:

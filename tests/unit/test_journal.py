@@ -301,25 +301,30 @@ def test_group_commit_does_not_wait_for_a_group_that_will_not_come(tmp_path):
     assert len(recorder.synced) == 1
 
 
+@pytest.mark.parametrize("count", [200, 3, 1])
+@pytest.mark.parametrize("form", ["numpy", "list"])
 @pytest.mark.parametrize("cap", [1 << 20, 10_000, 1])
-def test_a_packed_add_makes_the_same_add_records_as_its_entries(cap):
-    """``encode_records`` (a packed add's columns) and ``encode_adds`` (one tuple per entry)
-    write byte-identical ADD bodies, split under the same cap, with the same spans, so the
-    journal and its replay cannot tell them apart."""
+def test_a_packed_add_makes_the_same_add_records_as_its_entries(cap, form, count):
+    """``encode_records`` (a packed add's columns: numpy ``Records`` or, for a few records,
+    a plain ``RecordList``) and ``encode_adds`` (one tuple per entry) write byte-identical
+    ADD bodies, split under the same cap, with the same spans, so the journal and its replay
+    cannot tell them apart."""
     import numpy as np
 
-    from bk_spark.protocol.records import pack_records, parse_records
+    from bk_spark.protocol.records import pack_records, parse_record_list, parse_records
     from bookie_server.journal import encode_records
 
     entries = [(i * 3, i - 2, bytes([i % 251]) * (i * 37 % 2000), b"dg" * (i % 7))
-               for i in range(200)]
-    recs = parse_records(*pack_records([(42, *e) for e in entries]))
+               for i in range(count)]
+    parse = parse_records if form == "numpy" else parse_record_list
+    recs = parse(*pack_records([(42, *e) for e in entries]))
     packed = encode_records(42, b"secret", recs, record_cap=cap)
     plain = encode_adds(42, b"secret", entries, record_cap=cap)
     assert [bytes(b.body) for b in packed] == [bytes(b.body) for b in plain]
     for p, q in zip(packed, plain, strict=True):
-        assert isinstance(p.entry_ids, np.ndarray)
-        assert p.entry_ids.tolist() == q.entry_ids and p.spans.tolist() == q.spans
+        assert isinstance(p.entry_ids, np.ndarray if form == "numpy" else list)
+        assert list(map(int, p.entry_ids)) == q.entry_ids
+        assert list(map(int, p.spans)) == q.spans
         assert (p.max_lac, p.min_entry, p.max_entry, p.entries_start) == \
             (q.max_lac, q.min_entry, q.max_entry, q.entries_start)
         replayed = decode_add(memoryview(p.body))
