@@ -86,17 +86,12 @@ def read_partition(spec: ScanSpec, partition: InputPartition) -> Iterator[pa.Rec
         except (NoSuchLedgerError, NoSuchEntryError) as exc:
             if isinstance(exc, NoSuchEntryError) and not _vanished(bk, s):
                 raise  # entries missing from a ledger still in its log: not a truncation
-            what = (f"ledger {s.ledger_id}" + (f" of log {s.log!r}" if s.log else "") +
-                    f" (entries {s.first_entry}..{s.last_entry})")
-            if spec.fail_on_data_loss:
-                raise LogTruncatedError(
-                    f"{what} was deleted (truncated) before it could be read: data loss. "
-                    f"Set option failOnDataLoss=false to skip lost data.") from None
-            log.warning("%s was deleted before it could be read; skipping it "
-                        "(failOnDataLoss=false)", what)
+            _lost(spec, s)
 
 
 def _lost(spec: ScanSpec, s: Slice) -> None:
+    """A slice whose ledger (or Parquet file) was truncated before it was read: data loss
+    (``failOnDataLoss``), else skipped with a warning."""
     what = (f"ledger {s.ledger_id}" + (f" of log {s.log!r}" if s.log else "") +
             f" (entries {s.first_entry}..{s.last_entry})")
     if spec.fail_on_data_loss:

@@ -442,3 +442,33 @@ def test_readers_racing_offload_deletion_lag_truncate_and_delete_log_see_no_wron
 @pytest.mark.timeout(900)
 def test_readers_racing_offload_deletion_lag_truncate_and_delete_log_long(bk, tmp_path):
     _race(bk, tmp_path, "off-race-long", reads=3000)
+
+
+# A log whose newest ledgers live only in Parquet (offloaded, their bookie copies dropped after
+# the deletion lag) takes a new writer, as any log does: every new owner's step 2 ("fence the
+# last two ledgers") tried to recovery-open ledgers that no longer exist, and the take-over
+# gave up ("other writers keep taking the log").
+def _payloads(bk: BookKeeper, name: str) -> list[bytes | None]:
+    with open_log_reader(bk, name, password=PW) as r:
+        return [x.payload for x in r.read_available()]
+
+
+def test_a_log_whose_last_ledgers_are_only_in_parquet_takes_a_new_writer(bk, tmp_path):
+    name = "off-takeover"
+    w = open_log_writer(bk, name, password=PW, roll_max_entries=3)
+    for i in range(7):
+        w.append(f"r{i}".encode())
+    w.close()  # every ledger closed and described: all of them may be offloaded
+    update_log_properties(bk, name, {rules.POLICY_PROPERTY: rules.OffloadPolicy(
+        after="0", target=tmp_path.as_uri(), deletion_lag_ms=0).to_json()})
+    off = _offloader(bk)
+    for _ in range(3):
+        off.tick()
+    view = open_log_view(bk, name)
+    states = rules.states_of(view.md.properties)
+    assert [states[r.ledger_id].dropped for r in view.ledgers()] == [True] * len(view.ledgers())
+
+    w2 = open_log_writer(bk, name, password=PW)  # before the fix: LogOwnershipLostError
+    w2.append(b"after")
+    w2.close()
+    assert _payloads(bk, name) == [f"r{i}".encode() for i in range(7)] + [b"after"]
