@@ -133,8 +133,11 @@ def _parquet_rows(spec: ScanSpec, s: Slice) -> Iterator[pa.RecordBatch]:
     (statistics skip row groups, only the groups at the edges are trimmed), the columns
     of the read's schema only; ``IN`` lists of entry ids or timestamps applied as on the
     bookie path. Each batch goes out as it is, with ``log`` added and the log's current
-    schema (a widened nullability) put on it; no per-row Python."""
+    schema (a widened nullability) put on it; no per-row Python. Counted as one read
+    served from Parquet, of the entries it gave (:func:`parquet_read_served`, as the log
+    reader counts its reads of a file)."""
     from bk_spark.io.offload_files import read_batches
+    from bk_spark.io.parquet_reads import parquet_read_served
 
     assert s.parquet is not None
     c = spec.constraints
@@ -142,25 +145,33 @@ def _parquet_rows(spec: ScanSpec, s: Slice) -> Iterator[pa.RecordBatch]:
     exact = c.entry_ids.only is not None or c.timestamps_us.only is not None
     names = [f.name for f in spec.schema if f.name != "log" or spec.entry_format == "arrow"
              and not spec.include_positions]
-    read = names + [n for n in ("entry_id", "timestamp") if exact and n not in names]
-    for b in read_batches(s.parquet, s.first_entry, s.last_entry, ts_lo, ts_hi,
-                          columns=read, row_groups=s.row_groups):
-        if exact:
+    read = names + [n for n in ("entry_id", "timestamp")
+                    if (exact or n == "entry_id") and n not in names]
+    served, last_id = 0, None  # entries given (an arrow entry's rows count once)
+    try:
+        for b in read_batches(s.parquet, s.first_entry, s.last_entry, ts_lo, ts_hi,
+                              columns=read, row_groups=s.row_groups):
             ids = b.column("entry_id").to_numpy()
-            ts_ms = b.column("timestamp").cast(pa.int64()).to_numpy() // 1000
-            b = b.filter(pa.array(c.entry_mask(ids, ts_ms)))
+            if exact:
+                ts_ms = b.column("timestamp").cast(pa.int64()).to_numpy() // 1000
+                keep = c.entry_mask(ids, ts_ms)
+                b, ids = b.filter(pa.array(keep)), ids[keep]
             if b.num_rows == 0:
                 continue
-        n = b.num_rows
-        cols = []
-        for f in spec.schema:
-            if f.name == "log" and (spec.include_positions or spec.entry_format == "raw"):
-                cols.append(constant_column(s.log, n))
-                continue
-            i = b.schema.get_field_index(f.name)
-            col = b.column(i) if i >= 0 else pa.nulls(n, f.type)
-            cols.append(col if col.type.equals(f.type) else col.cast(f.type))
-        yield pa.RecordBatch.from_arrays(cols, schema=spec.schema)
+            served += int((ids[1:] != ids[:-1]).sum()) + int(ids[0] != last_id)
+            last_id = ids[-1]
+            n = b.num_rows
+            cols = []
+            for f in spec.schema:
+                if f.name == "log" and (spec.include_positions or spec.entry_format == "raw"):
+                    cols.append(constant_column(s.log, n))
+                    continue
+                i = b.schema.get_field_index(f.name)
+                col = b.column(i) if i >= 0 else pa.nulls(n, f.type)
+                cols.append(col if col.type.equals(f.type) else col.cast(f.type))
+            yield pa.RecordBatch.from_arrays(cols, schema=spec.schema)
+    finally:  # every read of a file counted, as the log reader counts its reads
+        parquet_read_served(served)
 
 
 def _vanished(bk: BookKeeper, s: Slice) -> bool:
