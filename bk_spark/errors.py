@@ -136,6 +136,12 @@ class RecoveryError(BKError):
     do, usually bring bookies back and retry."""
 
 
+class RecoveryTimeoutError(RecoveryError, BKTimeoutError):
+    """A recovery's write-back got no answer from its bookies within the add timeout: a
+    :class:`BKTimeoutError` too (whoever catches timeouts catches it), and like one it may
+    have taken effect on some bookies; opening the ledger again retries the recovery."""
+
+
 class MetadataServiceUnavailableError(BKError):
     """ZooKeeper could not be reached at the metadata service URI."""
 

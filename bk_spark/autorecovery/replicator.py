@@ -5,7 +5,9 @@ missing bookie (:func:`~bk_spark.protocol.recovery_plan.affected_fragments`), in
 :data:`~bk_spark.protocol.recovery_plan.FRAGMENT_ACTIONS`:
 
 1. Choose a replacement with the placement policy (:mod:`bk_spark.protocol.placement`):
-   never a bookie of the fragment's ensemble nor a missing one.
+   never a bookie of the fragment's ensemble nor one
+   :func:`~bk_spark.protocol.recovery_plan.replacement_exclusions` names (the bookie
+   replaced; a live bookie short of another fragment's copies may take this one's).
 2. Copy the entries the missing bookie held (the fragment's entries whose write set names
    its index) in batches: read them from the surviving replicas with the reader's
    failover (:func:`bk_spark.core.reader.fetch_entries`: every copy digest-verified, a
@@ -86,6 +88,8 @@ from bk_spark.protocol.recovery_plan import (
     entries_on_index,
     fragment_action,
     fragment_spans,
+    healed_bookies,
+    replacement_exclusions,
 )
 
 log = logging.getLogger(__name__)
@@ -264,7 +268,7 @@ class LedgerReplicator:
         for af in affected_fragments(md, missing):
             try:
                 self.choose_replacement(af.span.ensemble, af.index, md.write_quorum_size,
-                                        set(missing) | {af.bookie})
+                                        replacement_exclusions(af))
             except NotEnoughBookiesError as exc:
                 raise NotEnoughBookiesError(
                     f"ledger {md.ledger_id}, fragment from entry {af.span.first}: {exc} "
@@ -301,21 +305,23 @@ class LedgerReplicator:
         """The rounds of steps 1-3; ``secret()`` is asked only by a step that needs the key
         (a copy, a recovery): see "What re-replication copies with".
 
-        A missing bookie the ledger no longer names is *done*: replaced wherever it was
-        named, it is no longer missing for this ledger and may be chosen (registered and
-        writable) as another one's replacement, where it receives a fresh copy. A fragment
+        A live missing bookie may be chosen (registered and writable) as the replacement in
+        another fragment (:func:`replacement_exclusions`), where it receives a full copy:
+        that fragment is no longer affected by it (``placed``), and a missing bookie named
+        only where it was placed is *done* (:func:`healed_bookies`). A fragment
         with no replacement now (:class:`NotEnoughBookiesError`) does not stop the others:
         replacing them may free a candidate for it in the next round (with E + 1 bookies, a
         bookie lacking entries and a wiped bookie in one ensemble: the first one's
         replacement is the only bookie outside it, and only once the first one is done may
         it take the second one's place). It is raised once no round makes progress."""
         done: set[str] = set()
+        placed: set[tuple[int, str]] = set()  # (fragment's first entry, bookie put there)
         unplaceable: NotEnoughBookiesError | None = None
         for _round in range(1000):
             m = self.bk.metadata_store.read(ledger_id).value
-            done |= set(missing) - bookies_of(m)
+            done |= healed_bookies(m, missing, placed)
             still = set(missing) - done
-            todo = affected_fragments(m, still)
+            todo = affected_fragments(m, still, placed)
             if not todo:
                 unplaceable = None
                 break
@@ -337,7 +343,7 @@ class LedgerReplicator:
                     progressed = True
                     break  # the ledger is CLOSED now: decide again from its metadata
                 try:
-                    n, nbytes = self._replicate_fragment(m, af, still, secret)
+                    target, n, nbytes = self._replicate_fragment(m, af, secret)
                 except FragmentChangedError as exc:
                     log.info("ledger %d: %s; starting the fragment again", ledger_id, exc)
                     progressed = True
@@ -345,13 +351,14 @@ class LedgerReplicator:
                 except NotEnoughBookiesError as exc:
                     unplaceable = exc  # the others first: they may free a candidate
                     continue
+                placed.add((af.span.first, target))
                 result.entries += n
                 result.bytes += nbytes
                 progressed = True
             if not progressed:
                 break
         final = self.bk.metadata_store.read(ledger_id).value
-        result.replaced = done | (set(missing) - bookies_of(final))
+        result.replaced = done | healed_bookies(final, missing, placed)
         if unplaceable is not None:
             raise unplaceable
 
@@ -383,13 +390,14 @@ class LedgerReplicator:
         return now - seen[1] >= self.open_ledger_grace_s
 
     # ------------------------------------------------------------------ one fragment
-    def _replicate_fragment(self, md: LedgerMetadata, af: AffectedFragment, missing: set[str],
-                            secret: Callable[[], LedgerSecret]) -> tuple[int, int]:
+    def _replicate_fragment(self, md: LedgerMetadata, af: AffectedFragment,
+                            secret: Callable[[], LedgerSecret]) -> tuple[str, int, int]:
+        """Steps 1-3 for one fragment: ``(the replacement, entries, bytes copied)``."""
         span, index, old = af.span, af.index, af.bookie
         lid = md.ledger_id
         # Step 1: the replacement (placement policy; never one of the ensemble).
         target = self.choose_replacement(span.ensemble, index, md.write_quorum_size,
-                                         set(missing) | {old})
+                                         replacement_exclusions(af))
         # Step 2: copy the entries the missing bookie held (none: no key is needed).
         n = nbytes = 0
         ids: list[int] = []
@@ -425,7 +433,7 @@ class LedgerReplicator:
             raise
         log.info("ledger %d: fragment %d: %s replaced by %s (%d entries copied)",
                  lid, span.first, old, target, n)
-        return n, nbytes
+        return target, n, nbytes
 
     def _discard_copy(self, ledger_id: int, target: str, key: bytes) -> None:
         try:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 
 from prometheus_client import CollectorRegistry
 
@@ -19,6 +18,7 @@ from bk_spark.autorecovery.metrics import AutoRecoveryMetrics
 from bk_spark.autorecovery.replicator import LedgerReplicator, LocalKeySource
 from bk_spark.autorecovery.worker import ReplicationWorker
 from bk_spark.core.client import BookKeeper, BookKeeperConfig
+from bk_spark.core.service import BackgroundService
 from bk_spark.io.underreplication import UnderReplicationManager
 from bk_spark.security import ClientSecurity
 from bookie_server.config import AutoRecoveryConfig
@@ -26,8 +26,11 @@ from bookie_server.config import AutoRecoveryConfig
 log = logging.getLogger(__name__)
 
 
-class AutoRecoveryService:
-    """Start/stop an Auditor contender and a Replication Worker in this process."""
+class AutoRecoveryService(BackgroundService):
+    """Start/stop an Auditor contender and a Replication Worker in this process (the
+    service loop: :class:`~bk_spark.core.service.BackgroundService`)."""
+
+    role = "autorecovery"
 
     def __init__(self, metadata_service_uri: str, config: AutoRecoveryConfig | None = None, *,
                  identity: str | None = None, registry: CollectorRegistry | None = None,
@@ -38,6 +41,7 @@ class AutoRecoveryService:
         (default: from the environment, as every client); ``local_key``: in a bookie's
         process, reads the master key that bookie stored with a ledger (the worker then
         heals password-protected ledgers the bookie holds a copy of with no password)."""
+        super().__init__()
         self.config = config or AutoRecoveryConfig()
         self.security = security
         self.local_key = local_key
@@ -45,13 +49,10 @@ class AutoRecoveryService:
         self.identity = identity or f"{socket.gethostname()}-{os.getpid()}"
         self.metrics = AutoRecoveryMetrics(registry)
         self.client_config = client_config or BookKeeperConfig(tune_allocator=False)
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self.bk: BookKeeper | None = None
 
     def start(self) -> None:
         cfg = self.config
-        if self._stop.is_set():
+        if self.stopping:
             return
         self.bk = bk = BookKeeper(self.uri, self.client_config, security=self.security)
         urm = UnderReplicationManager(bk.zk, bk.msu.root)
@@ -63,57 +64,12 @@ class AutoRecoveryService:
         if cfg.run_worker:
             worker = ReplicationWorker(urm, replicator, self.identity, self.metrics,
                                        poll_s=cfg.worker_poll_s)
-            self._spawn("replication-worker", worker.run)
+            self.spawn("replication-worker", worker.run)
         if cfg.run_auditor:
             auditor = Auditor(bk, urm, self.identity, self.metrics,
                               lost_bookie_recovery_delay_s=cfg.lost_bookie_recovery_delay_s,
                               audit_interval_s=cfg.audit_interval_s, tick_s=cfg.auditor_tick_s,
                               verify_entries=cfg.audit_verify_entries)
-            self._spawn("auditor", auditor.run)
+            self.spawn("auditor", auditor.run)
         log.info("autorecovery %s started (auditor %s, worker %s)", self.identity,
                  cfg.run_auditor, cfg.run_worker)
-
-    def start_in_background(self) -> None:
-        """:meth:`start` from a thread, retrying while ZooKeeper is unreachable (a bookie
-        keeps serving while the metadata service is down)."""
-
-        def run() -> None:
-            while not self._stop.is_set():
-                try:
-                    self.start()
-                    return
-                except Exception as exc:
-                    log.warning("autorecovery cannot start yet (%s); retrying", exc)
-                    self._stop.wait(2.0)
-
-        t = threading.Thread(target=run, name="autorecovery-start", daemon=True)
-        t.start()
-        self._threads.append(t)
-
-    def _spawn(self, name: str, target) -> None:
-        def run() -> None:
-            try:
-                target(self._stop)
-            except Exception:
-                if not self._stop.is_set():
-                    log.exception("autorecovery %s died", name)
-
-        t = threading.Thread(target=run, name=name, daemon=True)
-        t.start()
-        self._threads.append(t)
-
-    def stop(self) -> None:
-        self._stop.set()
-        for t in list(self._threads):
-            t.join(timeout=10)
-        if self.bk is not None:
-            self.bk.close()
-            self.bk = None
-
-    def serve_forever(self, done: threading.Event) -> None:
-        self.start()
-        try:
-            while not done.wait(1.0):
-                pass
-        finally:
-            self.stop()

@@ -32,16 +32,19 @@ from bk_spark.errors import (
     NotEnoughBookiesError,
 )
 from bk_spark.io.registration import list_bookies
+from bk_spark.protocol.ledger_metadata import DEFAULT_QUORUMS
 
 
 def simpletest(
     ensemble: Annotated[int, typer.Option(
-        "--ensemble", "-E", min=1, help="ensemble size (bookies per ledger)")] = 3,
+        "--ensemble", "-E", min=1, help="ensemble size (bookies per ledger)")
+    ] = DEFAULT_QUORUMS.ensemble_size,
     write_quorum: Annotated[int, typer.Option(
-        "--write-quorum", "-Qw", min=1, help="write quorum (copies of each entry)")] = 2,
+        "--write-quorum", "-Qw", min=1, help="write quorum (copies of each entry)")
+    ] = DEFAULT_QUORUMS.write_quorum_size,
     ack_quorum: Annotated[int, typer.Option(
         "--ack-quorum", "-Qa", min=1, help="ack quorum (acknowledgements an add waits for)")
-    ] = 2,
+    ] = DEFAULT_QUORUMS.ack_quorum_size,
     entries: Annotated[int, typer.Option("--entries", "-n", min=1, help="entries to write")
                        ] = 1000,
     size: Annotated[int, typer.Option("--size", min=1, help="bytes per entry")] = 100,

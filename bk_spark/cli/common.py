@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -352,6 +353,21 @@ def rate(count: int, nbytes: int, seconds: float) -> dict[str, Any]:
     s = max(seconds, 1e-9)
     return {"seconds": round(seconds, 3), "entries_per_s": round(count / s, 1),
             "mib_per_s": round(nbytes / s / 2**20, 2)}
+
+
+def readable_table(*headers: str, fold: Iterable[str] = ()) -> Table:
+    """A table that stays readable in 80 columns (rich's width when the output is not a
+    terminal): each header is whole (its column at least as wide, never wrapped), cells
+    of the ``fold`` columns (free text: names, URIs, reasons) fold onto more lines
+    instead of the others being cut, and no vertical rules."""
+    folding = set(fold)
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), collapse_padding=True)
+    for h in headers:
+        if h in folding:
+            t.add_column(h, overflow="fold", min_width=len(h))
+        else:
+            t.add_column(h, no_wrap=True, min_width=len(h))
+    return t
 
 
 def kv_table(rows: Iterable[tuple[str, Any]]) -> Table:

@@ -7,7 +7,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from bk_spark.cli.common import (
     JsonOpt,
@@ -16,6 +15,7 @@ from bk_spark.cli.common import (
     connect,
     console,
     print_json,
+    readable_table,
     serve_in_foreground,
 )
 from bk_spark.errors import LogNotFoundError
@@ -114,16 +114,33 @@ def offload_status(metadata_service_uri: UriOpt = None, as_json: JsonOpt = False
     if as_json:
         print_json(out)
         return
+    render_offload_status(out)
+
+
+def render_offload_status(out: dict[str, Any]) -> None:
+    """``bk offload status``'s tables from :func:`offload_status_facts`: ledgers per tier,
+    backlog, lag and state per log, then each log's policy (its target URI folds), then
+    why a log's offload fails. Readable in 80 columns (:func:`readable_table`)."""
     console.print(f"offloader: {out['offloader'] or 'none elected'}")
-    t = Table("log", "after", "target", "bookies", "offloading", "both", "offloaded",
-              "backlog", "lag", "offload")
+    if not out["logs"]:
+        console.print("no log has an offload policy (bk log set LOG --offload-after ...)")
+        return
+    t = readable_table("log", "bookies", "offloading", "both", "offloaded", "backlog", "lag",
+                       "offload", fold=("log",))
+    for col in t.columns[1:6]:
+        col.justify = "right"
     for r in out["logs"]:
         tiers = r["tiers"]
-        t.add_row(r["log"], r["after"], r["target"] or "(default)", str(tiers["bookies"]),
-                  str(tiers["offloading"]), str(tiers["both"]), str(tiers["offloaded"]),
-                  str(r["backlog"]), f"{r['lag_ms'] / 1000:.1f}s",
-                  "[red]failing[/red]" if r["failing"] else "ok")
+        t.add_row(r["log"], str(tiers["bookies"]), str(tiers["offloading"]),
+                  str(tiers["both"]), str(tiers["offloaded"]), str(r["backlog"]),
+                  f"{r['lag_ms'] / 1000:.1f}s", "[red]failing[/red]" if r["failing"] else "ok")
     console.print(t)
+    p = readable_table("log", "after", "deletion lag", "target", fold=("log", "target"))
+    for r in out["logs"]:
+        lag = r.get("deletion_lag_ms", -1)
+        p.add_row(r["log"], str(r["after"]), "keep both" if lag < 0 else f"{lag / 1000:g}s",
+                  r["target"] or "(the offloader's default)")
+    console.print(p)
     for r in out["logs"]:
         if r["failing"]:
             f = r["failing"]

@@ -42,7 +42,7 @@ from bk_spark.protocol.digest import (
     password_bytes,
     password_digest,
 )
-from bk_spark.protocol.ledger_metadata import LedgerMetadata, LedgerState
+from bk_spark.protocol.ledger_metadata import DEFAULT_QUORUMS, LedgerMetadata, LedgerState
 from bk_spark.protocol.placement import DEFAULT_RACK, Topology
 from bk_spark.security import ClientSecurity
 
@@ -148,8 +148,10 @@ class BookKeeper:
                         self.config.min_racks_per_write_quorum)
 
     # ---------------------------------------------------------------- ledgers
-    def create_ledger(self, ensemble_size: int = 3, write_quorum_size: int = 2,
-                      ack_quorum_size: int = 2, digest: str = "crc32c", password: bytes = b"",
+    def create_ledger(self, ensemble_size: int = DEFAULT_QUORUMS.ensemble_size,
+                      write_quorum_size: int = DEFAULT_QUORUMS.write_quorum_size,
+                      ack_quorum_size: int = DEFAULT_QUORUMS.ack_quorum_size,
+                      digest: str = "crc32c", password: bytes = b"",
                       custom_metadata: Mapping[str, str] | None = None, *,
                       also_create: Callable[[int], Sequence[tuple[str, bytes]]] | None = None,
                       ids: ReservedIds | None = None) -> LedgerHandle:

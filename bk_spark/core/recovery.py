@@ -37,6 +37,7 @@ from bk_spark.errors import (
     BookieUnavailableError,
     DigestMismatchError,
     RecoveryError,
+    RecoveryTimeoutError,
     UnauthorizedError,
 )
 from bk_spark.io.bookie_client import BookieCall, frame_entry
@@ -52,6 +53,9 @@ from bk_spark.protocol.schedule import QuorumCoverageSet, RecoveryReadTally, wri
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 1024
+#: How long past the add timeout a write-back waits for its bookies' last answers (each
+#: add is answered by then, with its own timeout error at the latest).
+WRITE_BACK_GRACE_S = 5.0
 
 
 def recover_ledger(bk: ClientContext, md: Versioned[LedgerMetadata], codec: EntryCodec,
@@ -357,8 +361,12 @@ def _write_back_once(bk: ClientContext, m: LedgerMetadata, master_key: bytes,
         return all(ok[e.entry_id] >= Qa or len(bad[e.entry_id]) > Qw - Qa for e in entries)
 
     with cv:
-        if not cv.wait_for(finished, timeout=bk.config.client.add_timeout_s + 5):
-            raise RecoveryError(f"ledger {m.ledger_id}: write-back timed out")
+        timeout = bk.config.client.add_timeout_s + WRITE_BACK_GRACE_S
+        if not cv.wait_for(finished, timeout=timeout):
+            raise RecoveryTimeoutError(
+                f"ledger {m.ledger_id}: recovery's write-back got no answer from "
+                f"{sorted(shares)} within {timeout:.0f}s (bookies paused or overloaded?); "
+                f"open the ledger again to retry the recovery")
         return [e.entry_id for e in entries if ok[e.entry_id] < Qa], dict(bad)
 
 

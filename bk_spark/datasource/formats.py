@@ -40,6 +40,7 @@ from pyspark.sql.types import (
 )
 
 from bk_spark.errors import InvalidConfigError, LogFormatError
+from bk_spark.io.entry_batches import conform, unpack_arrow  # noqa: F401 (their home)
 
 FORMAT_PROPERTY = "bk-spark.format"
 SCHEMA_PROPERTY = "bk-spark.schema"
@@ -265,25 +266,3 @@ def pack_arrow(batches: Iterable[pa.RecordBatch], target_bytes: int = ARROW_ENTR
                 pending_bytes = 0
     if pending:
         yield from flush()
-
-
-def unpack_arrow(payload: bytes) -> list[pa.RecordBatch]:
-    """The record batches of one arrow entry."""
-    try:
-        return list(pa.ipc.open_stream(pa.py_buffer(payload)))
-    except pa.ArrowInvalid as exc:
-        raise LogFormatError(f"an arrow log entry could not be decoded ({exc}): the log's "
-                             f"format property says arrow but the entry is not") from None
-
-
-def conform(batch: pa.RecordBatch, target: pa.Schema) -> pa.RecordBatch:
-    """``batch`` with exactly ``target``'s types and nullability (e.g. tz ``Etc/UTC`` ->
-    ``UTC``, non-null fields -> nullable), as Spark checks the first batch it reads."""
-    if batch.schema.equals(target):
-        return batch
-    try:
-        return batch.cast(target)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError):
-        arrays = [col.cast(f.type) if not col.type.equals(f.type) else col
-                  for col, f in zip(batch.columns, target, strict=True)]
-        return pa.RecordBatch.from_arrays(arrays, schema=target)

@@ -1,12 +1,13 @@
 """Reads served from Parquet: offloaded ledgers read from their files, counted in the
-reading process (a client: ``LogReader``, ``bk log read/tail``) on the default registry of
+reading process (a client: ``LogReader``, ``bk log read/tail``; the ``bookkeeper`` Spark
+source, in the Python worker that reads a partition) on the default registry of
 the ``prometheus_client`` package (what an application's ``start_http_server(port)``
 serves). Created on the first read from Parquet, so importing the package registers
 nothing. The offloader's own metrics: :mod:`bk_spark.offload.metrics`.
 
 Every read of an offloaded ledger's file calls :func:`parquet_read_served` once (the log
-reader's ``LogReader._read_offloaded``); a reader of another layer (the Spark source)
-calls it the same way.
+reader's ``LogReader._read_offloaded``, the source's ``_parquet_rows`` for each slice of a
+file it reads).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ class ParquetReadMetrics:
         r = self.registry = registry or CollectorRegistry(auto_describe=True)
         self.reads = Counter("offload_parquet_reads",
                              "Reads of an offloaded ledger served from its Parquet file "
-                             "(LogReader, bk log read/tail)", registry=r)
+                             "(LogReader, bk log read/tail, the bookkeeper source)", registry=r)
         self.entries = Counter("offload_parquet_read_entries",
                                "Entries read from offloaded ledgers' Parquet files",
                                registry=r)

@@ -29,6 +29,7 @@ from bk_spark.log.takeover import fence_and_describe, read_attempts
 from bk_spark.log.view import LogView
 from bk_spark.protocol import log_rules
 from bk_spark.protocol.digest import password_bytes
+from bk_spark.protocol.ledger_metadata import DEFAULT_QUORUMS
 from bk_spark.protocol.log_format import (
     LedgerInfo,
     LogLimits,
@@ -78,8 +79,10 @@ class WrittenLedger:
 
 
 def write_closed_ledger(bk: BookKeeper, name: str, payloads: Iterable[bytes | None], *,
-                        ensemble_size: int = 3, write_quorum_size: int = 2,
-                        ack_quorum_size: int = 2, password: bytes = b"", ts_floor: int = 0,
+                        ensemble_size: int = DEFAULT_QUORUMS.ensemble_size,
+                        write_quorum_size: int = DEFAULT_QUORUMS.write_quorum_size,
+                        ack_quorum_size: int = DEFAULT_QUORUMS.ack_quorum_size,
+                        password: bytes = b"", ts_floor: int = 0,
                         custom_metadata: Mapping[str, str] | None = None,
                         on_created: Callable[[int], None] | None = None,
                         max_in_flight_entries: int = 4096,

@@ -72,7 +72,7 @@ from bk_spark.log.roller import Roller
 from bk_spark.log.store import LEDGER_LOG_KEY, update_log
 from bk_spark.log.view import unlisted_ledgers
 from bk_spark.protocol import log_rules
-from bk_spark.protocol.ledger_metadata import LedgerMetadata
+from bk_spark.protocol.ledger_metadata import DEFAULT_QUORUMS, LedgerMetadata
 from bk_spark.protocol.log_format import (
     FRAME_HEADER_SIZE,
     LogLimits,
@@ -163,9 +163,9 @@ class LogWriterConfig:
     a lost CAS before giving up. ``limits``: when ledger rows spill into segments.
     """
 
-    ensemble_size: int = 3
-    write_quorum_size: int = 2
-    ack_quorum_size: int = 2
+    ensemble_size: int = DEFAULT_QUORUMS.ensemble_size
+    write_quorum_size: int = DEFAULT_QUORUMS.write_quorum_size
+    ack_quorum_size: int = DEFAULT_QUORUMS.ack_quorum_size
     password: bytes = b""
     digest: str = "crc32c"
     roll_max_entries: int | None = None

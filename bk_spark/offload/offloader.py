@@ -34,6 +34,7 @@ from bk_spark.errors import (
 )
 from bk_spark.io import offload_files as files
 from bk_spark.io.election import run_elected
+from bk_spark.io.entry_batches import ledger_batches
 from bk_spark.io.offload_status import write_failing
 from bk_spark.log.admin import list_logs
 from bk_spark.log.store import log_store, update_log
@@ -94,11 +95,10 @@ def ledger_rows(bk: BookKeeper, name: str, md: LogMetadata, info: LedgerInfo,
                 secret: LedgerSecret) -> tuple[pa.Schema, Iterator[pa.RecordBatch], int]:
     """The schema, rows and entry count of one closed ledger as stored in Parquet: the
     ``bookkeeper`` source's rows of the ledger with the position columns
-    (:func:`bk_spark.datasource.scan.ledger_batches`: packed fetches decoded in bulk, an
+    (:func:`bk_spark.io.entry_batches.ledger_batches`: packed fetches decoded in bulk, an
     arrow entry's record batch as it is, no row-by-row Python), streamed as fetched.
     ``secret``: what it is read with (:func:`offload_secret`)."""
-    from bk_spark.datasource import formats, scan  # pyspark types: only for the schemas
-    from bk_spark.datasource.planning import Slice
+    from bk_spark.datasource import formats  # pyspark types: only for the schemas
 
     fmt = formats.log_format(md.properties, True)
     last = info.last_entry_id if info.last_entry_id is not None else -1
@@ -112,8 +112,8 @@ def ledger_rows(bk: BookKeeper, name: str, md: LogMetadata, info: LedgerInfo,
         if last < 0:
             return
         rh = open_closed_ledger(bk, info.ledger_id, secret)
-        yield from scan.ledger_batches(rh, Slice(name, info.ledger_id, 0, last),
-                                       fmt or "raw", schema, stored)
+        yield from ledger_batches(rh, name, info.ledger_id, 0, last, fmt or "raw", schema,
+                                  stored)
     return schema, rows(), last + 1
 
 

@@ -32,7 +32,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from bk_spark.compat import StrEnum
 from bk_spark.errors import InvalidConfigError, LedgerStateError, MetadataSerializationError
@@ -79,6 +79,20 @@ def check_transition(old: LedgerState, new: LedgerState, ledger_id: int | None =
             f"{old.value} -> {s.value}" for s in sorted(ALLOWED_TRANSITIONS[old])
         )
     raise LedgerStateError(f"{what}: cannot change state {old.value} -> {new.value} ({hint})")
+
+
+class Quorums(NamedTuple):
+    """A ledger's ensemble size, write quorum and ack quorum (E >= Qw >= Qa >= 1)."""
+
+    ensemble_size: int
+    write_quorum_size: int
+    ack_quorum_size: int
+
+
+#: The quorums of a ledger created with none given (BookKeeper's client defaults): E=3,
+#: Qw=2, Qa=2. The one home of these numbers: ``create_ledger``, :class:`LogWriterConfig`,
+#: ``write_closed_ledger``, a log that records none and ``bk simpletest`` take them here.
+DEFAULT_QUORUMS = Quorums(3, 2, 2)
 
 
 def validate_quorums(ensemble_size: int, write_quorum_size: int, ack_quorum_size: int) -> None:

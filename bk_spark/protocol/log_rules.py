@@ -31,7 +31,7 @@ from enum import Enum
 from types import MappingProxyType
 
 from bk_spark.protocol import offload_rules
-from bk_spark.protocol.ledger_metadata import validate_quorums
+from bk_spark.protocol.ledger_metadata import DEFAULT_QUORUMS, validate_quorums
 from bk_spark.protocol.log_format import LedgerInfo, LogMetadata
 
 #: Log property holding, per transaction key, the last transaction id committed:
@@ -115,15 +115,14 @@ def commit_check(md: LogMetadata, ledger_ids: Sequence[int], txn_key: str | None
 #: (``bk log create -E/-Qw/-Qa``, :func:`~bk_spark.log.create_log`'s quorums).
 QUORUM_PROPERTIES = ("bk-spark.ensemble_size", "bk-spark.write_quorum_size",
                      "bk-spark.ack_quorum_size")
-#: The quorums of a log that records none: E=3, Qw=2, Qa=2.
-DEFAULT_QUORUMS = (3, 2, 2)
 
 
 def resolve_quorums(properties: Mapping[str, object],
                     given: tuple[int | None, int | None, int | None] = (None, None, None)
                     ) -> tuple[int, int, int]:
     """The ``(E, Qw, Qa)`` a writer of a log creates its ledgers with: each one ``given``,
-    else the log's recorded one (:data:`QUORUM_PROPERTIES`), else the default. One policy
+    else the log's recorded one (:data:`QUORUM_PROPERTIES`), else the default
+    (:data:`~bk_spark.protocol.ledger_metadata.DEFAULT_QUORUMS`). One policy
     for the Python writer, the shell and Spark writes; not checked (see :func:`log_quorums`).
     """
     out = []

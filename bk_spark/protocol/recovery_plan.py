@@ -13,6 +13,12 @@ Theory of operation (BookKeeper's AutoRecovery; the seed's fragments and write s
 * A fragment *is affected* by a missing bookie when its ensemble names it. Replacing the
   bookie in a fragment whose entries were all copied is one metadata change
   (:meth:`LedgerMetadata.with_fragment_bookie_replaced`), written by CAS.
+* A replacement is a writable bookie outside the fragment's ensemble other than the bookie
+  it replaces (:func:`replacement_exclusions`, as BookKeeper's ``replicateLedgerFragment``):
+  a live bookie short of copies of *another* fragment may take this one's. Where
+  re-replication put a bookie, the fragment holds its full copy (``placed``): not affected
+  by it, and a missing bookie named only in such fragments is healed
+  (:func:`healed_bookies`).
 * What a worker does with an affected fragment is a table, :data:`FRAGMENT_ACTIONS`,
   keyed by the ledger's state and whether the fragment is the ledger's last one; the
   last fragment of a ledger still OPEN belongs to its writer (who replaces failed bookies
@@ -88,12 +94,46 @@ class AffectedFragment:
     bookie: str
 
 
-def affected_fragments(md: LedgerMetadata, missing: Collection[str]) -> list[AffectedFragment]:
-    """Every (fragment, index) whose ensemble names a bookie of ``missing``, in order."""
+def affected_fragments(md: LedgerMetadata, missing: Collection[str],
+                       placed: Collection[tuple[int, str]] = ()) -> list[AffectedFragment]:
+    """Every (fragment, index) whose ensemble names a bookie of ``missing``, in order;
+    ``placed`` lists ``(fragment first entry, bookie)`` pairs where re-replication itself
+    put that bookie with a full copy (:func:`replacement_exclusions`): not affected."""
     gone = set(missing)
+    fresh = set(placed)
     return [AffectedFragment(span, i, b)
             for span in fragment_spans(md)
-            for i, b in enumerate(span.ensemble) if b in gone]
+            for i, b in enumerate(span.ensemble)
+            if b in gone and (span.first, b) not in fresh]
+
+
+def replacement_exclusions(af: AffectedFragment) -> set[str]:
+    """The bookies that may not receive the copies of ``af``'s fragment, besides its
+    ensemble (which placement never picks: :meth:`Topology.replace_bookie`).
+
+    BookKeeper's ``BookKeeperAdmin.replicateLedgerFragment`` (what its ReplicationWorker
+    calls per under-replicated fragment) excludes only the bookies of *that* fragment being
+    re-replicated, and placement only picks writable bookies outside the ensemble. So a
+    live, writable bookie that lacks copies of *another* fragment of the ledger is a valid
+    target here: it receives a full copy of this fragment, and where it is short stays
+    affected on its own. (``recoverBookieData``, decommissioning named bookies, excludes
+    them all; ``bk recover`` names one bookie, the one replaced.) Excluding every missing
+    bookie of the ledger left fault seed 35's ledger 583 unhealed: its two live bookies
+    short of copies, F1 = [A, C, D] short on A and F2 = [B, C, D] short on B, were each
+    the other's only candidate.
+    """
+    return {af.bookie}
+
+
+def healed_bookies(md: LedgerMetadata, missing: Collection[str],
+                   placed: Collection[tuple[int, str]] = ()) -> set[str]:
+    """The bookies of ``missing`` no longer short of any copy of ``md``: every fragment
+    still naming one is a fragment re-replication put it in with a full copy (``placed``,
+    as in :func:`affected_fragments`); a bookie no fragment names is healed too. The
+    worker clears them from the ledger's record."""
+    return {b for b in missing
+            if all((span.first, b) in placed
+                   for span in fragment_spans(md) if b in span.ensemble)}
 
 
 def bookies_of(md: LedgerMetadata) -> set[str]:
@@ -192,9 +232,9 @@ def unplaceable(md: LedgerMetadata, missing: Collection[str], topology: Topology
     ``md`` naming them now: placement finds no replacement (:meth:`Topology.replace_bookie`:
     a writable bookie outside the fragment's ensemble), so their copies come back only once
     another bookie joins or comes back. A writable bookie that is itself missing copies of
-    another fragment still counts as a place: it can take this fragment's copies (the
-    replicator today excludes every missing bookie; fault seed 35: two alive bookies short
-    of copies, each the other's only candidate, is a ledger AutoRecovery should heal).
+    another fragment still counts as a place: it can take this fragment's copies
+    (:func:`replacement_exclusions`; fault seed 35: two live bookies short of copies, each
+    the other's only candidate, heal each other).
 
     Re-replication always moves a copy to another bookie, as BookKeeper's does, so with E
     writable bookies left, a ledger of ensemble size E whose fragment lacks copies on one of
@@ -205,7 +245,8 @@ def unplaceable(md: LedgerMetadata, missing: Collection[str], topology: Topology
     out: set[str] = set()
     for af in affected_fragments(md, gone):
         try:
-            topology.replace_bookie(af.span.ensemble, af.index, md.write_quorum_size)
+            topology.replace_bookie(af.span.ensemble, af.index, md.write_quorum_size,
+                                    exclude=replacement_exclusions(af))
         except NotEnoughBookiesError:
             out.add(af.bookie)
     return out

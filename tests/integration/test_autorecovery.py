@@ -516,3 +516,51 @@ def test_deleting_a_ledger_while_a_replacement_lands_deletes_the_replacements_co
         assert landed and landed[0].replaced == {ensemble[0]}
         assert not client.metadata_store.exists(lid)
         assert _holds_nothing_of(target, lid, 59)
+
+
+def test_two_live_bookies_short_of_copies_each_the_others_only_candidate_both_heal(
+        cluster_factory):
+    """Long fault seed 35's ledger 583: E = 3 on exactly 4 live bookies, a password ledger
+    whose first fragment [p, q, r] is short on p and whose second [s, q, r] (s replaced p,
+    killed with -9, in the writer's ensemble change) is short on s: the record names both,
+    as the Auditor marks bookies it finds short. Each is the other's only candidate (a
+    writable bookie outside the fragment's ensemble); excluding every missing bookie as a
+    target, the ledger never healed. As BookKeeper's replicateLedgerFragment, only the bookie
+    replaced is excluded: s takes p's place in the first fragment, p takes s's in the
+    second, and the workers clear the record."""
+    c = cluster_factory(4, extra_args=["--lost-bookie-recovery-delay", "0",
+                                       "--audit-interval", "2", "--open-ledger-grace", "2"])
+    with BookKeeper(c.uri) as client:
+        urm = UnderReplicationManager(client.zk, client.msu.root)
+        urm.set_enabled(False)  # paused while the shape is built (as an operator may)
+        lh = client.create_ledger(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2,
+                                  password=PASSWORD)
+        payloads = [b"seed35-%d" % i * 8 for i in range(20)]
+        for p in payloads[:10]:
+            lh.add_entry(p)
+        p_id, _q, _r = lh.metadata.last_ensemble
+        (s_id,) = {b.bookie_id for b in c.bookies} - set(lh.metadata.last_ensemble)
+        killed = next(b for b in c.bookies if b.bookie_id == p_id)
+        killed.kill()  # kill -9: the writer replaces p by s, the only bookie left
+        for p in payloads[10:]:
+            lh.add_entry(p)
+        assert [e[1][0] for e in lh.metadata.ensembles] == [p_id, s_id]
+        lh.close()
+        killed.start()
+        wait_for_registrations(c.uri, 4)
+        urm.mark(lh.id, [p_id, s_id])
+        urm.set_enabled(True)
+        deadline = time.monotonic() + 30
+        while urm.get(lh.id) is not None:
+            assert time.monotonic() < deadline, f"not healed: {urm.get(lh.id)}"
+            time.sleep(0.2)
+        md = client.ledger_metadata(lh.id)
+        (f1, e1), (f2, e2) = md.ensembles
+        assert e1[0] == s_id and e2[0] == p_id  # each took the other's place
+        for first, last, ensemble in ((f1, f2 - 1, e1), (f2, 19, e2)):
+            for idx, b in enumerate(ensemble):  # every copy where the metadata says
+                held = client.bookies.get(b).held_entries(lh.id, first, last)
+                have = {e for x, y in held for e in range(x, y + 1)}
+                assert set(entries_on_index(first, last, idx, 3, 2)) <= have, (first, b)
+        rh = client.open_ledger(lh.id, PASSWORD)
+        assert [e.payload for e in rh.read_entries(0, 19)] == payloads

@@ -472,3 +472,28 @@ def test_a_log_whose_last_ledgers_are_only_in_parquet_takes_a_new_writer(bk, tmp
     w2.append(b"after")
     w2.close()
     assert _payloads(bk, name) == [f"r{i}".encode() for i in range(7)] + [b"after"]
+
+
+def test_the_source_counts_its_reads_served_from_parquet_as_the_log_reader_does(
+        bk, tmp_path: Path):
+    """The bookkeeper source's read() of offloaded ledgers (in process, as a Spark worker
+    runs it) counts offload_parquet_reads / _read_entries: one read per file it reads, and
+    the entries it gave; the open ledger, read from the bookies, counts nothing."""
+    from bk_spark.datasource import BookKeeperDataSource
+
+    name = "off-source-counted"
+    w = _write(bk, name, 10)
+    _policy(bk, name, tmp_path.as_uri())
+    _offloader(bk).tick()
+    tiers = _tiers(bk, name)
+    assert tiers[:-1] == ["both"] * (len(tiers) - 1)
+    ds = BookKeeperDataSource({"metadataServiceUri": bk.msu.uri, "log": name,
+                               "password": PW.decode()})
+    reader = ds.reader(ds.schema())
+    served = parquet_read_metrics()
+    reads, entries = served.reads._value.get(), served.entries._value.get()
+    rows = sum(b.num_rows for p in reader.partitions() for b in reader.read(p))
+    assert rows == 10
+    assert served.reads._value.get() - reads == len(tiers) - 1  # ledgers of 4, 4, 2
+    assert served.entries._value.get() - entries == 10
+    w.close()

@@ -108,6 +108,8 @@ def test_bookies_offload_password_ledgers_with_their_own_keys_and_say_why_they_c
         assert out.returncode == 0, out.stderr
         assert "log off-pw-mac: offload failing" in out.stdout and \
             "RecoveryKeyUnavailableError" in out.stdout, out.stdout
+        # readable as a pipe gets it (80 columns): headers whole, nothing cut
+        assert "…" not in out.stdout and " offloading " in out.stdout, out.stdout
         for w in writers.values():
             w.close()
 

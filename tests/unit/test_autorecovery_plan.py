@@ -17,6 +17,8 @@ from bk_spark.protocol.recovery_plan import (
     fragment_action,
     fragment_duties,
     fragment_spans,
+    healed_bookies,
+    replacement_exclusions,
     unplaceable,
 )
 
@@ -159,3 +161,56 @@ def test_a_copy_is_unplaceable_only_when_no_writable_bookie_is_outside_its_fragm
     assert unplaceable(md, {B}, Topology((A, C, D))) == {B}
     # a bookie the ledger no longer names is nothing to place
     assert unplaceable(md, {E_}, Topology((A, B, C, D))) == set()
+
+
+def test_a_replacement_excludes_only_the_bookie_it_replaces_besides_the_ensemble():
+    """BookKeeper's replicateLedgerFragment: only the fragment's own bookies to re-replicate
+    are excluded (placement never picks one of the ensemble); a live bookie short of
+    another fragment's copies may take this fragment's."""
+    md = _md(fragments=((0, (A, C, D)), (5, (B, C, D))))
+    first, second = affected_fragments(md, {A, B})
+    assert replacement_exclusions(first) == {A}
+    assert replacement_exclusions(second) == {B}
+    topology = Topology((A, B, C, D))
+    assert topology.replace_bookie(first.span.ensemble, first.index, 2,
+                                   exclude=replacement_exclusions(first)) == B
+    assert topology.replace_bookie(second.span.ensemble, second.index, 2,
+                                   exclude=replacement_exclusions(second)) == A
+
+
+def test_where_re_replication_put_a_bookie_it_is_full_and_one_named_only_there_is_healed():
+    md = _md(fragments=((0, (B, C, D)), (5, (A, C, D))))
+    assert [(af.span.first, af.bookie) for af in affected_fragments(md, {A, B})] == \
+        [(0, B), (5, A)]
+    assert [(af.span.first, af.bookie)
+            for af in affected_fragments(md, {A, B}, placed={(0, B)})] == [(5, A)]
+    assert healed_bookies(md, {A, B}, placed={(0, B)}) == {B}
+    assert healed_bookies(md, {A, B}, placed={(0, B), (5, A)}) == {A, B}
+    assert healed_bookies(md, {A, B, E_}) == {E_}  # named nowhere: nothing short
+    assert healed_bookies(md, {C}, placed={(0, C)}) == set()  # still short in fragment 5
+
+
+def test_two_live_bookies_short_of_copies_each_the_others_only_candidate_both_heal():
+    """Long fault seed 35, ledger 583: E = 3 on 4 live bookies; fragment 0 = [A, C, D] is
+    short on A, fragment 5 = [B, C, D] on B. Excluding every missing bookie, neither had a
+    candidate (unplaceable said so); with BookKeeper's exclusions each takes the other's
+    place and the ledger heals with no bookie added."""
+    md = _md(fragments=((0, (A, C, D)), (5, (B, C, D))))
+    topology = Topology((A, B, C, D))
+    missing = {A, B}
+    assert unplaceable(md, missing, topology) == set()
+    placed: set[tuple[int, str]] = set()
+    for _ in range(10):  # the replicator's rounds, decisions only
+        todo = affected_fragments(md, missing - healed_bookies(md, missing, placed), placed)
+        if not todo:
+            break
+        for af in todo:
+            current = dict(md.ensembles)[af.span.first]
+            if current[af.index] != af.bookie:
+                continue
+            target = topology.replace_bookie(current, af.index, md.write_quorum_size,
+                                             exclude=replacement_exclusions(af))
+            md = md.with_fragment_bookie_replaced(af.span.first, af.index, af.bookie, target)
+            placed.add((af.span.first, target))
+    assert healed_bookies(md, missing, placed) == {A, B}
+    assert md.ensembles == ((0, (B, C, D)), (5, (A, C, D)))

@@ -119,3 +119,13 @@ def test_no_module_imports_a_layer_above_its_own(module):
 def test_only_the_io_adapters_import_grpc_protobuf_or_kazoo(module):
     libs = sorted(i for i in _imports(MODULES[module]) if i.startswith(IO_LIBRARIES))
     assert libs == [], f"{module} imports {libs}: that belongs in bk_spark/io"
+
+
+def test_the_offloader_decodes_ledgers_with_the_io_decoder_not_the_data_sources_read_path():
+    """The data source sits on the offloader (it reads what the offloader wrote): both decode
+    entries with ``bk_spark/io/entry_batches.py``; the offloader reaches none of the
+    source's scan or planning (only its schema helpers, for the Parquet schema)."""
+    reach = sorted(t for m in MODULES if m.startswith("bk_spark.offload")
+                   for t in GRAPH[m]
+                   if t in ("bk_spark.datasource.scan", "bk_spark.datasource.planning"))
+    assert reach == []

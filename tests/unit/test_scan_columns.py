@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from bk_spark.datasource.filters import Constraints, IntSet
-from bk_spark.datasource.scan import binary_column
+from bk_spark.io.entry_batches import binary_column
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -208,3 +208,47 @@ def test_bk_options_with_a_default_of_their_own_are_only_the_listed_ones():
 
     walk(typer.main.get_command(app), "bk")
     assert sorted(found - _OWN_DEFAULTS) == []
+
+
+# ------------------------------------------------------------------ ledger quorums
+QUORUM_NAMES = {"ensemble_size", "write_quorum_size", "ack_quorum_size",
+                "ensemble", "write_quorum", "ack_quorum"}
+
+
+def _literal_quorum_defaults() -> list[str]:
+    """Every parameter or field named for a quorum whose default is a number written out."""
+    found = []
+    for top in ("bk_spark", "bookie_server"):
+        for path in (ROOT / top).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                pairs: list[tuple[str, ast.expr | None]] = []
+                if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                    pairs.append((node.target.id, node.value))
+                elif isinstance(node, ast.arguments):
+                    pos = node.posonlyargs + node.args
+                    pairs += zip([a.arg for a in pos[len(pos) - len(node.defaults):]],
+                                 node.defaults, strict=True)
+                    pairs += [(a.arg, d) for a, d in zip(node.kwonlyargs, node.kw_defaults,
+                                                          strict=True)]
+                found += [f"{path.relative_to(ROOT)}:{v.lineno}: {name} = {v.value}"
+                          for name, v in pairs if name in QUORUM_NAMES
+                          and isinstance(v, ast.Constant) and isinstance(v.value, int)]
+    return found
+
+
+def test_the_default_quorums_3_2_2_have_one_home():
+    """create_ledger, LogWriterConfig, write_closed_ledger and bk simpletest take E/Qw/Qa
+    from DEFAULT_QUORUMS (protocol/ledger_metadata.py) instead of restating 3/2/2."""
+    import inspect
+
+    assert _literal_quorum_defaults() == []
+    from bk_spark.core.client import BookKeeper
+    from bk_spark.log.commit import write_closed_ledger
+    from bk_spark.log.writer import LogWriterConfig
+    from bk_spark.protocol.ledger_metadata import DEFAULT_QUORUMS
+
+    c = LogWriterConfig()
+    assert (c.ensemble_size, c.write_quorum_size, c.ack_quorum_size) == DEFAULT_QUORUMS
+    for fn in (BookKeeper.create_ledger, write_closed_ledger):
+        p = inspect.signature(fn).parameters
+        assert tuple(p[n].default for n in DEFAULT_QUORUMS._fields) == DEFAULT_QUORUMS
