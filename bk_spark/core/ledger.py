@@ -46,7 +46,7 @@ from bk_spark.protocol import ledger_rules
 from bk_spark.protocol.ledger_metadata import LedgerMetadata
 from bk_spark.protocol.ledger_rules import REPLACEABLE_ERRORS, Decision
 from bk_spark.protocol.pending import PendingAdds
-from bk_spark.protocol.schedule import write_set
+from bk_spark.protocol.rounds import round_shares
 
 log = logging.getLogger(__name__)
 
@@ -345,21 +345,13 @@ class LedgerHandle:
             self._wire += wire
             self._ends += ends
             ensemble = list(self._ensemble)
-        # The round holds entries first, first + 1, ...: those at offset k of the round
-        # share the write set of (first + k) % E, so each bookie's share is a few slices.
-        ids = np.arange(first, first + n, dtype=np.int64)
-        per_index: list[tuple[list[np.ndarray], list[bytes]]] = [([], []) for _ in range(E)]
-        for k in range(min(E, n)):
-            part = wire[k::E]
-            for idx in write_set((first + k) % E, E, Qw):
-                per_index[idx][0].append(ids[k::E])
-                per_index[idx][1].extend(part)
-        for idx, (id_parts, part) in enumerate(per_index):
+        for idx, eids, part in round_shares(first, wire, E, Qw):
             bookie = ensemble[idx]
-            if part and bookie is not None:  # None: being replaced; the resend covers it
-                self._send(idx, bookie, np.concatenate(id_parts), part)
+            if bookie is not None:  # None: being replaced; the resend covers it
+                self._send(idx, bookie, eids, part)
 
-    def _send(self, index: int, bookie: str, eids: np.ndarray, entries: list[bytes]) -> None:
+    def _send(self, index: int, bookie: str, eids: np.ndarray | list[int],
+              entries: list[bytes]) -> None:
         sink = self._sinks.get((index, bookie))
         if sink is None:
             sink = self._sinks.setdefault((index, bookie), _BookieSink(self, index, bookie))
