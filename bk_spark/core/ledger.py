@@ -104,7 +104,7 @@ class LedgerHandle:
         self._failed_since_progress: set[str] = set()
         self._change_lock = threading.Lock()
         self._lac_sent = -1
-        self._lac_flush_due = False  # a _flush_lac is on the I/O loop's timers
+        self._lac_flush_due = False  # gathered for _flush_lacs on the I/O loop
         self._sinks: dict[tuple[int, str], _BookieSink] = {}
         # payloads handed out but not yet encoded: the ids before _next_entry
         self._outbox: list[bytes] = []
@@ -253,13 +253,31 @@ class LedgerHandle:
                 # a lone add's path. A framer (the log writer's) runs on the loop only.
                 inline = (eid == self._unacked_first and not self._shipping
                           and self._framer is None)
-                if not inline:
+                if inline:
+                    pass
+                elif self._should_linger():
+                    # Decided here, not on the loop: no wake-up of the loop for an add
+                    # that lingers (a thousand writers with an add or two each).
+                    self._lingering = True
+                    self._threads.gather_later(self._bk.config.add_linger_s,
+                                               LedgerHandle._ship_each, self)
+                else:
                     self._threads.schedule(self._ship)
             elif self._lingering and len(self._outbox) == LINGER_MIN_ENTRIES:
                 self._threads.schedule(self._ship)  # the burst came: no need to wait more
         if inline:
             self._ship()
         return eid
+
+    def _should_linger(self) -> bool:
+        """Under the lock: whether the queued adds wait ``add_linger_s`` for more before
+        their round ships. Earlier adds are in flight, so these few are not alone: the rest
+        of a burst usually follows at once (one round of many, not one request each). The
+        lingering writers of a client ship together when the linger ends
+        (:meth:`_ship_each`)."""
+        n_out = len(self._outbox)
+        return (self._bk.config.add_linger_s > 0 and n_out < LINGER_MIN_ENTRIES
+                and len(self._targets) > n_out and not self._closed)
 
     def _ship(self) -> None:
         """Encode and ship one round of queued entries: one batch per bookie of the ensemble.
@@ -303,12 +321,10 @@ class LedgerHandle:
             if not self._outbox or self._error is not None:
                 return  # shipped already, or failed: _fail decided every add
             n_out = len(self._outbox)
-            if (linger > 0 and not lingered and n_out < LINGER_MIN_ENTRIES
-                    and len(self._targets) > n_out and not self._closed):
-                # Earlier adds are in flight, so these few are not alone: wait a moment
-                # for the rest of the burst (one round of many, not one RPC each).
+            if not lingered and self._should_linger():
                 self._lingering = self._ship_scheduled = True
-                self._threads.call_later(linger, self._ship)
+                # one timer for every writer lingering now: they ship in one pass
+                self._threads.gather_later(linger, LedgerHandle._ship_each, self)
                 return
             payloads = self._outbox[:round_max]
             share = (sum(map(len, payloads)) + 64 * len(payloads)) * Qw // E
@@ -406,7 +422,15 @@ class LedgerHandle:
             with self._lock:
                 due, self._lac_flush_due = self._lac_flush_due, True
             if not due:  # the LAC the last entry could not carry, once the interval passed
-                self._threads.call_later(self.explicit_lac_interval_s, self._flush_lac)
+                self._threads.gather_later(self.explicit_lac_interval_s,
+                                           LedgerHandle._flush_lacs, self)
+
+    @staticmethod
+    def _ship_each(handles: list[LedgerHandle]) -> None:
+        """The lingers that ended together (:meth:`ClientThreads.gather_later`): each
+        writer ships, in one pass of the I/O loop."""
+        for h in handles:
+            h._ship()
 
     def _deliver(self) -> None:
         """Complete decided adds in entry order, whichever thread decided them.
@@ -541,24 +565,29 @@ class LedgerHandle:
             note=f"{tried}; check the network between this client and the bookies")
 
     # ------------------------------------------------------------------ explicit LAC
-    def _flush_lac(self) -> None:
+    @staticmethod
+    def _flush_lacs(handles: list[LedgerHandle]) -> None:
         """Explicit LAC (BookKeeper's ``ExplicitLacFlushPolicy``), on the client's I/O loop
-        ``explicit_lac_interval_s`` after the writer fell idle: tell the bookies the LAC the
-        last entry could not carry, without waiting for their answers. A writer busy again
-        by then skips it (its entries carry the LAC; its next idle moment sets the next
-        flush): a writer adding one entry at a time sends one explicit LAC per interval,
-        not one per add (three more requests and journal records per add for the
-        bookies)."""
-        with self._lock:
-            self._lac_flush_due = False
-            if self._closed or self._error is not None or self._targets:
-                return
-            lac, bookies = self._take_lac_to_send()
-        for b in bookies:
-            try:
-                self._bk.bookies.get(b).send_lac(self.id, self._master_key, lac)
-            except BKError as exc:  # the client closed: the close sends the final LAC
-                log.debug("explicit LAC to %s failed: %s", b, exc)
+        up to ``explicit_lac_interval_s`` after a writer fell idle: tell its bookies the LAC
+        its last entry could not carry, without waiting for their answers. A writer busy
+        again by then skips it (its entries carry the LAC; its next idle moment sets the
+        next flush): a writer adding one entry at a time sends one explicit LAC per
+        interval, not one per add (three more requests and journal records per add for the
+        bookies). The writers that fell idle within one interval are flushed together
+        (:meth:`ClientThreads.gather_later`: one timer per interval for the whole client,
+        not one per writer), and their LACs to one bookie leave in one stream message
+        (the I/O loop's pass is corked)."""
+        for h in handles:
+            with h._lock:
+                h._lac_flush_due = False
+                if h._closed or h._error is not None or h._targets:
+                    continue
+                lac, bookies = h._take_lac_to_send()
+            for b in bookies:
+                try:
+                    h._bk.bookies.get(b).send_lac(h.id, h._master_key, lac)
+                except BKError as exc:  # the client closed: the close sends the final LAC
+                    log.debug("explicit LAC to %s failed: %s", b, exc)
 
     def _take_lac_to_send(self) -> tuple[int, list[str]]:
         """The LAC no bookie was told yet, and the bookies to tell (none: nothing new).

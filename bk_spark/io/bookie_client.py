@@ -49,7 +49,7 @@ from bk_spark.errors import (
     UnauthorizedError,
     error_for_code,
 )
-from bk_spark.io.add_stream import AddStream
+from bk_spark.io.add_stream import AddStream, flush_cork
 from bk_spark.io.entry import (  # noqa: F401 - _varint, frame_entry: their old home
     _varint,
     add_answer_error,
@@ -320,6 +320,7 @@ class BookieClient:
             size = len(request)
             with self._cv:
                 while not self._closed and not self._may_send(size, ledger_id, recovery):
+                    flush_cork()  # what this thread queued corked must go before it waits
                     self._cv.wait()
                 if self._closed:
                     err = BookieUnavailableError(f"client for bookie {self.bookie_id} is closed")
