@@ -147,11 +147,12 @@ def paced_latency(uri: str, rate: float, seconds: float = 4.0, size: int = KiB,
 
 def many_ledgers_rate(uri: str, n_ledgers: int = 1000, in_flight: int = 2000,
                       seconds: float = 2.0, size: int = KiB,
-                      timed: Callable[[int | None], None] | None = None) -> tuple[float, int]:
+                      timed: Callable[[int | None, object], None] | None = None
+                      ) -> tuple[float, int]:
     """(aggregate adds/s, threads the client added) of one client writing ``n_ledgers``
     password ledgers at once, ``in_flight`` adds outstanding over all of them (closed loop,
-    round robin). ``timed``: called with None as the timed adds start and with their
-    number once they are all acknowledged (``bench/many_ledgers.py`` samples CPU there)."""
+    round robin). ``timed``: called with None (and the client) as the timed adds start and with
+    their number once they are all acknowledged (``bench/many_ledgers.py`` samples CPU there)."""
     from bk_spark.core import BookKeeper
 
     before = threading.active_count()
@@ -163,7 +164,7 @@ def many_ledgers_rate(uri: str, n_ledgers: int = 1000, in_flight: int = 2000,
         window: deque = deque()
         n = 0
         if timed is not None:
-            timed(None)
+            timed(None, bk)
         t0 = time.perf_counter()
         stop = t0 + seconds
         while True:
@@ -177,7 +178,7 @@ def many_ledgers_rate(uri: str, n_ledgers: int = 1000, in_flight: int = 2000,
             f.result(60)
         rate = n / (time.perf_counter() - t0)
         if timed is not None:
-            timed(n)
+            timed(n, bk)
         threads = threading.active_count() - before
         for lh in handles:
             lh.close()

@@ -76,7 +76,14 @@ def one_run(tmp: Path, seconds: float, spy: Path | None, rep: int, n_ledgers: in
         ids = [b.bookie_id for b in sb.bookies]
         marks: dict[str, object] = {}
 
-        def timed(n: int | None) -> None:  # around the timed adds only
+        def sent(bk: object) -> int:  # stream messages the client sent so far
+            total = 0
+            for c in list(getattr(bk.bookies, "_clients", {}).values()):  # type: ignore[attr-defined]
+                st = getattr(c, "_stream", None)
+                total += getattr(st, "messages_sent", 0) if st is not None else 0
+            return total
+
+        def timed(n: int | None, bk: object) -> None:  # around the timed adds only
             if n is None:
                 marks["spies"] = [spy_on(spy, sb.bookies[0].pid, f"many-bookie-{rep}"),
                                   spy_on(spy, os.getpid(), f"many-client-{rep}")
@@ -86,6 +93,7 @@ def one_run(tmp: Path, seconds: float, spy: Path | None, rep: int, n_ledgers: in
                 marks["req0"] = _info(ids)
                 marks["before"] = [proc_user_sys_s(p) for p in pids]
                 marks["threads0"] = thread_cpu()
+                marks["msgs0"] = sent(bk)
                 marks["t0"] = time.perf_counter()
             else:
                 marks["wall"] = time.perf_counter() - marks["t0"]  # type: ignore[operator]
@@ -94,6 +102,7 @@ def one_run(tmp: Path, seconds: float, spy: Path | None, rep: int, n_ledgers: in
                 stop_spies(marks["spies"])  # type: ignore[arg-type]
                 marks["req1"] = _info(ids)
                 marks["n"] = n
+                marks["msgs"] = sent(bk) - marks["msgs0"]  # type: ignore[operator]
 
         rate, threads = many_ledgers_rate(uri, n_ledgers=n_ledgers, seconds=seconds,
                                           timed=timed)
@@ -104,8 +113,8 @@ def one_run(tmp: Path, seconds: float, spy: Path | None, rep: int, n_ledgers: in
         reqs = [(r1[0] - r0[0]) / n for r0, r1 in zip(req0, req1, strict=True)]
         t0_, t1_ = marks["threads0"], marks["threads1"]
         per_thread = {k: (v - t0_.get(k, 0.0)) / n * 1e6 for k, v in t1_.items()}  # type: ignore[union-attr]
-        return {"per_thread": per_thread, "one": one, "many": rate, "threads": threads, "cpu": cpu, "wall": wall,
-                "n": n, "reqs": reqs}
+        return {"msgs": marks["msgs"], "per_thread": per_thread, "one": one, "many": rate,
+                "threads": threads, "cpu": cpu, "wall": wall, "n": n, "reqs": reqs}
     finally:
         sb.stop()
 
@@ -128,7 +137,9 @@ def main() -> None:
             print(f"run {rep}: one ledger {r['one']:,.0f} e/s; {args.ledgers} ledgers "
                   f"{r['many']:,.0f} e/s ({r['many'] / r['one']:.2f}x), {r['threads']} "
                   f"threads; CPU us/entry client, bookies: {cpu}; stream requests per "
-                  f"entry per bookie: {reqs}", flush=True)
+                  f"entry per bookie: {reqs}; stream messages {r['msgs']:,} "
+                  f"({sum(r['reqs']) * r['n'] / max(r['msgs'], 1):.1f} requests each)",
+                  flush=True)
             print("  client threads, CPU us/entry: " + ", ".join(
                 f"{k} {v:.1f}" for k, v in sorted(r["per_thread"].items(), key=lambda kv: -kv[1])
                 if v >= 0.5), flush=True)
