@@ -46,7 +46,7 @@ from bk_spark.protocol import ledger_rules
 from bk_spark.protocol.ledger_metadata import LedgerMetadata
 from bk_spark.protocol.ledger_rules import REPLACEABLE_ERRORS, Decision
 from bk_spark.protocol.pending import PendingAdds
-from bk_spark.protocol.rounds import round_shares
+from bk_spark.protocol.rounds import round_indexes, round_shares
 
 log = logging.getLogger(__name__)
 
@@ -328,8 +328,13 @@ class LedgerHandle:
                 return
             payloads = self._outbox[:round_max]
             share = (sum(map(len, payloads)) + 64 * len(payloads)) * Qw // E
+            first = self._next_entry - n_out
+            ensemble = self._ensemble
             try:
-                for bookie in self._ensemble:
+                # the bookies this round goes to (a round of fewer than E entries skips
+                # the others: they get nothing of it)
+                for idx in round_indexes(first, len(payloads), E, Qw):
+                    bookie = ensemble[idx]
                     if bookie is not None and not self._bk.bookies.get(bookie).has_window(
                             share, self._wake_ship, self.id):
                         self._ship_scheduled = True  # _wake_ship calls again
@@ -338,7 +343,6 @@ class LedgerHandle:
                 failed: BKError | None = exc
             else:
                 failed = None
-                first = self._next_entry - n_out
                 del self._outbox[:round_max]
                 lac = self._pending.last_add_confirmed
         if failed is not None:

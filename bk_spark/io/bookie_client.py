@@ -340,6 +340,9 @@ class BookieClient:
         bookie's add stream (opened on first use, again after it broke), else (refused,
         or ``add_stream`` off) as a unary ``AddEntries``: the same answer either way, read
         by :func:`~bk_spark.io.entry.add_answer_error`."""
+        stream = self._stream  # the open stream's fast path (no lock, no clock)
+        if stream is not None and stream.submit(request, packed, done):
+            return
         if self.config.add_stream and time.monotonic() >= self._unary_until:
             for _ in range(2):  # a stream that just ended: once more, on a new one
                 try:

@@ -44,3 +44,12 @@ def round_shares(first: int, wire: list[bytes], E: int, Qw: int
             per_index[idx][1].extend(part)
     return [(idx, np.concatenate(id_parts), part)
             for idx, (id_parts, part) in enumerate(per_index) if part]
+
+
+def round_indexes(first: int, n: int, E: int, Qw: int) -> list[int] | range:
+    """The ensemble indexes that get a share of a round of ``n`` entries from ``first``
+    (:func:`round_shares` gives each of them something, and no other): every index once a
+    round has E entries or more (or Qw == E)."""
+    if n >= E or Qw == E:
+        return range(E)
+    return sorted({idx for k in range(n) for idx in write_set((first + k) % E, E, Qw)})

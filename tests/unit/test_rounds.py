@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bk_spark.protocol.rounds import round_shares
+from bk_spark.protocol.rounds import round_indexes, round_shares
 from bk_spark.protocol.schedule import write_set
 
 
@@ -21,7 +21,8 @@ def test_each_bookie_gets_exactly_the_entries_whose_write_set_holds_it(E, Qw, n,
     for e in range(first, first + n):
         for idx in write_set(e, E, Qw):
             want.setdefault(idx, []).append(e)
-    assert sorted(idx for idx, _, _ in shares) == sorted(want)
+    assert sorted(idx for idx, _, _ in shares) == sorted(want) == list(
+        round_indexes(first, n, E, Qw))
     for idx, ids, recs in shares:
         ids = [int(i) for i in ids]
         assert sorted(ids) == want[idx]
