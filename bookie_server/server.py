@@ -63,7 +63,8 @@ def add_ok(req: pb.AddRequest) -> pb.AddResponse:
     """The OK answer to an add, unary or on a stream alike: ``packed`` set when the request
     carried records, the client's proof that this bookie read them (an older bookie's OK
     lacks it: :func:`bk_spark.io.entry.add_answer_error`)."""
-    return _ADD_OK_PACKED if req.records or req.record_lengths else _ADD_OK
+    # record_lengths first: reading a bytes field copies it, and the lengths are small
+    return _ADD_OK_PACKED if req.record_lengths or req.records else _ADD_OK
 
 
 class AddStreams:
