@@ -7,10 +7,12 @@ Each run starts a fresh sandbox (ZooKeeper + 3 bookies) and measures
 :func:`bench.latency.many_ledgers_rate` (``--ledgers`` password ledgers E3/Qw2/Qa2, 2,000
 adds of 1 KiB in flight spread round robin over them, closed loop) beside one ledger with
 the same window (:func:`bench.latency.windowed_rate`), with the CPU per entry of the client
-process and of each bookie from ``/proc/<pid>/stat`` over the many-ledger run, and the
-bookies' requests and stream messages per entry (their ``Info``). ``--spy DIR``: a py-spy
-record (``--threads``, 200 Hz, raw) of the client and the first bookie during the
-many-ledger run (slower: the spies share the 2 cores).
+process and of each bookie from ``/proc/<pid>/stat`` over the timed adds, the client's
+per thread (``/proc/self/task``), the bookies' stream requests per entry (their ``Info``)
+and the stream messages the client sent. ``--spy DIR``: a py-spy record (``--threads``,
+200 Hz, raw) of the client and the first bookie during the many-ledger run (slower: the
+spies share the 2 cores). ``--switch-interval S``: the client's GIL switch interval
+(diagnosis: what its threads' GIL hand-offs cost).
 """
 
 from __future__ import annotations
@@ -125,7 +127,11 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--ledgers", type=int, default=1000)
     ap.add_argument("--spy", type=Path)
+    ap.add_argument("--switch-interval", type=float, default=0.0,
+                    help="diagnosis: the client process's sys.setswitchinterval (s)")
     args = ap.parse_args()
+    if args.switch_interval > 0:
+        sys.setswitchinterval(args.switch_interval)
     from bk_spark.allocator import tune_allocator
 
     tune_allocator()
