@@ -27,6 +27,7 @@ import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -145,10 +146,13 @@ def paced_latency(uri: str, rate: float, seconds: float = 4.0, size: int = KiB,
 
 
 def many_ledgers_rate(uri: str, n_ledgers: int = 1000, in_flight: int = 2000,
-                      seconds: float = 2.0, size: int = KiB) -> tuple[float, int]:
+                      seconds: float = 2.0, size: int = KiB,
+                      timed: Callable[[int | None, object], None] | None = None
+                      ) -> tuple[float, int]:
     """(aggregate adds/s, threads the client added) of one client writing ``n_ledgers``
     password ledgers at once, ``in_flight`` adds outstanding over all of them (closed loop,
-    round robin)."""
+    round robin). ``timed``: called with None (and the client) as the timed adds start and with
+    their number once they are all acknowledged (``bench/many_ledgers.py`` samples CPU there)."""
     from bk_spark.core import BookKeeper
 
     before = threading.active_count()
@@ -159,6 +163,8 @@ def many_ledgers_rate(uri: str, n_ledgers: int = 1000, in_flight: int = 2000,
             f.result(60)
         window: deque = deque()
         n = 0
+        if timed is not None:
+            timed(None, bk)
         t0 = time.perf_counter()
         stop = t0 + seconds
         while True:
@@ -171,6 +177,8 @@ def many_ledgers_rate(uri: str, n_ledgers: int = 1000, in_flight: int = 2000,
         for f in window:
             f.result(60)
         rate = n / (time.perf_counter() - t0)
+        if timed is not None:
+            timed(n, bk)
         threads = threading.active_count() - before
         for lh in handles:
             lh.close()

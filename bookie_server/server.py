@@ -63,7 +63,8 @@ def add_ok(req: pb.AddRequest) -> pb.AddResponse:
     """The OK answer to an add, unary or on a stream alike: ``packed`` set when the request
     carried records, the client's proof that this bookie read them (an older bookie's OK
     lacks it: :func:`bk_spark.io.entry.add_answer_error`)."""
-    return _ADD_OK_PACKED if req.records or req.record_lengths else _ADD_OK
+    # record_lengths first: reading a bytes field copies it, and the lengths are small
+    return _ADD_OK_PACKED if req.record_lengths or req.records else _ADD_OK
 
 
 class AddStreams:
@@ -444,6 +445,7 @@ class BookieService:
         arrival order (so a ledger's requests are journaled in the order sent)."""
         hist = self.metrics.rpc_seconds.labels("AddEntries")
         limit = grpc_message_limit(self.config)
+        accepting_many = self.storage.accepting_many
         try:
             for raw in requests:
                 t0 = time.perf_counter()
@@ -458,15 +460,19 @@ class BookieService:
                 self.streams.served(n)
                 if not n:
                     answer.send()
-                for i, req in enumerate(msg.requests):
-                    try:
-                        ok = add_ok(req)  # as the unary answer: packed=True for records
-                        self.add_entries(req, key_required,
-                                         done=lambda err, i=i, a=answer, ok=ok: a.put(
-                                             i, ok if err is None else self._error_answer(
-                                                 "AddEntries", pb.AddResponse, err)))
-                    except Exception as exc:
-                        answer.put(i, self._error_answer("AddEntries", pb.AddResponse, exc))
+                # The message's requests are accepted as one (one journal submission),
+                # each validated and answered on its own.
+                with accepting_many():
+                    for i, req in enumerate(msg.requests):
+                        try:
+                            ok = add_ok(req)  # as the unary answer: packed=True for records
+                            self.add_entries(req, key_required,
+                                             done=lambda err, i=i, a=answer, ok=ok: a.put(
+                                                 i, ok if err is None else self._error_answer(
+                                                     "AddEntries", pb.AddResponse, err)))
+                        except Exception as exc:
+                            answer.put(i, self._error_answer("AddEntries", pb.AddResponse,
+                                                             exc))
         except grpc.RpcError:
             pass  # the client went away or cancelled: the answers still due are dropped
         except Exception:  # noqa: BLE001

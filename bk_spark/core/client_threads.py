@@ -8,6 +8,10 @@ handed to threads the client owns:
 
 * **the I/O loop** (one thread, ``bk-clientN-io``): ships the rounds of every ledger writer
   (:meth:`LedgerHandle._ship`), runs timers (a writer's linger) and the explicit-LAC sends.
+  It runs whatever is ready in one pass, with the add streams corked
+  (:func:`~bk_spark.io.add_stream.corked`): the requests of every writer shipped in a pass
+  leave for each bookie in one stream message. Timers many writers set alike (lingers,
+  explicit LACs) are gathered (:meth:`gather_later`): one timer and one call per interval.
   Everything it runs is short and never waits on a bookie: a writer whose bookies' request
   windows are full is parked on them (:meth:`BookieClient.when_window`) and called again
   when an answer frees the window. One loop runs one writer's rounds one at a time, in
@@ -40,6 +44,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from bk_spark.errors import BookieUnavailableError
+from bk_spark.io.add_stream import corked
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +62,8 @@ class ClientThreads:
         self._cv = threading.Condition()
         self._ready: deque[Callable[[], None]] = deque()
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
+        # gather_later: the items gathered per function until its timer runs it
+        self._gathered: dict[Callable[[list[Any]], None], list[Any]] = {}
         self._seq = itertools.count()
         self._loop: threading.Thread | None = None
         self._pools: dict[str, ThreadPoolExecutor] = {}
@@ -87,6 +94,33 @@ class ClientThreads:
                 return
         fn()
 
+    def gather_later(self, delay_s: float, fn: Callable[[list[Any]], None], item: Any
+                     ) -> None:
+        """Run ``fn(items)`` on the I/O loop ``delay_s`` after the first ``item`` gathered
+        for ``fn`` since it last ran, with every item gathered meanwhile (in order): one
+        timer and one call for many writers, not one each (a thousand writers' lingers and
+        explicit LACs, issue 28). ``fn`` must be one object for all callers (a module-level
+        function, not a bound method). After :meth:`close`: ``fn([item])`` at once."""
+        with self._cv:
+            if not self._closed:
+                items = self._gathered.get(fn)
+                if items is not None:
+                    items.append(item)
+                    return
+                self._gathered[fn] = [item]
+                heapq.heappush(self._timers, (time.monotonic() + delay_s, next(self._seq),
+                                              lambda: self._run_gathered(fn)))
+                self._start_loop()
+                self._cv.notify()
+                return
+        fn([item])
+
+    def _run_gathered(self, fn: Callable[[list[Any]], None]) -> None:
+        with self._cv:
+            items = self._gathered.pop(fn, None)
+        if items:
+            fn(items)
+
     def _start_loop(self) -> None:
         if self._loop is None:
             self._loop = threading.Thread(target=self._run, name=self._prefix + "io", daemon=True)
@@ -107,11 +141,15 @@ class ClientThreads:
                     return
                 batch = list(ready)
                 ready.clear()
-            for fn in batch:
-                try:
-                    fn()
-                except Exception:  # a bug in one writer's round must not stop the others
-                    log.exception("client I/O loop: %r failed", fn)
+            # One pass over every writer ready now: what they hand a bookie's add stream
+            # leaves together once the pass ends (corked: one wake-up of the stream's sender,
+            # one message, instead of one per writer).
+            with corked():
+                for fn in batch:
+                    try:
+                        fn()
+                    except Exception:  # a bug in one writer's round must not stop the others
+                        log.exception("client I/O loop: %r failed", fn)
 
     # ------------------------------------------------------------------ the pools
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:

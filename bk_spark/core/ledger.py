@@ -46,7 +46,7 @@ from bk_spark.protocol import ledger_rules
 from bk_spark.protocol.ledger_metadata import LedgerMetadata
 from bk_spark.protocol.ledger_rules import REPLACEABLE_ERRORS, Decision
 from bk_spark.protocol.pending import PendingAdds
-from bk_spark.protocol.schedule import write_set
+from bk_spark.protocol.rounds import round_indexes, round_shares
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class LedgerHandle:
         self._failed_since_progress: set[str] = set()
         self._change_lock = threading.Lock()
         self._lac_sent = -1
-        self._lac_flush_due = False  # a _flush_lac is on the I/O loop's timers
+        self._lac_flush_due = False  # gathered for _flush_lacs on the I/O loop
         self._sinks: dict[tuple[int, str], _BookieSink] = {}
         # payloads handed out but not yet encoded: the ids before _next_entry
         self._outbox: list[bytes] = []
@@ -253,13 +253,31 @@ class LedgerHandle:
                 # a lone add's path. A framer (the log writer's) runs on the loop only.
                 inline = (eid == self._unacked_first and not self._shipping
                           and self._framer is None)
-                if not inline:
+                if inline:
+                    pass
+                elif self._should_linger():
+                    # Decided here, not on the loop: no wake-up of the loop for an add
+                    # that lingers (a thousand writers with an add or two each).
+                    self._lingering = True
+                    self._threads.gather_later(self._bk.config.add_linger_s,
+                                               LedgerHandle._ship_each, self)
+                else:
                     self._threads.schedule(self._ship)
             elif self._lingering and len(self._outbox) == LINGER_MIN_ENTRIES:
                 self._threads.schedule(self._ship)  # the burst came: no need to wait more
         if inline:
             self._ship()
         return eid
+
+    def _should_linger(self) -> bool:
+        """Under the lock: whether the queued adds wait ``add_linger_s`` for more before
+        their round ships. Earlier adds are in flight, so these few are not alone: the rest
+        of a burst usually follows at once (one round of many, not one request each). The
+        lingering writers of a client ship together when the linger ends
+        (:meth:`_ship_each`)."""
+        n_out = len(self._outbox)
+        return (self._bk.config.add_linger_s > 0 and n_out < LINGER_MIN_ENTRIES
+                and len(self._targets) > n_out and not self._closed)
 
     def _ship(self) -> None:
         """Encode and ship one round of queued entries: one batch per bookie of the ensemble.
@@ -303,17 +321,20 @@ class LedgerHandle:
             if not self._outbox or self._error is not None:
                 return  # shipped already, or failed: _fail decided every add
             n_out = len(self._outbox)
-            if (linger > 0 and not lingered and n_out < LINGER_MIN_ENTRIES
-                    and len(self._targets) > n_out and not self._closed):
-                # Earlier adds are in flight, so these few are not alone: wait a moment
-                # for the rest of the burst (one round of many, not one RPC each).
+            if not lingered and self._should_linger():
                 self._lingering = self._ship_scheduled = True
-                self._threads.call_later(linger, self._ship)
+                # one timer for every writer lingering now: they ship in one pass
+                self._threads.gather_later(linger, LedgerHandle._ship_each, self)
                 return
             payloads = self._outbox[:round_max]
             share = (sum(map(len, payloads)) + 64 * len(payloads)) * Qw // E
+            first = self._next_entry - n_out
+            ensemble = self._ensemble
             try:
-                for bookie in self._ensemble:
+                # the bookies this round goes to (a round of fewer than E entries skips
+                # the others: they get nothing of it)
+                for idx in round_indexes(first, len(payloads), E, Qw):
+                    bookie = ensemble[idx]
                     if bookie is not None and not self._bk.bookies.get(bookie).has_window(
                             share, self._wake_ship, self.id):
                         self._ship_scheduled = True  # _wake_ship calls again
@@ -322,7 +343,6 @@ class LedgerHandle:
                 failed: BKError | None = exc
             else:
                 failed = None
-                first = self._next_entry - n_out
                 del self._outbox[:round_max]
                 lac = self._pending.last_add_confirmed
         if failed is not None:
@@ -345,21 +365,13 @@ class LedgerHandle:
             self._wire += wire
             self._ends += ends
             ensemble = list(self._ensemble)
-        # The round holds entries first, first + 1, ...: those at offset k of the round
-        # share the write set of (first + k) % E, so each bookie's share is a few slices.
-        ids = np.arange(first, first + n, dtype=np.int64)
-        per_index: list[tuple[list[np.ndarray], list[bytes]]] = [([], []) for _ in range(E)]
-        for k in range(min(E, n)):
-            part = wire[k::E]
-            for idx in write_set((first + k) % E, E, Qw):
-                per_index[idx][0].append(ids[k::E])
-                per_index[idx][1].extend(part)
-        for idx, (id_parts, part) in enumerate(per_index):
+        for idx, eids, part in round_shares(first, wire, E, Qw):
             bookie = ensemble[idx]
-            if part and bookie is not None:  # None: being replaced; the resend covers it
-                self._send(idx, bookie, np.concatenate(id_parts), part)
+            if bookie is not None:  # None: being replaced; the resend covers it
+                self._send(idx, bookie, eids, part)
 
-    def _send(self, index: int, bookie: str, eids: np.ndarray, entries: list[bytes]) -> None:
+    def _send(self, index: int, bookie: str, eids: np.ndarray | list[int],
+              entries: list[bytes]) -> None:
         sink = self._sinks.get((index, bookie))
         if sink is None:
             sink = self._sinks.setdefault((index, bookie), _BookieSink(self, index, bookie))
@@ -414,7 +426,15 @@ class LedgerHandle:
             with self._lock:
                 due, self._lac_flush_due = self._lac_flush_due, True
             if not due:  # the LAC the last entry could not carry, once the interval passed
-                self._threads.call_later(self.explicit_lac_interval_s, self._flush_lac)
+                self._threads.gather_later(self.explicit_lac_interval_s,
+                                           LedgerHandle._flush_lacs, self)
+
+    @staticmethod
+    def _ship_each(handles: list[LedgerHandle]) -> None:
+        """The lingers that ended together (:meth:`ClientThreads.gather_later`): each
+        writer ships, in one pass of the I/O loop."""
+        for h in handles:
+            h._ship()
 
     def _deliver(self) -> None:
         """Complete decided adds in entry order, whichever thread decided them.
@@ -549,24 +569,29 @@ class LedgerHandle:
             note=f"{tried}; check the network between this client and the bookies")
 
     # ------------------------------------------------------------------ explicit LAC
-    def _flush_lac(self) -> None:
+    @staticmethod
+    def _flush_lacs(handles: list[LedgerHandle]) -> None:
         """Explicit LAC (BookKeeper's ``ExplicitLacFlushPolicy``), on the client's I/O loop
-        ``explicit_lac_interval_s`` after the writer fell idle: tell the bookies the LAC the
-        last entry could not carry, without waiting for their answers. A writer busy again
-        by then skips it (its entries carry the LAC; its next idle moment sets the next
-        flush): a writer adding one entry at a time sends one explicit LAC per interval,
-        not one per add (three more requests and journal records per add for the
-        bookies)."""
-        with self._lock:
-            self._lac_flush_due = False
-            if self._closed or self._error is not None or self._targets:
-                return
-            lac, bookies = self._take_lac_to_send()
-        for b in bookies:
-            try:
-                self._bk.bookies.get(b).send_lac(self.id, self._master_key, lac)
-            except BKError as exc:  # the client closed: the close sends the final LAC
-                log.debug("explicit LAC to %s failed: %s", b, exc)
+        up to ``explicit_lac_interval_s`` after a writer fell idle: tell its bookies the LAC
+        its last entry could not carry, without waiting for their answers. A writer busy
+        again by then skips it (its entries carry the LAC; its next idle moment sets the
+        next flush): a writer adding one entry at a time sends one explicit LAC per
+        interval, not one per add (three more requests and journal records per add for the
+        bookies). The writers that fell idle within one interval are flushed together
+        (:meth:`ClientThreads.gather_later`: one timer per interval for the whole client,
+        not one per writer), and their LACs to one bookie leave in one stream message
+        (the I/O loop's pass is corked)."""
+        for h in handles:
+            with h._lock:
+                h._lac_flush_due = False
+                if h._closed or h._error is not None or h._targets:
+                    continue
+                lac, bookies = h._take_lac_to_send()
+            for b in bookies:
+                try:
+                    h._bk.bookies.get(b).send_lac(h.id, h._master_key, lac)
+                except BKError as exc:  # the client closed: the close sends the final LAC
+                    log.debug("explicit LAC to %s failed: %s", b, exc)
 
     def _take_lac_to_send(self) -> tuple[int, list[str]]:
         """The LAC no bookie was told yet, and the bookies to tell (none: nothing new).

@@ -38,7 +38,8 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from itertools import count, islice
 
 import grpc
@@ -62,6 +63,38 @@ Done = Callable[[BKError | None], None]
 Item = tuple[bytes, bool, Done]
 #: What a refused stream hands back: the refusal, and its requests with their completions.
 OnRefused = Callable[[Refusal, list[Item]], None]
+
+
+_cork = threading.local()
+
+
+@contextmanager
+def corked() -> Iterator[None]:
+    """While this runs, requests this thread submits wait in their stream's queue without
+    waking its sender; when it ends, each stream they went to is woken once, and sends
+    them together (the client's I/O loop corks each pass over its writers: a thousand
+    writers' rounds to one bookie leave in one message, not in one each). Nests."""
+    if getattr(_cork, "streams", None) is not None:
+        yield
+        return
+    streams: dict[int, AddStream] = {}
+    _cork.streams = streams
+    try:
+        yield
+    finally:
+        _cork.streams = None
+        for stream in streams.values():
+            stream.wake()
+
+
+def flush_cork() -> None:
+    """Wake now the streams this thread's cork holds back (it stays corked): a thread that
+    is about to wait for an answer must first let its requests go."""
+    streams = getattr(_cork, "streams", None)
+    if streams:
+        for stream in streams.values():
+            stream.wake()
+        streams.clear()
 
 
 def encode_message(request_id: int, requests: list[bytes]) -> bytes:
@@ -117,13 +150,22 @@ class AddStream:
         """Queue one serialized ``AddRequest`` (``packed``: it carries records);
         ``done(err)`` runs once with its answer. False if the stream has ended (the caller
         sends it another way)."""
+        cork = getattr(_cork, "streams", None)
         with self._cv:
             if self._ended:
                 return False
             self._queue.append((request, packed, done))
             self._queued_bytes += len(request)
-            self._cv.notify_all()
+            if cork is None:
+                self._cv.notify_all()
+        if cork is not None:
+            cork[id(self)] = self  # woken as the cork ends
         return True
+
+    def wake(self) -> None:
+        """Wake the sender for what was queued while corked (:func:`corked`)."""
+        with self._cv:
+            self._cv.notify_all()
 
     # ---------------------------------------------------------------- the sender
     def _requests(self):  # type: ignore[no-untyped-def]

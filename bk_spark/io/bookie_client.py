@@ -49,7 +49,7 @@ from bk_spark.errors import (
     UnauthorizedError,
     error_for_code,
 )
-from bk_spark.io.add_stream import AddStream
+from bk_spark.io.add_stream import AddStream, flush_cork
 from bk_spark.io.entry import (  # noqa: F401 - _varint, frame_entry: their old home
     _varint,
     add_answer_error,
@@ -320,6 +320,7 @@ class BookieClient:
             size = len(request)
             with self._cv:
                 while not self._closed and not self._may_send(size, ledger_id, recovery):
+                    flush_cork()  # what this thread queued corked must go before it waits
                     self._cv.wait()
                 if self._closed:
                     err = BookieUnavailableError(f"client for bookie {self.bookie_id} is closed")
@@ -339,6 +340,9 @@ class BookieClient:
         bookie's add stream (opened on first use, again after it broke), else (refused,
         or ``add_stream`` off) as a unary ``AddEntries``: the same answer either way, read
         by :func:`~bk_spark.io.entry.add_answer_error`."""
+        stream = self._stream  # the open stream's fast path (no lock, no clock)
+        if stream is not None and stream.submit(request, packed, done):
+            return
         if self.config.add_stream and time.monotonic() >= self._unary_until:
             for _ in range(2):  # a stream that just ended: once more, on a new one
                 try:

@@ -101,9 +101,15 @@ def add_request(head: bytes, records: Sequence[bytes]) -> bytes:
     ``record_lengths``. One copy of each record, made by the join; the lengths in numpy."""
     if not records:
         return head
-    lengths = np.fromiter(map(len, records), dtype=LENGTHS_DTYPE, count=len(records))
-    total = int(lengths.sum(dtype=np.int64))
-    lens = lengths.tobytes()
+    n = len(records)
+    if n <= 16:  # a round of a few entries (many ledgers): numpy's fixed cost dominates
+        sizes = list(map(len, records))
+        total = sum(sizes)
+        lens = struct.pack(f"<{n}I", *sizes)
+    else:
+        lengths = np.fromiter(map(len, records), dtype=LENGTHS_DTYPE, count=n)
+        total = int(lengths.sum(dtype=np.int64))
+        lens = lengths.tobytes()
     return b"".join((head, _RECORDS_TAG, _varint(total), *records,
                      _LENGTHS_TAG, _varint(len(lens)), lens))
 

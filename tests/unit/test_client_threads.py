@@ -47,6 +47,39 @@ def test_close_runs_pending_timers_joins_every_thread_and_refuses_new_work() -> 
     assert ran == ["timer", "inline"]
 
 
+def test_items_gathered_within_an_interval_run_in_one_call_after_it_in_order() -> None:
+    """A thousand writers' lingers and explicit LACs cost one timer per interval."""
+    threads = ClientThreads()
+    calls: list[list[int]] = []
+    done = threading.Event()
+
+    def flush(items: list[int]) -> None:
+        calls.append(items)
+        if sum(map(len, calls)) == 6:
+            done.set()
+
+    t0 = time.monotonic()
+    for i in range(5):
+        threads.gather_later(0.05, flush, i)
+    assert done.wait(0.02) is False and calls == []  # not before the interval
+    time.sleep(0.1)
+    assert calls == [[0, 1, 2, 3, 4]] and time.monotonic() - t0 >= 0.05
+    threads.gather_later(0.01, flush, 5)  # a new interval: a new call
+    assert done.wait(5)
+    assert calls == [[0, 1, 2, 3, 4], [5]]
+    threads.close()
+    threads.gather_later(60, flush, 6)  # after close: at once, on the caller's thread
+    assert calls[-1] == [6]
+
+
+def test_gathered_items_run_at_close() -> None:
+    threads = ClientThreads()
+    calls: list[list[str]] = []
+    threads.gather_later(60, calls.append, "lac")
+    threads.close()
+    assert calls == [["lac"]]
+
+
 def test_a_failing_call_does_not_stop_the_loop() -> None:
     threads = ClientThreads()
     done = threading.Event()

@@ -49,10 +49,12 @@ def test_frame_run_equals_encoding_entry_by_entry(digest_type: str, first: int, 
 
 
 @pytest.mark.parametrize("lac,recovery", [(-1, False), (5, True)])
-def test_a_packed_add_request_parses_into_its_records(lac: int, recovery: bool) -> None:
+@pytest.mark.parametrize("n", [40, 16, 1])  # numpy's lengths, and a few packed in Python
+def test_a_packed_add_request_parses_into_its_records(lac: int, recovery: bool, n: int
+                                                      ) -> None:
     """``add_request`` writes protobuf's own ``AddRequest``: the head's fields, the records
     back to back in ``records`` and their u32 lengths in ``record_lengths``."""
-    entries = [(9, e, e - 1, bytes([e]) * (e * 300), b"d" * 12) for e in range(40)]
+    entries = [(9, e, e - 1, bytes([e]) * (e * 300), b"d" * 12) for e in range(n)]
     records = [pack_records([entry])[0] for entry in entries]
     raw = add_request(add_request_head(9, b"key", recovery=recovery, lac=lac), records)
     req = pb.AddRequest.FromString(raw)

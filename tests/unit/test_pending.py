@@ -269,3 +269,62 @@ def test_a_failed_writer_acknowledges_nothing_when_its_change_ends():
     adds.ack_many([0], 2)
     assert adds.release(acknowledge=False) == range(0)
     assert adds.last_add_confirmed == -1
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_small_answers_counted_in_python_acknowledge_exactly_what_the_array_path_does(
+        seed, monkeypatch):
+    """Answers of a few ids (a thousand ledgers with a round of one or two entries each)
+    take a plain-Python path; the same answers through numpy must acknowledge the same
+    entries at the same moments, holds and replaced bookies included."""
+    import random
+
+    import numpy as np
+
+    from bk_spark.protocol import pending
+
+    rng = random.Random(seed)
+    E, Qw = rng.choice([(3, 2), (4, 3), (5, 3), (3, 3)])
+    Qa = rng.randint(1, Qw)
+    small, big = PendingAdds(E, Qw, Qa), PendingAdds(E, Qw, Qa)
+    out_small: list[list[int]] = []
+    out_big: list[list[int]] = []
+    nxt = 0
+    for _step in range(400):
+        op = rng.random()
+        if op < 0.3:
+            n = rng.randint(1, 40)
+            small.register(nxt, n)
+            big.register(nxt, n)
+            nxt += n
+        elif op < 0.95 and nxt:
+            idx = rng.randrange(E)
+            lo = max(0, small.last_add_confirmed - 2)  # mostly near the first unacknowledged
+            ids = [rng.randrange(lo, min(nxt, lo + 12)) for _ in range(rng.randint(1, 24))]
+            as_array = rng.random() < 0.5
+            arg = np.array(ids, dtype=np.int64) if as_array else ids
+            out_small.append(list(small.ack_many(arg, idx)))
+            monkeypatch.setattr(pending, "SMALL_ANSWER", 0)
+            out_big.append(list(big.ack_many(np.array(ids) if as_array else list(ids), idx)))
+            monkeypatch.setattr(pending, "SMALL_ANSWER", 16)
+        elif small.last_add_confirmed + 1 < nxt:
+            first = small.first_unacknowledged()
+            idx = rng.randrange(E)
+            assert small.replace_bookie(idx, first) == big.replace_bookie(idx, first)
+            small.hold()
+            big.hold()
+            out_small.append(list(small.release()))
+            monkeypatch.setattr(pending, "SMALL_ANSWER", 0)
+            out_big.append(list(big.release()))
+            monkeypatch.setattr(pending, "SMALL_ANSWER", 16)
+        assert small.last_add_confirmed == big.last_add_confirmed
+    assert out_small == out_big
+    assert sum(map(len, out_small)) > 0
+
+
+def test_a_small_answer_naming_an_entry_never_added_is_refused_before_counting_any():
+    adds = PendingAdds(3, 2, 2)
+    adds.register(0, 2)
+    with pytest.raises(ValueError, match="never added"):
+        adds.ack_many([0, 5], 0)
+    assert adds.confirmations(0) == frozenset()
