@@ -270,7 +270,8 @@ def _timeline(server_pids: list[int]) -> tuple[dict, Callable[[], None]]:
 
 
 def _print_timeline(rec: dict, n: int) -> None:
-    """The rate per 250 ms, the servers' cores then, and the roll steps (ms)."""
+    """The rate per 250 ms ($BK_TIMELINE_STEP samples of 50 ms), the servers' cores then,
+    and the roll steps (ms)."""
     hz = os.sysconf("SC_CLK_TCK")
     samples = rec["samples"]
     start = next((i for i, s in enumerate(samples) if s[1] > 0), 0)
@@ -278,8 +279,9 @@ def _print_timeline(rec: dict, n: int) -> None:
     if start > 1:  # before the first acknowledgement: opening the client, the writer
         (t0, _, c0), (t1, _, c1) = samples[0], samples[start - 1]
         rows.append(f"pre{t1 - t0:.2f}s:servers{(c1 - c0) / hz / max(t1 - t0, 1e-9):.1f}")
-    for i in range(max(start - 1, 0), len(samples) - 5, 5):
-        (t0, a0, c0), (t1, a1, c1) = samples[i], samples[i + 5]
+    step = int(os.environ.get("BK_TIMELINE_STEP", "5"))  # samples (50 ms) per row
+    for i in range(max(start - 1, 0), len(samples) - step, step):
+        (t0, a0, c0), (t1, a1, c1) = samples[i], samples[i + step]
         rows.append(f"{t0:.2f}:{(a1 - a0) / (t1 - t0) / 1e3:.0f}k/{(c1 - c0) / hz / (t1 - t0):.1f}")
         if a1 >= n:
             break
