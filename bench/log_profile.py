@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -201,6 +202,94 @@ def _count_zk() -> dict[str, int]:
     return counts
 
 
+def _timeline(server_pids: list[int]) -> tuple[dict, Callable[[], None]]:
+    """Sample, every 50 ms, the entries acknowledged so far (the LAC + 1 of every ledger
+    the client created) and the servers' CPU ticks; time each roll step of a log writer
+    (the spare's creation, the listing CAS, the switch, the previous ledger's close).
+    Returns (the record, stop)."""
+    import threading
+
+    from bk_spark.core.client import BookKeeper
+    from bk_spark.core.ledger import LedgerHandle
+    from bk_spark.log.roller import Roller
+    from bk_spark.log.writer import LogWriter
+
+    rec: dict = {"samples": [], "steps": [], "t0": time.perf_counter()}
+    handles: list = []
+    create = BookKeeper.create_ledger
+
+    def created(self, *a, **kw):  # type: ignore[no-untyped-def]
+        lh = create(self, *a, **kw)
+        handles.append(lh)
+        return lh
+
+    BookKeeper.create_ledger = created  # type: ignore[method-assign]
+
+    def timed(cls: type, name: str) -> None:
+        f = getattr(cls, name)
+
+        def wrapper(*a, **kw):  # type: ignore[no-untyped-def]
+            t = time.perf_counter()
+            try:
+                return f(*a, **kw)
+            finally:
+                rec["steps"].append((name, t - rec["t0"], time.perf_counter() - t))
+
+        setattr(cls, name, wrapper)
+
+    from bk_spark.protocol.roll_policy import LedgerAssignment, Placement
+
+    append, switch = LedgerAssignment.append, LedgerAssignment.switch
+
+    def appended(self, size, item):  # type: ignore[no-untyped-def]
+        where = append(self, size, item)
+        if where is Placement.ROLL_BEFORE and len(self.waiting) == 1:
+            rec["steps"].append(("first_waiting", time.perf_counter() - rec["t0"], 0.0))
+        return where
+
+    def switched(self):  # type: ignore[no-untyped-def]
+        rec["steps"].append((f"switch[{len(self.waiting)}]", time.perf_counter() - rec["t0"],
+                             0.0))
+        return switch(self)
+
+    LedgerAssignment.append, LedgerAssignment.switch = appended, switched  # type: ignore
+    for cls, name in ((Roller, "_prepare_spare"), (LogWriter, "_list_next_locked"),
+                      (LogWriter, "_switch_to_listed"), (LedgerHandle, "close"),
+                      (LogWriter, "_record_description")):
+        timed(cls, name)
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.05):
+            acked = sum(lh.last_add_confirmed + 1 for lh in list(handles))
+            rec["samples"].append((time.perf_counter() - rec["t0"], acked,
+                                   _ticks(server_pids)))
+
+    threading.Thread(target=sample, daemon=True, name="bench-timeline").start()
+    return rec, stop.set
+
+
+def _print_timeline(rec: dict, n: int) -> None:
+    """The rate per 250 ms ($BK_TIMELINE_STEP samples of 50 ms), the servers' cores then,
+    and the roll steps (ms)."""
+    hz = os.sysconf("SC_CLK_TCK")
+    samples = rec["samples"]
+    start = next((i for i, s in enumerate(samples) if s[1] > 0), 0)
+    rows = []
+    if start > 1:  # before the first acknowledgement: opening the client, the writer
+        (t0, _, c0), (t1, _, c1) = samples[0], samples[start - 1]
+        rows.append(f"pre{t1 - t0:.2f}s:servers{(c1 - c0) / hz / max(t1 - t0, 1e-9):.1f}")
+    step = int(os.environ.get("BK_TIMELINE_STEP", "5"))  # samples (50 ms) per row
+    for i in range(max(start - 1, 0), len(samples) - step, step):
+        (t0, a0, c0), (t1, a1, c1) = samples[i], samples[i + step]
+        rows.append(f"{t0:.2f}:{(a1 - a0) / (t1 - t0) / 1e3:.0f}k/{(c1 - c0) / hz / (t1 - t0):.1f}")
+        if a1 >= n:
+            break
+    print("TIMELINE " + " ".join(rows), flush=True)
+    print("STEPS " + " ".join(f"{name.strip('_')}@{t:.2f}+{d * 1e3:.0f}ms"
+                              for name, t, d in rec["steps"]), flush=True)
+
+
 def child(kind: str, uri: str, n: int, roll: int, spy: str, server_pids: list[int]) -> None:
     import signal
 
@@ -210,6 +299,7 @@ def child(kind: str, uri: str, n: int, roll: int, spy: str, server_pids: list[in
     from bk_spark.allocator import tune_allocator
 
     tune_allocator()
+    timeline, stop_timeline = _timeline(server_pids)
     rpcs = _count_rpcs()
     zk = _count_zk()
     recorder = None
@@ -240,6 +330,8 @@ def child(kind: str, uri: str, n: int, roll: int, spy: str, server_pids: list[in
         rate, nledgers, largest = log_append(uri, n, roll)[:3]
         extra = f" ({nledgers} ledgers, largest {largest})"
     c1, wall = os.times(), time.perf_counter() - t0
+    stop_timeline()
+    _print_timeline(timeline, n)
     s1, m1 = _ticks(server_pids), _machine_busy()
     z1, w1 = _ticks(server_pids[:1]), _machine_iowait()
     th1 = _thread_ticks()
@@ -292,6 +384,10 @@ def run_child(kind: str, uri: str, n: int, roll: int, spy: Path | None, tag: str
     gcs = next((x for x in out.splitlines() if x.startswith("GC ")), "")
     threads = next((x for x in out.splitlines() if x.startswith("THREADS ")), "")
     print(f"  ({kind}: {gcs}; live threads' CPU per entry: {threads[8:]})", flush=True)
+    for prefix in ("TIMELINE ", "STEPS "):
+        got = next((x for x in out.splitlines() if x.startswith(prefix)), "")
+        if got:
+            print(f"  ({kind}: {got})", flush=True)
     zk = next((x for x in out.splitlines() if x.startswith("ZK ")), "")
     zkcpu = next((x for x in out.splitlines() if x.startswith("ZKCPU ")), "ZKCPU ? ?").split()
     print(f"  ({kind}: ZooKeeper requests: {zk[3:]}; ZooKeeper's CPU {zkcpu[1]} us/entry (in "

@@ -7,6 +7,8 @@ with an entry (a row) due every 20 ms, all into the same foreachBatch sink:
   ``read`` call of the source is recorded, see :class:`TimedSource`);
 * ``tick``: a trivial Python streaming source (:class:`bench.spark_bench.TickSource`,
   no I/O at all): Spark's own floor for a Python source and a Python sink;
+* ``bklacN``: ``bk`` with the writer's client sending its explicit LAC ``N`` ms after it
+  fell idle (``BookKeeperConfig.explicit_lac_interval_s``; ``bk``: the default);
 * ``rate``: Spark's built-in ``rate-micro-batch`` source (JVM), one row per batch: the
   floor of a micro-batch with a Python sink (no latency: its rows carry no append time).
 
@@ -106,7 +108,13 @@ def run_query(spark: Any, kind: str, uri: str, ckpt: Path, seconds: float,
     elif kind == "tick":
         src = spark.readStream.format("bench_tick").option(
             "intervalMs", int(interval_s * 1000)).load()
-    bk = BookKeeper(uri) if kind == "bk" else None
+    bk = None
+    if kind == "bk":
+        bk = BookKeeper(uri)
+    elif kind.startswith("bklac"):  # bklacN: the writer's client sends its LAC N ms idle
+        from bk_spark.core import BookKeeperConfig
+
+        bk = BookKeeper(uri, BookKeeperConfig(explicit_lac_interval_s=int(kind[5:]) / 1e3))
     w = None
     try:
         if bk is not None:

@@ -218,8 +218,8 @@ class ReadHandle:
         fetched on a thread while the caller works on the current one, so fetching and
         decoding overlap. Batches are sized from the entry size: a closed ledger's length
         over its entries, else the size seen in the previous batch (the first of a ledger
-        whose size is unknown is small); the first batch is a quarter of the others, so the
-        caller's work starts sooner. Reading past the LAC raises."""
+        whose size is unknown is small, and whole); the first batch of a known size is a
+        quarter of the others, so the caller's work starts sooner. Reading past the LAC raises."""
         self._check_range(first, last)
         md = self._md.value
         floor = md.ensemble_size  # at least one entry per bookie of the ensemble
@@ -236,8 +236,12 @@ class ReadHandle:
             return fetch_entries(self._bk, md, self._codec, range(lo, hi + 1),
                                  self._master_key)
 
-        # the first fetch is small (a quarter of the target): the caller starts sooner
-        hi = min(first + max(floor, count(size) // 4) - 1, last)
+        # the first fetch is small (a quarter of the target): the caller starts sooner;
+        # entries of unknown size are fetched a full (small) batch first, so that the few
+        # entries of a streaming micro-batch's slice are one fetch on this thread, not a
+        # fetch of one per bookie and another for the rest on a thread of the pool
+        hi = min(first + (count(size) if size is None else max(floor, count(size) // 4)) - 1,
+                 last)
         if hi == last:  # one batch: no thread
             yield fetch(first, last)
             return

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from threading import Condition
 
 from bk_spark.core.futures import (
+    FINISHED,
+    PRIVATE_FIELDS,
     SharedConditionFuture,
     complete_in_order,
     complete_results,
@@ -39,9 +41,13 @@ class AppendFuture(SharedConditionFuture[Position]):
         self._segment = segment
 
     def result(self, timeout: float | None = None) -> Position:
-        entry_id = SharedConditionFuture.result(self, timeout)  # waits; raises its error
+        if PRIVATE_FIELDS and self._state == FINISHED and self._exception is None:
+            entry_id = self._result  # done (SharedConditionFuture.result's own fast path)
+        else:
+            entry_id = SharedConditionFuture.result(self, timeout)  # waits; raises its error
         s = self._segment
         return Position(s.ledger_id, entry_id, s.index)
+
 
 
 class AckSegment:

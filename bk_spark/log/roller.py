@@ -21,6 +21,10 @@ next ledger once the current one is half-way. The roller does it:
   runs the roll's CAS early (``list_next``: the spare claimed and listed, appends still
   going into the current ledger), so the roll due when the ledger is full is only the
   switch: the appends waiting for the next ledger wait for no ZooKeeper operation.
+* **closing the previous ledger** (issue 28): when an append found the current ledger
+  full with the next one listed, it switched ledgers itself (no hand-off to this thread on
+  the appends' path); step 4 of that roll, closing the previous ledger and recording its
+  end, is this thread's, before any other step (``close_previous``).
 * **the thread**: waits on the writer's condition until an append reaches the next
   threshold (:meth:`LedgerAssignment.arm`; appends notify it) or the age check is due,
   then takes one step under the writer's metadata lock: the writer's roll (its four steps
@@ -63,9 +67,11 @@ class Roller:
     :meth:`BookKeeper.create_ledger`); ``roll()`` is the writer's roll (under
     ``meta_lock``, which the roller holds when it calls it); ``list_next()`` the writer's
     steps 2-3 ahead of the switch (under ``meta_lock``), ``listed()`` (under the writer's
-    lock): the next ledger is listed already; ``stopped()`` (under the
-    writer's lock): the writer closed or failed; ``fail(error)``: stop the writer with
-    ``error`` (its appends waiting for the next ledger fail with it).
+    lock): the next ledger is listed already; ``close_previous()`` (under ``meta_lock``):
+    step 4 of a roll whose switch an append made, ``unclosed()`` (under the writer's lock):
+    one is due; ``stopped()`` (under the writer's lock): the writer closed or failed;
+    ``fail(error)``: stop the writer with ``error`` (its appends waiting for the next
+    ledger fail with it).
     """
 
     def __init__(self, bk: BookKeeper, name: str, password: bytes,
@@ -73,6 +79,7 @@ class Roller:
                  meta_lock: threading.Lock, *, max_age_s: float | None,
                  create_ledger: Callable[..., LedgerHandle], roll: Callable[[], object],
                  list_next: Callable[[], object], listed: Callable[[], bool],
+                 close_previous: Callable[[], object], unclosed: Callable[[], bool],
                  stopped: Callable[[], bool], fail: Callable[[BKError], object]) -> None:
         self._bk, self.name, self._password = bk, name, password
         self._assign = assignment
@@ -81,6 +88,10 @@ class Roller:
         self._create_ledger, self._roll, self._stopped = create_ledger, roll, stopped
         self._fail = fail
         self._list_next, self._listed = list_next, listed
+        self._close_previous, self._unclosed = close_previous, unclosed
+        #: A test seam (:func:`bk_spark.log.testing.hold_roller`): while set and not
+        #: released, the thread waits before each step it was woken for.
+        self.hold: threading.Event | None = None
         #: The next ledger, created ahead and registered as pending (None: none).
         self.spare: LedgerHandle | None = None
         self._ids = ReservedIds()  # the next spare's id, reserved by the last one's creation
@@ -105,7 +116,8 @@ class Roller:
                         has_spare, listed = self.spare is not None, self._listed()
                         now = time.monotonic()
                         assign.arm(has_spare, listed, now)  # before looking: none is lost
-                        if assign.step(now, has_spare, listed) is not RollerStep.WAIT:
+                        if assign.step(now, has_spare, listed,
+                                       self._unclosed()) is not RollerStep.WAIT:
                             break
                         wait = assign.next_age_check(now, has_spare, listed)
                         if wait is None and self._max_age_s is not None:
@@ -114,12 +126,18 @@ class Roller:
                     assign.disarm()
                     if self._stopped():
                         return
+                hold = self.hold
+                if hold is not None:
+                    hold.wait()
                 try:
                     with self._meta_lock:
                         with self._wakeup:
                             step = RollerStep.WAIT if self._stopped() else assign.step(
-                                time.monotonic(), self.spare is not None, self._listed())
-                        if step is RollerStep.ROLL:
+                                time.monotonic(), self.spare is not None, self._listed(),
+                                self._unclosed())
+                        if step is RollerStep.CLOSE_PREVIOUS:
+                            self._close_previous()
+                        elif step is RollerStep.ROLL:
                             self._roll()
                         elif step is RollerStep.LIST_NEXT:
                             self._list_next()

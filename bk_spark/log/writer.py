@@ -19,16 +19,18 @@ A roll is then one ZooKeeper transaction: the CAS that lists the spare also clai
 AutoRecovery meanwhile); if the claim or the check fails, nothing is written and the roll
 creates the next ledger itself. The roller runs that transaction ahead too
 (:meth:`LogWriter._list_next_locked`, issue 28), shortly before the current ledger is
-expected to be full (:func:`~bk_spark.protocol.roll_policy.list_ahead_due`): the next
-ledger is then listed while appends still go into the current one, as in the seed's
-window between steps 3 and 4 ("we can continue writing to the log while we perform
-metadata update operations"), and the roll due once the current ledger is full is only
-the switch, with no ZooKeeper operation on the appends' path. While the next ledger is
-listed, the current one is second to last (a new owner fences both), readers move on to
-the next one only once the current one is closed, and this writer owns the log through
-the listed one. An unused spare is deleted when the writer closes or stops,
-and a crashed writer's spare is swept by the next writer of the log (or by ``delete_log``):
-no spare outlives the next owner.
+expected to be full (:func:`~bk_spark.protocol.roll_policy.list_ahead_due`): the next ledger
+is then listed while appends still go into the current one, as in the seed's window between
+steps 3 and 4 ("we can continue writing to the log while we perform metadata update
+operations"), and the roll due once the current ledger is full is only the switch, with no
+ZooKeeper operation on the appends' path; the append that finds the current ledger full
+makes that switch itself (:meth:`LogWriter._switch_from_append`) rather than waiting for the
+roller thread to be scheduled, and leaves step 4 to the roller. While the next ledger is
+listed, the current one is second to last (a new owner fences both), readers move on to the
+next one only once the current one is closed, and this writer owns the log through the
+listed one. An unused spare is deleted when the writer closes or stops, and a crashed
+writer's spare is swept by the next writer of the log (or by ``delete_log``): no spare
+outlives the next owner.
 
 Appending, as a ledger's add does: an append takes the current ledger's lock once, and (a
 writer that rolls) the writer's lock around its assignment. The ledger's sender frames each
@@ -247,6 +249,10 @@ class LogWriter:
         # The next ledger when it is listed ahead of the switch (see the module docstring),
         # with the first timestamp its CAS recorded (under _lock; changed under _meta_lock).
         self._listed: tuple[LedgerHandle, int] | None = None
+        # Ledgers an append switched away from (:meth:`_switch_from_append`), with their
+        # stamps: step 4 of their roll (close, record the end) is still to do (under
+        # _meta_lock; the roller does it before any other step).
+        self._unclosed: list[tuple[LedgerHandle, LedgerStamps]] = []
         # Which ledger each append goes to (roll_policy.py; under _lock): the current one, or
         # the queue of the next one once the current one is full for it. None: no limits.
         self._assign: LedgerAssignment[tuple[bytes, AppendFuture]] | None = (
@@ -262,6 +268,8 @@ class LogWriter:
                 roll=lambda: self._roll_locked(None),
                 list_next=lambda: self._list_next_locked(None),
                 listed=lambda: self._listed is not None,
+                close_previous=self._close_switched,
+                unclosed=lambda: bool(self._unclosed),
                 stopped=lambda: self._closed or self._error is not None,
                 fail=self._set_error)
             self._roller.start()
@@ -360,9 +368,14 @@ class LogWriter:
                         lh.add_entry_token(payload, fut)
                     except BKError as exc:  # the ledger failed: the writer stops
                         raise copy_error(self._on_add_failed(exc, lh.id)) from None
+                    switch = False
+                else:  # it waits for the next ledger: switch to it now if it is listed
+                    switch = self._listed is not None
                 if assign.wake:
                     assign.disarm()
                     self._wakeup.notify_all()
+            if switch:
+                self._switch_from_append()
             return fut
         # A writer without rolling limits: no lock of the writer, the ledger's only.
         lh, segment = self._current
@@ -404,21 +417,25 @@ class LogWriter:
                 if assign.wake:  # the roll adds it (_feed_waiting); wake the roller
                     assign.disarm()
                     self._wakeup.notify_all()
-                return fut
-            if payload is None:
-                self._stamps.nulls = True  # before the sender can see the null
-                payload = NULL_PAYLOAD
-            try:
-                lh.add_entry_token(payload, fut)
-            except TooLargeError:
-                raise
-            except BKError as exc:  # the ledger failed (its adds fail with it): the writer
-                # stops with that error, and each caller gets a copy of it (a traceback of
-                # its own, never the ledger's one exception raised again and again)
-                raise copy_error(self._on_add_failed(exc, lh.id)) from None
-            if assign is not None and assign.wake:
-                assign.disarm()
-                self._wakeup.notify_all()
+                switch = self._listed is not None
+            else:
+                switch = False
+                if payload is None:
+                    self._stamps.nulls = True  # before the sender can see the null
+                    payload = NULL_PAYLOAD
+                try:
+                    lh.add_entry_token(payload, fut)
+                except TooLargeError:
+                    raise
+                except BKError as exc:  # the ledger failed (its adds fail with it): the
+                    # writer stops with that error, and each caller gets a copy of it (a
+                    # traceback of its own, never the ledger's one exception raised again)
+                    raise copy_error(self._on_add_failed(exc, lh.id)) from None
+                if assign is not None and assign.wake:
+                    assign.disarm()
+                    self._wakeup.notify_all()
+        if switch:
+            self._switch_from_append()
         return fut
 
     # ----------------------------------------------------------------- rolling
@@ -472,6 +489,7 @@ class LogWriter:
         docstring), a roll right before it."""
         if self._error is not None:
             raise copy_error(self._error)
+        self._close_switched()  # the previous roll's step 4 first, if an append switched
         # Step 1: create a new ledger (or take the one prepared ahead).
         spare = self._take_spare()
         new = spare or create_log_ledger(self._bk, self.name, self.config)
@@ -508,6 +526,33 @@ class LogWriter:
         """The rest of a roll (under _meta_lock), once the next ledger is listed: appends
         switch to it, then step 4 closes the previous ledger and its end is recorded.
         Returns the new ledger's id."""
+        new_id = self._switch_locked()
+        self._close_switched()
+        return new_id
+
+    def _switch_from_append(self) -> None:
+        """The switch made by the append that found the current ledger full while the next
+        one is listed (issue 28, :mod:`~bk_spark.protocol.roll_policy`): on this thread, so
+        the appends queued behind the full ledger wait for no hand-off to the roller; step 4
+        (:meth:`_close_switched`) is left to the roller, which does it before any other
+        step. Only if nothing else holds _meta_lock (a roller's step, a roll, a close, a
+        properties CAS): otherwise the roller switches, as before, once it looks again."""
+        if not self._meta_lock.acquire(blocking=False):
+            return
+        try:
+            with self._lock:
+                due = (self._listed is not None and self._error is None and not self._closed
+                       and self._assign is not None and bool(self._assign.waiting))
+            if due:
+                self._switch_locked()
+        finally:
+            self._meta_lock.release()
+
+    def _switch_locked(self) -> int:
+        """The switch of a roll (under _meta_lock; takes the acknowledgement deliverer's
+        lock and _lock): appends go to the listed ledger from now on, the ones that waited
+        for it first; the previous ledger takes no more adds and waits for step 4 in
+        :attr:`_unclosed`. Returns the new ledger's id."""
         assert self._listed is not None
         md = self._md
         with self._acks.lock, self._lock:  # (lock order: see InOrderAcks.lock)
@@ -515,6 +560,7 @@ class LogWriter:
             prev, prev_stamps = self._lh, self._stamps
             appended = prev.stop_adds()  # an append meeting it retries under self._lock
             prev_stamps.seal()  # its rounds still to ship: no later than the next ledger's
+            self._unclosed.append((prev, prev_stamps))
             info = md.value.find_in_tail(new.id)
             assert info is not None
             segment = self._acks.open_segment(new.id, info.index, appended)
@@ -528,10 +574,20 @@ class LogWriter:
                 new.stop_adds()
             elif self._assign is not None:
                 self._feed_waiting(new, stamps, segment)
-        # Step 4: close the previous ledger (waits for its outstanding adds).
-        self._close_ledger(prev)
-        self._record_description(prev.id, prev.last_add_confirmed, prev_stamps.last)
+            self._wakeup.notify_all()  # the roller: step 4 is due
         return new.id
+
+    def _close_switched(self) -> None:
+        """Step 4 of every roll whose switch is made (under _meta_lock), oldest first:
+        close the previous ledger (waits for its outstanding adds; a failure stops the
+        writer), then record its last entry and timestamp. Done before any later ledger is
+        listed (:meth:`_list_next_locked`), so at most the last two ledgers are open."""
+        while self._unclosed:
+            prev, stamps = self._unclosed[0]
+            self._close_ledger(prev)
+            with self._lock:
+                del self._unclosed[0]
+            self._record_description(prev.id, prev.last_add_confirmed, stamps.last)
 
     def _feed_waiting(self, new: LedgerHandle, stamps: LedgerStamps, segment: AckSegment
                       ) -> None:
@@ -687,6 +743,8 @@ class LogWriter:
                 self._closed = True  # an append from now on raises
                 self._wakeup.notify_all()
             try:
+                if self._error is None:
+                    self._close_switched()  # an append switched: step 4 of that roll
                 # appends that wait for the next ledger (the current one is full): roll
                 # until every one is in a ledger (the roller stops once it sees _closed)
                 while self._error is None and self._assign is not None and (

@@ -35,6 +35,14 @@ number of appends in flight can overshoot a limit:
   stopped) is switched to then, the current ledger ending below its limit: the log keeps
   no listed ledger waiting behind an open one for long (readers at the end of the open
   one look for its close while a later one is listed).
+* **The switch by the append** (issue 28): the append that finds the current ledger full
+  while the next one is listed makes the switch itself (a few lock-held steps, no
+  metadata operation) rather than waiting for the roller thread to be woken and scheduled:
+  on a busy client that took long enough for most of the appends in flight to queue behind
+  the full ledger while the bookies' pipeline drained. Step 4 (closing the previous ledger)
+  stays the roller's, and comes before any other step (``CLOSE_PREVIOUS``): the previous
+  ledger is closed before a later one is listed, so a new owner, which fences the last two
+  ledgers, always fences every ledger still open.
 
 :class:`LedgerAssignment` keeps the counts of the current ledger and the appends waiting
 for the next; it is plain data, not thread-safe (the writer holds its own lock around it),
@@ -81,6 +89,7 @@ class RollerStep(Enum):
     PREPARE_SPARE = "prepare-spare"  #: create the next ledger ahead (step 1 of the next roll)
     LIST_NEXT = "list-next"          #: list the spare ahead (steps 2-3 of the next roll)
     ROLL = "roll"                    #: roll now (only the switch, if listed ahead)
+    CLOSE_PREVIOUS = "close-previous"  #: step 4 of a roll whose switch an append made
 
 
 @dataclass(frozen=True)
@@ -287,10 +296,14 @@ class LedgerAssignment(Generic[T]):
         """How old the current ledger's first entry is (0: none)."""
         return 0.0 if self.first_at is None else now - self.first_at
 
-    def step(self, now: float, has_spare: bool, listed: bool = False) -> RollerStep:
+    def step(self, now: float, has_spare: bool, listed: bool = False,
+             unclosed: bool = False) -> RollerStep:
         """The roller's next step (:func:`roller_step`); ``listed``: the next ledger is
         listed already (a due roll is then only the switch), ``has_spare``: a spare not
-        listed yet, which is listed ahead once :func:`list_ahead_due`."""
+        listed yet, which is listed ahead once :func:`list_ahead_due`; ``unclosed``: an
+        append switched ledgers and the previous one is still to close (first of all)."""
+        if unclosed:
+            return RollerStep.CLOSE_PREVIOUS
         age = self.age(now)
         step = roller_step(self.limits, self.entries, self.nbytes, age, len(self.waiting),
                            has_spare or listed)

@@ -532,6 +532,36 @@ def test_a_ledger_read_in_batches_fetches_the_next_batch_while_the_caller_holds_
                                                                 for i in range(4990, 5000)]
 
 
+def test_the_few_entries_of_an_open_ledger_are_read_in_one_fetch_on_the_callers_thread(
+        bk, monkeypatch) -> None:
+    """A streaming micro-batch reads a few entries of an open ledger, whose entry size is
+    not known yet: one fetch, on the reading thread (issue 28). Before, a quarter of the
+    small first batch (one entry per bookie) was fetched on a pool thread and the rest in a
+    second fetch: two round trips to the bookies and two thread hand-offs per task."""
+    import threading
+
+    import bk_spark.core.reader as reader
+
+    lh = bk.create_ledger(3, 2, 2, password=b"p")  # left open: its writer goes on
+    for i in range(10):
+        lh.add_entry(payload(i))
+    started: list[tuple[int, int, str]] = []
+    real = reader.fetch_entries
+
+    def counted(bk_, md, codec, entry_ids, key):  # type: ignore[no-untyped-def]
+        started.append((entry_ids[0], entry_ids[-1], threading.current_thread().name))
+        return real(bk_, md, codec, entry_ids, key)
+
+    monkeypatch.setattr(reader, "fetch_entries", counted)
+    rh = bk.open_ledger(lh.id, b"p", recovery=False)
+    assert rh.last_add_confirmed == 8  # the last entry's LAC travels with the next add
+    got = list(rh.iter_batches(2, 8))
+    assert [e for g in got for e in g.entry_ids.tolist()] == list(range(2, 9))
+    assert [bytes(p) for g in got for p in g.payloads()] == [payload(i) for i in range(2, 9)]
+    assert started == [(2, 8, threading.current_thread().name)]
+    lh.close()
+
+
 def test_a_round_framer_prefixes_every_entry_and_stopped_adds_are_refused(cluster, bk
                                                                          ) -> None:
     """frame_rounds_with: each round shipped gets the framer's prefix (called in entry

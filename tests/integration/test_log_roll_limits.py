@@ -4,6 +4,8 @@ ZooKeeper and bookie processes, writers with passwords, the README's ``append_as
 from __future__ import annotations
 
 import itertools
+import threading
+import time
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -19,8 +21,9 @@ from bk_spark.log import (
     log_ledgers,
     open_log_reader,
     open_log_writer,
+    pending,
 )
-from bk_spark.log.testing import after_roll_cas
+from bk_spark.log.testing import after_roll_cas, hold_roller
 
 PW = b"pw"
 
@@ -211,3 +214,41 @@ def test_a_log_filling_fast_lists_its_next_ledger_while_appends_still_fill_the_c
     assert got == sorted(got)
     ahead = [k for k, n in enumerate(at_cas[:5]) if n < (k + 1) * 5_000]
     assert ahead, at_cas  # ledger k + 1 listed before the appends filled ledger k
+
+
+def test_the_append_that_finds_its_ledger_full_switches_to_the_one_listed_ahead_itself(
+        bk: BookKeeper) -> None:
+    """Issue 28: with the next ledger listed ahead, the append that finds the current one
+    full switches to it on its own thread; the roller thread only closes the previous
+    ledger afterwards. Before, every append past the limit waited for the roller thread to
+    be scheduled and switch (in the bench, 400-1,600 of the 2,000 in flight queued at a
+    roll while the bookies' pipeline drained): with the roller held, they never
+    completed."""
+    name = "switch-by-append"
+    listed = threading.Event()
+    w = after_roll_cas(open_log_writer(bk, name, password=PW, roll_max_entries=1_000),
+                       lambda _new: listed.set())
+    first = append_all(w, [b"a" * 100] * 600)  # half-way: the roller prepares the spare
+    deadline = time.monotonic() + 30
+    while not pending.registered(bk, name):
+        assert time.monotonic() < deadline, "no spare ledger was prepared"
+        time.sleep(0.01)
+    first += append_all(w, [b"b" * 100] * 398)  # 998: full within LIST_AHEAD_S at its rate
+    assert listed.wait(30), "the next ledger was not listed ahead"
+    with hold_roller(w):
+        window = [w.append_async(b"c" * 100) for _ in range(500)]
+        later = [f.result(10) for f in window]  # before: TimeoutError (no switch)
+        infos = log_ledgers(bk, name)
+        assert [i.last_entry_id for i in infos] == [None, None]  # both open: no step 4 yet
+    got = first + later
+    assert got == sorted(got)
+    assert [p.ledger_id for p in got[:1_000]] == [infos[0].ledger_id] * 1_000
+    assert [p.ledger_id for p in got[1_000:]] == [infos[1].ledger_id] * 498
+    deadline = time.monotonic() + 30
+    while log_ledgers(bk, name)[0].last_entry_id is None:  # the roller closes the first
+        assert time.monotonic() < deadline, "the roller did not close the previous ledger"
+        time.sleep(0.01)
+    assert log_ledgers(bk, name)[0].last_entry_id == 999
+    w.close()
+    assert ledger_sizes(bk, name) == [1_000, 498]
+    assert [r.position for r in read_all(bk, name)] == got

@@ -333,3 +333,19 @@ def test_take_is_append_for_every_append_that_fits_while_nothing_waits(
             slow.entries, slow.nbytes, list(slow.waiting), slow.wake)
         if took:
             assert expected is P.CURRENT
+
+
+def test_closing_the_ledger_an_append_switched_from_comes_before_any_other_step() -> None:
+    """Issue 28: an append switches to a ledger listed ahead itself; the roller closes the
+    previous ledger (step 4) before anything else, full, aged or spare-due as the new one
+    may be, so no later ledger is listed while an earlier one is still open."""
+    a: LedgerAssignment[int] = LedgerAssignment(E10, lambda: 0.0)
+    for _ in range(10):
+        a.append(1, 0)
+    a.append(1, 1)  # waits: the next ledger is due
+    for has_spare, listed in itertools.product((False, True), repeat=2):
+        assert a.step(100.0, has_spare, listed) is not RollerStep.CLOSE_PREVIOUS
+        assert a.step(100.0, has_spare, listed, unclosed=True) is RollerStep.CLOSE_PREVIOUS
+    a.switch()
+    assert a.step(0.0, False, False, unclosed=True) is RollerStep.CLOSE_PREVIOUS
+    assert a.step(0.0, False, False) is RollerStep.WAIT
