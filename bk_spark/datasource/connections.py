@@ -22,10 +22,10 @@ user's own process, which gets a plain client):
 from __future__ import annotations
 
 import atexit
-import gc
 import os
 import threading
 
+from bk_spark.allocator import freeze_heap
 from bk_spark.core.client import BookKeeper, BookKeeperConfig
 from bk_spark.security import ClientSecurity
 
@@ -44,8 +44,7 @@ def client(uri: str, security: ClientSecurity | None = None) -> BookKeeper:
             bk = BookKeeper(uri, BookKeeperConfig(tune_allocator=worker), security=security)
             _clients[key] = bk
             if worker:
-                gc.collect()
-                gc.freeze()  # the long-lived heap, out of the per-task collections' way
+                freeze_heap()  # the long-lived heap, out of the per-task collections' way
         return bk
 
 
