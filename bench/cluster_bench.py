@@ -37,9 +37,13 @@ KiB = 1024
 
 def add_rate(uri: str, n: int, size: int = KiB, window: int = 10_000) -> dict[str, float]:
     """Adds of ``size`` bytes to a new ledger, ``window`` in flight (runs on the client)."""
-    from bk_spark.core.client import BookKeeper
+    from bk_spark.core.client import BookKeeper, BookKeeperConfig
+    from bk_spark.io.bookie_client import ClientConfig
 
-    with BookKeeper(uri) as bk:
+    # a long link wants rate x round trip in flight: the bound holds the whole window (the
+    # default, 2 MiB, is ~2,000 adds of 1 KiB: one round trip of 10 ms caps it near 100k/s)
+    config = BookKeeperConfig(client=ClientConfig(adds_in_flight_max_bytes=window * size))
+    with BookKeeper(uri, config) as bk:
         lh = bk.create_ledger(ensemble_size=3, write_quorum_size=2, ack_quorum_size=2)
         data = b"d" * size
         pending: deque = deque()

@@ -5,7 +5,8 @@ ledger), and each hop of the request path is timestamped by wrapping the client'
 in this process (the wrappers cost ~1 µs each):
 
   call      ``add_entry`` called
-  handed    ``_add`` returned: the entry id is taken, the round scheduled
+  handed    the round's shipping began (``_ship_round``: the entry id is taken; a lone add
+            ships inline on the caller's thread, a later one on the client's I/O loop)
   shipped   the round encoded, the first bookie's share handed to ``BookieClient.send_batch``
   issued    the last bookie's RPC issued (``send_batch`` returned)
   answer1   the first bookie's answer reached the client (``_batch_done``)
@@ -70,7 +71,7 @@ def measure(uri: str, n: int) -> dict[str, np.ndarray]:
     from bk_spark.io.bookie_client import BookieClient
 
     stamps: dict[str, float] = {}
-    _wrap(LedgerHandle, "_add", after="handed", stamps=stamps)
+    _wrap(LedgerHandle, "_ship_round", before="handed", stamps=stamps)
     _wrap(LedgerHandle, "_send", before="shipped", stamps=stamps)
     _wrap(BookieClient, "send_batch", after="issued", stamps=stamps)
     _wrap(BookieClient, "_batch_done", before="answer1", stamps=stamps)

@@ -1,4 +1,6 @@
-"""Keep glibc from returning big buffers to the kernel after every RPC.
+"""Process-wide memory settings, made only where the process is ours: glibc's thresholds
+(:func:`tune_allocator`) and the cyclic garbage collector's long-lived heap
+(:func:`freeze_heap`).
 
 Bookies and writers move data in messages of a megabyte or more (a batch of entries). With
 glibc's defaults each such buffer above the *mmap threshold* is a fresh ``mmap`` and its
@@ -15,11 +17,27 @@ where the process is ours or the user opts in: bookies call it when they start, 
 workers when the data source opens its client there (:mod:`bk_spark.datasource.connections`),
 and a :class:`~bk_spark.core.BookKeeper` client when ``BookKeeperConfig(tune_allocator=True)``
 (the benchmarks do). It changes nothing where the C library is not glibc.
+
+:func:`freeze_heap` moves every object alive at the call out of the cyclic garbage
+collector's reach (``gc.collect()`` then ``gc.freeze()``). CPython runs a *full* collection
+whenever the objects promoted to its oldest generation since the last one reach a quarter
+of that generation, and a full collection walks every module, class and function the
+process imported: 30-45 ms in a bookie and 15-30 ms in a writer on the 2-core bench machine
+(measured with ``gc.callbacks``, `bench/profiles.md`, "Paced adds: what stalls"). It runs on
+whichever thread allocated last, under the GIL: in a bookie that is the journal writer
+between its fdatasync and its answers, so every add in flight waited for it, and at 50% of
+the max rate these pauses made most of the adds slower than the p99. Frozen objects are
+never collected cyclically (freed by reference counting as ever), so it is called once, when
+the long-lived heap is built and nothing else lives yet: a bookie once it serves
+(:meth:`bookie_server.server.BookieServer.serve_forever`), Spark's Python workers once their
+client is open (:mod:`bk_spark.datasource.connections`), the benchmarks once connected; a
+user's process that wants no such pause calls it after its own start-up.
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import logging
 import sys
 import threading
@@ -63,3 +81,10 @@ def _apply() -> bool:
               gnu_get_libc_version().decode(), MMAP_THRESHOLD, TRIM_THRESHOLD,
               "set" if ok else "refused")
     return ok
+
+
+def freeze_heap() -> None:
+    """Collect, then move every object alive now out of the cyclic collector's reach (see
+    the module docstring): later full collections walk only what was made after."""
+    gc.collect()
+    gc.freeze()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -56,6 +57,9 @@ class BookieMetrics:
         # the process: CPU, memory, open files, and Python's garbage collector
         ProcessCollector(registry=r)
         GCCollector(registry=r)
+        Gauge("bookie_gc_frozen_objects", "Objects out of the cyclic GC's full collections "
+              "(frozen once the bookie serves: bk_spark.allocator.freeze_heap)",
+              registry=r).set_function(gc.get_freeze_count)
 
     def watch_storage(self, data_dir: Path, disk_usage: Callable[[], tuple[int, int]],
                       ledgers: Callable[[], int]) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError, Message
 
-from bk_spark.allocator import tune_allocator
+from bk_spark.allocator import freeze_heap, tune_allocator
 from bk_spark.errors import (
     BKError,
     InvalidConfigError,
@@ -650,6 +650,7 @@ class BookieServer:
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         self.start()
+        freeze_heap()  # this process is the bookie's: no full GC walk of its modules
         try:
             while not done.wait(1.0):
                 pass

@@ -22,12 +22,19 @@ user's own process, which gets a plain client):
 from __future__ import annotations
 
 import atexit
-import gc
 import os
 import threading
 
+from bk_spark.allocator import freeze_heap
 from bk_spark.core.client import BookKeeper, BookKeeperConfig
+from bk_spark.io.bookie_client import ClientConfig
 from bk_spark.security import ClientSecurity
+
+#: The bound on adds in flight of the data source's clients (``ClientConfig``'s default,
+#: 2 MiB, is a latency bound for small entries): a write task keeps up to this many bytes of
+#: its 2-4 MiB arrow entries in flight (``writer.MAX_IN_FLIGHT_BYTES``), as many as its
+#: pipeline wants.
+ADDS_IN_FLIGHT_MAX_BYTES = 64 << 20
 
 _lock = threading.Lock()
 _clients: dict[tuple[int, str, ClientSecurity | None], BookKeeper] = {}
@@ -41,11 +48,13 @@ def client(uri: str, security: ClientSecurity | None = None) -> BookKeeper:
         bk = _clients.get(key)
         if bk is None or bk.is_closed:
             worker = in_spark_worker()
-            bk = BookKeeper(uri, BookKeeperConfig(tune_allocator=worker), security=security)
+            bk = BookKeeper(uri, BookKeeperConfig(
+                tune_allocator=worker,
+                client=ClientConfig(adds_in_flight_max_bytes=ADDS_IN_FLIGHT_MAX_BYTES)),
+                security=security)
             _clients[key] = bk
             if worker:
-                gc.collect()
-                gc.freeze()  # the long-lived heap, out of the per-task collections' way
+                freeze_heap()  # the long-lived heap, out of the per-task collections' way
         return bk
 
 

@@ -82,7 +82,7 @@ log = logging.getLogger(__name__)
 LEDGER_ATTEMPT_KEY = "bk-spark.attempt"
 #: Adds in flight per task before it waits for acknowledgements.
 MAX_IN_FLIGHT_ENTRIES = 4096
-MAX_IN_FLIGHT_BYTES = 64 << 20
+MAX_IN_FLIGHT_BYTES = connections.ADDS_IN_FLIGHT_MAX_BYTES  # the client's bound too
 
 
 @dataclass

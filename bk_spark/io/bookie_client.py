@@ -114,9 +114,13 @@ class ClientConfig:
     tls: TlsOptions | None = None
     """TLS to bookies (CA, client certificate and key); None: from ``security`` (the
     environment's ``BK_TLS_*`` by default), else plaintext"""
-    adds_in_flight_max_bytes: int = 64 * MiB
-    """most bytes of adds one client keeps in flight, over all its ledgers (0: no bound);
-    past it an add waits or fails (backpressure, :mod:`bk_spark.core.backpressure`)"""
+    adds_in_flight_max_bytes: int = 2 * MiB
+    """most payload bytes of adds one client keeps in flight, over all its ledgers (0: no
+    bound); past it an add waits or fails (backpressure, :mod:`bk_spark.core.backpressure`).
+    An add offered faster than the bookies take waits at most about this over the client's
+    byte rate: 2 MiB holds the 2,000 adds of 1 KiB one ledger needs in flight for its
+    maximum rate, and is ~15-20 ms of them at that rate; entries of megabytes need more
+    (the Spark data source's clients take 64 MiB)"""
     adds_block_when_full: bool = True
     """past ``adds_in_flight_max_bytes`` an add waits (True) or fails at once with
     ``TooManyRequestsError`` (False)"""

@@ -79,6 +79,33 @@ def test_an_add_past_the_clients_bytes_in_flight_waits_until_earlier_adds_are_ac
         lh.close()
 
 
+def test_by_default_a_client_keeps_at_most_2_mib_of_adds_in_flight(module_cluster) -> None:
+    """The default bound is a latency bound (ClientConfig.adds_in_flight_max_bytes): the
+    2,048th add of 1 KiB still goes (one ledger's maximum rate needs ~2,000 in flight), the
+    next waits; before, 64 MiB let a writer queue seconds of adds."""
+    data = b"b" * KiB
+    with BookKeeper(module_cluster.uri, BookKeeperConfig(
+            client=ClientConfig(add_timeout_s=30))) as bk:
+        lh = bk.create_ledger(3, 2, 2, password=PW)
+        lh.add_entry(b"first")
+        for b in module_cluster.bookies:
+            b.pause()
+        try:
+            futures = [lh.add_entry_async(data) for _ in range(2048)]
+            assert bk.add_budget.in_flight == 2048 * KiB
+            late: list = []
+            waiter = threading.Thread(target=lambda: late.append(lh.add_entry_async(data)))
+            waiter.start()
+            waiter.join(0.5)
+            assert waiter.is_alive(), "the add past 2 MiB in flight did not wait"
+        finally:
+            for b in module_cluster.bookies:
+                b.resume()
+        waiter.join(20)
+        assert [f.result(30) for f in futures + late][-1] == 2049
+        lh.close()
+
+
 def test_an_add_past_the_clients_bytes_in_flight_fails_fast_when_configured(
         module_cluster) -> None:
     data = b"f" * KiB

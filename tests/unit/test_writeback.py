@@ -224,6 +224,20 @@ def test_index_lookup_matches_get_for_dense_sparse_and_missing_ids():
     assert EntryIndex().lookup(ids)[0].size == 0
 
 
+def test_index_lookup_of_one_run_of_ids_matches_get_at_every_edge():
+    index = EntryIndex()
+    for e in range(10, 60):
+        if e % 3:  # holes: the ids of another write set
+            index[e] = join_location(1000 + e, 100 + e % 7)
+    for first, last in [(10, 59), (10, 10), (11, 12), (40, 59), (5, 20), (50, 70), (0, 9)]:
+        ids = np.arange(first, last + 1, dtype=np.int64)
+        got_ids, highs, lens = index.lookup(ids)
+        want = [(e, index.get(e)) for e in ids.tolist() if index.get(e) is not None]
+        assert got_ids.tolist() == [e for e, _ in want]
+        assert [join_location(int(h), int(n)) for h, n in zip(highs, lens, strict=True)] == \
+            [loc for _, loc in want]
+
+
 def test_a_changed_snapshot_records_the_stored_entries_of_the_dirty_ranges():
     state = LedgerState(7, b"key")
     state.index.put_batch([0, 1, 3, 4], 5000, [(k << 32) | 10 for k in range(4)])
