@@ -158,6 +158,11 @@ def test_a_standalone_offloader_killed_mid_file_leaves_nothing_counted_and_the_n
         assert not state.complete and f"-{state.offload_id}.parquet" in half[0].name
         assert _tiers(bk, name)[0] == "offloading"
         assert _records(bk, name) == before  # from the bookies: never the half file
+        # the killed one's claim on the ledger goes with its ZooKeeper session (as its
+        # election znode does): until then no other offloader starts the ledger
+        from bk_spark.io.offload_status import claim_holder
+        _wait("the killed offloader's claim gone with its session",
+              lambda: claim_holder(bk.zk, bk.msu.root, lid) is None, timeout=40, every=0.2)
         # a new offloader takes the ledger over
         Offloader(bk, "next", OffloaderConfig(passwords=(PW,)), OffloadMetrics()).tick()
         assert _tiers(bk, name)[0] == "both"
