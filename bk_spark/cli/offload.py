@@ -21,7 +21,7 @@ from bk_spark.cli.common import (
 from bk_spark.errors import LogNotFoundError
 from bk_spark.io.election import elected
 from bk_spark.io.offload_files import shown_uri
-from bk_spark.io.offload_status import read_failing
+from bk_spark.io.offload_status import claim_holder, read_failing, waiting
 from bk_spark.log import list_logs, open_log_view
 from bk_spark.offload.offloader import OffloaderConfig, election_path, log_backlog
 from bk_spark.offload.service import OffloaderService
@@ -80,6 +80,11 @@ def offload_status_facts(bk: Any) -> dict[str, Any]:
     logs = []
     now = now_ms()
     failing = read_failing(bk.zk, bk.msu.root)
+    waits: dict[str, list[dict[str, Any]]] = {}
+    for lid, rec in sorted(waiting(bk.zk, bk.msu.root).items()):
+        waits.setdefault(str(rec.get("log")), []).append(
+            {"ledger_id": lid, "since_ms": rec.get("since_ms"),
+             "claimed_by": claim_holder(bk.zk, bk.msu.root, lid)})
     for name in list_logs(bk):
         try:
             view = open_log_view(bk, name)
@@ -99,6 +104,7 @@ def offload_status_facts(bk: Any) -> dict[str, Any]:
                      "deletion_lag_ms": policy.deletion_lag_ms, "tiers": tiers,
                      "backlog": len(backlog), "lag_ms": offload_rules.lag_ms(backlog, policy, now),
                      "parquet_bytes": sum(s.bytes for s in states.values()),
+                     "waiting_for_keyholder": waits.get(name, []),
                      "failing": None if fail is None else {
                          "reason": fail.get("reason"), "since_ms": fail.get("since_ms"),
                          "passes": fail.get("passes")}})
@@ -147,3 +153,12 @@ def render_offload_status(out: dict[str, Any]) -> None:
             since = (now_ms() - (f["since_ms"] or now_ms())) / 1000
             console.print(f"[red]log {r['log']}: offload failing for {since:.0f}s "
                           f"({f['passes']} passes):[/red] {escape(f['reason'] or '')}")
+        for w in r.get("waiting_for_keyholder", []):
+            since = (now_ms() - (w["since_ms"] or now_ms())) / 1000
+            who = (f"offloading by {w['claimed_by']}" if w["claimed_by"] else
+                   "no contender whose bookie holds a copy has taken it yet (bk bookie "
+                   "--offload on those bookies, or --recovery-password)")
+            console.print(f"log {r['log']}: ledger {w['ledger_id']} waits for a keyholder "
+                          f"for {since:.0f}s (the elected offloader cannot read it: its "
+                          f"password is not given and its bookie holds no copy): "
+                          f"{escape(who)}")

@@ -22,7 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from bk_spark.autorecovery.replicator import LedgerSecret, LocalKeySource, ledger_secret
+from bk_spark.autorecovery.replicator import (
+    VERIFIABLE_WITHOUT_PASSWORD,
+    LedgerSecret,
+    LocalKeySource,
+    ledger_secret,
+)
 from bk_spark.core.reader import ReadHandle
 from bk_spark.errors import (
     BKError,
@@ -33,6 +38,7 @@ from bk_spark.errors import (
     RecoveryKeyUnavailableError,
 )
 from bk_spark.io import offload_files as files
+from bk_spark.io import offload_status as claims
 from bk_spark.io.election import run_elected
 from bk_spark.io.entry_batches import ledger_batches
 from bk_spark.io.offload_status import write_failing
@@ -323,6 +329,9 @@ class Offloader:
         #: log -> {"reason", "since_ms", "passes"} of the logs whose last pass failed
         self.failing: dict[str, dict[str, Any]] = {}
         self._recorded: dict[str, str] | None = None  # log -> reason, as in ZooKeeper
+        #: this process's contender is the elected one (its keyholder loop then rests)
+        self.elected = False
+        self._due_now: set[int] = set()  # each log's due ledger, this pass
 
     def run(self, stop: threading.Event) -> None:
         run_elected(self.bk.zk, election_path(self.bk.msu.root), self.identity, self._lead,
@@ -331,12 +340,14 @@ class Offloader:
     def _lead(self, stop: threading.Event) -> None:
         log.info("offloader %s elected", self.identity)
         self.metrics.elected.set(1)
+        self.elected = True
         self._recorded = None  # rewrite the failing logs' record at the first pass
         try:
             while not stop.is_set():
                 self.tick()
                 stop.wait(self.config.tick_s)
         finally:
+            self.elected = False
             self.metrics.elected.set(0)
             self.metrics.keep_logs(())  # the per-log series are the elected one's
 
@@ -345,6 +356,7 @@ class Offloader:
         logs' record."""
         lag_ms = 0
         seen: list[str] = []
+        self._due_now = set()
         for name in list_logs(self.bk):
             failure: BaseException | None = None
             try:
@@ -376,6 +388,7 @@ class Offloader:
         for name in set(self.failing) - set(seen):
             del self.failing[name]
         self._record_failing()
+        self._drop_waiting_not_due()
 
     def _failed(self, name: str, exc: BaseException) -> None:
         self.metrics.failures.inc()
@@ -417,9 +430,8 @@ class Offloader:
                              ledger_sizes(self.bk, ledgers, states, policy))
             if not todo:
                 break
-            if offload_ledger(self.bk, name, todo[0].ledger_id, cfg.passwords,
-                              cfg.default_target, self.metrics,
-                              local_key=self.local_key) is None:
+            if not self._offload_claimed(name, todo[0].ledger_id, cfg.default_target,
+                                         elected=True):
                 break
         if policy.iceberg_catalog:
             self.sync_iceberg(name, policy)
@@ -427,9 +439,115 @@ class Offloader:
         lag_s = rules.lag_ms(todo, policy, now) / 1000
         for lid, st in rules.states_of(md.properties).items():
             if rules.bookie_copy_deletable(st, policy.deletion_lag_ms, now):
-                drop_bookie_copy(self.bk, name, lid, cfg.passwords, policy.deletion_lag_ms,
-                                 now, local_key=self.local_key)
+                self._drop_claimed(name, lid, policy.deletion_lag_ms, now, elected=True)
         return lag_s
+
+    def _offload_claimed(self, name: str, ledger_id: int, target: str | None, *,
+                         elected: bool) -> bool:
+        """The four steps on ``ledger_id`` under its claim (one attempt at a time), as
+        :data:`~bk_spark.protocol.offload_rules.HANDOFF` says; True when it is complete.
+        The elected offloader records a ledger it cannot key as waiting for a keyholder
+        (a ``mac`` ledger, which only its password reads, fails as before)."""
+        zk, root = self.bk.zk, self.bk.msu.root
+        if elected:
+            self._due_now.add(ledger_id)
+        if not claims.try_claim(zk, root, ledger_id, self.identity):
+            return False  # another contender is offloading it: left to its claim
+        try:
+            done = offload_ledger(self.bk, name, ledger_id, self.config.passwords, target,
+                                  self.metrics, local_key=self.local_key)
+        except RecoveryKeyUnavailableError:
+            md = self.bk.ledger_metadata(ledger_id)
+            if md.digest_type not in VERIFIABLE_WITHOUT_PASSWORD or \
+                    rules.handoff(elected, False, True) is not rules.Handoff.WAIT:
+                raise
+            if ledger_id not in claims.waiting(zk, root):
+                claims.record_waiting(zk, root, ledger_id, name, target, now_ms())
+                log.info("log %r: ledger %d waits for a keyholder: the offloader contender "
+                         "of a bookie holding a copy offloads it", name, ledger_id)
+            return False
+        finally:
+            claims.release_claim(zk, root, ledger_id)
+        return done is not None
+
+    def _drop_claimed(self, name: str, ledger_id: int, lag_ms: int, now: int, *,
+                      elected: bool) -> bool:
+        """The deletion lag's step under the ledger's claim; a ledger the elected one
+        cannot key waits for a keyholder as its offload does (:data:`HANDOFF`)."""
+        zk, root = self.bk.zk, self.bk.msu.root
+        if elected:
+            self._due_now.add(ledger_id)
+        if not claims.try_claim(zk, root, ledger_id, self.identity):
+            return False
+        try:
+            return drop_bookie_copy(self.bk, name, ledger_id, self.config.passwords, lag_ms,
+                                    now, local_key=self.local_key)
+        except RecoveryKeyUnavailableError:
+            md = self.bk.ledger_metadata(ledger_id)
+            if md.digest_type not in VERIFIABLE_WITHOUT_PASSWORD or \
+                    rules.handoff(elected, False, True) is not rules.Handoff.WAIT:
+                raise
+            if ledger_id not in claims.waiting(zk, root):
+                claims.record_waiting(zk, root, ledger_id, name, None, now_ms())
+            return False
+        finally:
+            claims.release_claim(zk, root, ledger_id)
+
+    def serve_waiting(self, stop: threading.Event) -> None:
+        """A contender not elected: offload each ledger waiting for a keyholder that its
+        own bookie holds a copy of (:data:`~bk_spark.protocol.offload_rules.HANDOFF`),
+        every tick, while it is still its log's due ledger."""
+        seen: dict[int, str] = {}
+        while not stop.wait(self.config.tick_s):
+            if self.elected or self.local_key is None:
+                continue
+            try:
+                recs = claims.waiting(self.bk.zk, self.bk.msu.root)
+            except Exception as exc:  # ZooKeeper away: next tick
+                log.debug("offloader: cannot list the waiting ledgers (%s)", exc)
+                continue
+            for lid, rec in sorted(recs.items()):
+                name = str(rec.get("log", ""))
+                try:
+                    self.local_key(lid)
+                    can_key = True
+                except NoSuchLedgerError:
+                    can_key = False
+                if rules.handoff(False, can_key, True) is not rules.Handoff.OFFLOAD:
+                    continue
+                try:
+                    md = log_store(self.bk).read(name).value
+                    st = rules.states_of(md.properties).get(lid)
+                    policy = rules.policy_of(md.properties)
+                    if st is not None and st.complete and policy is not None:
+                        now = now_ms()  # its bookie copy waits for a keyholder
+                        if not rules.bookie_copy_deletable(st, policy.deletion_lag_ms, now) \
+                                or self._drop_claimed(name, lid, policy.deletion_lag_ms, now,
+                                                      elected=False):
+                            claims.drop_waiting(self.bk.zk, self.bk.msu.root, lid)
+                        continue
+                    facts = log_backlog(self.bk, name)
+                    if facts is None or not facts[1] or facts[1][0].ledger_id != lid:
+                        continue  # no longer due: the elected one drops the record
+                    if self._offload_claimed(name, lid, rec.get("target"), elected=False):
+                        claims.drop_waiting(self.bk.zk, self.bk.msu.root, lid)
+                        seen.pop(lid, None)
+                except (BKError, OSError) as exc:
+                    reason = f"{type(exc).__name__}: {exc}"
+                    level = logging.WARNING if seen.get(lid) != reason else logging.DEBUG
+                    seen[lid] = reason
+                    log.log(level, "offloader %s: log %r: waiting ledger %d: %s",
+                            self.identity, name, lid, reason)
+
+    def _drop_waiting_not_due(self) -> None:
+        """The elected one's pass end: a waiting record whose ledger is no longer its
+        log's due ledger (complete, truncated, the policy off) goes."""
+        zk, root = self.bk.zk, self.bk.msu.root
+        try:
+            for lid in set(claims.waiting(zk, root)) - self._due_now:
+                claims.drop_waiting(zk, root, lid)
+        except Exception as exc:  # ZooKeeper away: at a later pass
+            log.debug("offloader: cannot drop the waiting records (%s)", exc)
 
     def sync_iceberg(self, name: str, policy: rules.OffloadPolicy) -> None:
         """Commit the log's offloaded prefix to its Iceberg table, in log order; expire the

@@ -49,4 +49,6 @@ class OffloaderService(BackgroundService):
         offloader = Offloader(bk, self.identity, self.config, self.metrics,
                               local_key=self.local_key)
         self.spawn("offloader", offloader.run)
+        if self.local_key is not None:  # a bookie's: it keys the ledgers it holds
+            self.spawn("offload-keyholder", offloader.serve_waiting)
         log.info("offloader %s started", self.identity)

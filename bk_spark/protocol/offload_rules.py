@@ -448,3 +448,41 @@ def offload_file(log_name: str, log_id: str, ledger_id: int, state: OffloadState
     """The file an attempt writes (step 2): named by the ledger and the attempt's id."""
     base, sep, query = offload_dir(state.target, log_name, log_id).partition("?")
     return f"{base}/ledger-{ledger_id:019d}-{state.offload_id}.parquet{sep}{query}"
+
+
+# ------------------------------------------------------------------------ keyholder handoff
+
+
+class Handoff(Enum):
+    """What an offloader contender does with a log's due ledger (:data:`HANDOFF`)."""
+
+    OFFLOAD = "offload"    #: take the ledger's claim and run the four steps
+    WAIT = "wait"          #: the elected one records it as waiting for a keyholder
+    LEAVE = "leave"        #: not this contender's: left as it is
+
+
+#: (elected, this contender can key the ledger, recorded as waiting for a keyholder)
+#: -> what it does with the due ledger. The elected offloader offloads what it can key and
+#: records the rest as *waiting for a keyholder* (a ledger whose password none of its
+#: options matches and whose key its own bookie does not hold: without mutual TLS it learns
+#: the key nowhere else). Every other contender offloads exactly the waiting ledgers its own
+#: bookie holds a copy of (so holds the key: ``bk bookie --offload``), and nothing else.
+#: Whoever offloads holds the ledger's ephemeral *claim* (:mod:`bk_spark.io.offload_status`)
+#: for the four steps: one attempt at a time; a claimant killed with -9 loses its claim
+#: with its ZooKeeper session, and the next claimant finds its offload id stale (step 1
+#: deletes that never-counted file and records its own id by CAS).
+HANDOFF: Mapping[tuple[bool, bool, bool], Handoff] = MappingProxyType({
+    (True, True, False): Handoff.OFFLOAD,
+    (True, True, True): Handoff.OFFLOAD,     # its key came back (a new password, TLS)
+    (True, False, False): Handoff.WAIT,
+    (True, False, True): Handoff.WAIT,       # still waiting: the record is kept
+    (False, True, True): Handoff.OFFLOAD,    # a keyholder takes a waiting ledger
+    (False, True, False): Handoff.LEAVE,     # the elected one offloads it
+    (False, False, True): Handoff.LEAVE,     # another keyholder's
+    (False, False, False): Handoff.LEAVE,
+})
+
+
+def handoff(elected: bool, can_key: bool, waiting: bool) -> Handoff:
+    """What a contender does with a due ledger (:data:`HANDOFF`)."""
+    return HANDOFF[(elected, can_key, waiting)]

@@ -158,6 +158,11 @@ def test_a_standalone_offloader_killed_mid_file_leaves_nothing_counted_and_the_n
         assert not state.complete and f"-{state.offload_id}.parquet" in half[0].name
         assert _tiers(bk, name)[0] == "offloading"
         assert _records(bk, name) == before  # from the bookies: never the half file
+        # the killed one's claim on the ledger goes with its ZooKeeper session (as its
+        # election znode does): until then no other offloader starts the ledger
+        from bk_spark.io.offload_status import claim_holder
+        _wait("the killed offloader's claim gone with its session",
+              lambda: claim_holder(bk.zk, bk.msu.root, lid) is None, timeout=40, every=0.2)
         # a new offloader takes the ledger over
         Offloader(bk, "next", OffloaderConfig(passwords=(PW,)), OffloadMetrics()).tick()
         assert _tiers(bk, name)[0] == "both"
@@ -166,4 +171,44 @@ def test_a_standalone_offloader_killed_mid_file_leaves_nothing_counted_and_the_n
         files = list(tmp_path.rglob("*.parquet"))
         assert len(files) == 1 and state.offload_id not in files[0].name
         assert _records(bk, name) == before  # from Parquet: exactly the entries
+        w.close()
+
+
+def test_password_ledgers_not_on_the_elected_offloaders_bookie_are_offloaded_by_a_keyholder(
+        cluster_factory, tmp_path):
+    """The sandbox's setup (every bookie --offload, no password option) with a password
+    log of E=Qw=2 ledgers, some not on the elected offloader's bookie: it cannot key those,
+    records them as waiting for a keyholder, and the contender of a bookie holding a copy
+    offloads them (under the ledger's claim). Every closed ledger ends offloaded, its bookie
+    copy dropped after the lag, and the log reads back the same."""
+    from bk_spark.io.election import elected
+    from bk_spark.offload.offloader import election_path
+
+    cluster = cluster_factory(3, extra_args=[
+        "--offload", "--offload-target", tmp_path.as_uri(), "--no-autorecovery"])
+    with BookKeeper(cluster.uri) as bk:
+        leader = _wait("an elected offloader",
+                       lambda: elected(bk.zk, election_path(bk.msu.root)))
+        name = "off-pw-e2"
+        w = open_log_writer(bk, name, password=PW, ensemble_size=2, write_quorum_size=2,
+                            ack_quorum_size=2)
+        away = 0
+        for i in range(30):  # until 2 ledgers are placed away from the leader's bookie
+            w.append(f"r{i}".encode())
+            w.roll()
+            ids = [r.ledger_id for r in open_log_view(bk, name).ledgers()]
+            away = sum(leader not in bk.ledger_metadata(lid).ensembles[0][1]
+                       for lid in ids[:-1])
+            if away >= 2:
+                break
+        assert away >= 2, "placement never left the leader's bookie out"
+        before = _records(bk, name)
+        update_log_properties(bk, name, {rules.POLICY_PROPERTY: rules.OffloadPolicy(
+            after="0", deletion_lag_ms=0).to_json()})
+        closed = len(open_log_view(bk, name).ledgers()) - 1
+        _wait("every closed ledger offloaded",
+              lambda: _tiers(bk, name)[:closed] == ["offloaded"] * closed, timeout=40)
+        assert _records(bk, name) == before
+        facts = {r["log"]: r for r in offload_status_facts(bk)["logs"]}[name]
+        assert facts["failing"] is None and facts["backlog"] == 0, facts
         w.close()

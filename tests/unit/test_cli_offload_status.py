@@ -44,3 +44,18 @@ def test_offload_status_is_readable_in_80_columns(monkeypatch):
     folded = "".join(line[col:].strip() for line in below[:2])
     assert folded == "file:///var/lib/bookkeeper/offload/orders-events-archive"
     assert "log clicks: offload failing" in text
+
+
+def test_offload_status_names_ledgers_waiting_for_a_keyholder_and_who_offloads_them(
+        monkeypatch):
+    out = io.StringIO()
+    monkeypatch.setattr(offload, "console", Console(file=out, width=80))
+    facts = _facts()
+    facts["logs"][0]["waiting_for_keyholder"] = [
+        {"ledger_id": 7, "since_ms": None, "claimed_by": "127.0.0.1:3182"},
+        {"ledger_id": 9, "since_ms": None, "claimed_by": None}]
+    offload.render_offload_status(facts)
+    text = " ".join(out.getvalue().split())
+    assert "log orders-events: ledger 7 waits for a keyholder" in text
+    assert "offloading by 127.0.0.1:3182" in text
+    assert "ledger 9 waits for a keyholder" in text and "bk bookie --offload" in text

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bk_spark.errors import InvalidConfigError, OffloadRecordsFullError
+from bk_spark.protocol import offload_rules as rules
 from bk_spark.protocol.log_format import LedgerInfo
 from bk_spark.protocol.offload_rules import (
     READ_FROM,
@@ -227,3 +228,14 @@ def test_the_files_are_where_the_policy_says_else_where_the_records_say():
     pol = OffloadPolicy(after="0", target="s3://b/p")
     assert target_of(with_state({"bk-spark.offload": pol.to_json()}, 4,
                                 OffloadState("a", "file:///x"))) == "s3://b/p"
+
+
+def test_handoff_the_elected_offloads_what_it_keys_and_a_keyholder_only_waiting_ledgers():
+    H = rules.Handoff
+    assert rules.handoff(True, True, False) is H.OFFLOAD
+    assert rules.handoff(True, False, False) is H.WAIT
+    assert rules.handoff(True, False, True) is H.WAIT
+    assert rules.handoff(False, True, True) is H.OFFLOAD
+    assert rules.handoff(False, True, False) is H.LEAVE   # the elected one's
+    assert rules.handoff(False, False, True) is H.LEAVE
+    assert len(rules.HANDOFF) == 8
