@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -255,6 +256,42 @@ def test_checkpointed_files_are_recycled_and_the_directory_stays_bounded(tmp_pat
         journal.release_before(recorder.ends[-1])
         assert len(list(tmp_path.glob("*.jnl"))) <= 4, round_  # current, next, 2 spares
     journal.close()
+
+
+def test_a_zero_fill_in_progress_gives_way_to_a_spare_that_appears(tmp_path):
+    # 8 MiB files are zero-filled 1 MiB at a time at >= 16 MiB/s while the writer is idle:
+    # the next file's fill is still going when a checkpoint releases an old file.
+    size = 8 * MiB
+    write_records(tmp_path, [body(1, 1000)], file_size=size)  # an old file to release
+    journal = open_journal(tmp_path, file_size=size)
+    journal.replay(None, lambda *a: None)
+    start = journal.start()  # the current file, zero-filled; the allocator fills the next
+    time.sleep(0.05)
+    journal.release_before(start)  # the old file becomes a spare mid-fill
+    deadline = time.monotonic() + 5
+    while journal.recycled == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    journal.close()
+    assert journal.recycled == 1
+    assert journal.filled == 1  # the current file only: the next one's fill was dropped
+    assert list(tmp_path.glob("*.tmp")) == []
+
+
+def test_a_roll_prompts_on_roll_after_the_group_that_rolled_is_synced(tmp_path):
+    recorder = Recorder()
+    seen: list[int] = []
+    journal = open_journal(tmp_path, recorder, on_roll=lambda: seen.append(len(recorder.ends)))
+    journal.start()
+    done = threading.Event()
+    records = [JournalRecord(RecordType.DELETE, body(i, 9000)) for i in range(250)]
+    records[-1].token = done
+    for r in records:  # one group each: the roll comes with the group that did not fit
+        journal.submit([r])
+    assert done.wait(10)
+    journal.close()
+    assert len(seen) >= 2, "the journal rolled (250 x 9 KB in 1 MiB files) but never said so"
+    for n in seen:  # the group in the new file was already synced and handed over
+        assert recorder.ends[n - 1].seq == recorder.ends[n - 2].seq + 1
 
 
 def test_submit_after_close_raises(tmp_path):
