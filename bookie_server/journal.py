@@ -639,12 +639,17 @@ class Journal:
     # -- writing ---------------------------------------------------------------------------
 
     def start(self, min_seq: int = 0) -> JournalPosition:
-        """Open a fresh file (after every existing one and ``min_seq``) and start the writer
-        and allocator threads; returns the position of the first record to come."""
+        """Open a fresh file (after every existing one and ``min_seq``) and the next one,
+        and start the writer and allocator threads; returns the position of the first
+        record to come. Both files are ready before the first add (zero-filled, or spares
+        of an earlier run): the second is filled here at full speed, with no add to
+        delay, instead of under the first adds' load (a first burst of adds ran into the
+        allocator's zeros: bench/profiles.md); from the third file on, files are reused."""
         self._scan()
         with self._alloc_cond:
             self._max_seq = max(self._max_seq, min_seq)
         self._current = self._prepare(self._new_seq())
+        self._next = self._prepare(self._new_seq())
         with self._cond:
             self._started = True
         self._threads = [
