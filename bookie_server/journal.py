@@ -568,9 +568,11 @@ class Journal:
         and the file is still ready when half the current one is left. Full speed as soon
         as the writer waits for it. False: the journal is closing, or a spare is
         there to reuse instead: give the fill up."""
+        if filled >= self._file_size:
+            return not self._closing
         if self._closing or self._spares:
             return False
-        if self._hurry.is_set() or filled >= self._file_size:
+        if self._hurry.is_set():
             return True
         rate = max(2.0 * self._byte_rate, MIN_FILL_RATE)
         started = self._fill_started
