@@ -17,12 +17,10 @@ place: they are recycled from files a checkpoint released (BookKeeper's
 a background thread before they are needed), because overwriting allocated blocks syncs
 much faster than appending (1.0 M vs 1.6 M records/s of 1 KiB, 256 per fdatasync, on this
 machine's ext4; ``fallocate``, plain or ``FALLOC_FL_ZERO_RANGE``, leaves unwritten extents
-whose first sync converts them and runs as slowly as appending). Every roll calls
-``on_roll`` once the group in the next file is synced and applied: the storage
-checkpoints then, so at a high rate the file just left is a spare by the time the
-allocator prepares the one after next, and a zero-fill in progress gives way to a spare
-that appears (zero-filling cost the bookie ~1.1 us of system CPU per 1 KiB add at 260 k
-adds/s, bench/profiles.md). The zeros go to the disk one chunk at a
+whose first sync converts them and runs as slowly as appending). :meth:`Journal.start`
+prepares the first two files before the first add, and a zero-fill in progress gives way
+to a spare that appears meanwhile (bench/profiles.md, "The bookie's kernel time").
+The zeros go to the disk one chunk at a
 time (:func:`bookie_server.writeback.write_zeros_paced`): synced all at once they queued
 16-64 MiB in front of the writer's own syncs, a 10-50 ms stall of every add. A file's
 sequence number is never reused. When a group does not fit in the current file, a ROLL
@@ -421,14 +419,12 @@ class Journal:
         preallocate: bool = True,
         max_spares: int = 2,
         on_sync: SyncMetric | None = None,
-        on_roll: Callable[[], None] | None = None,
     ) -> None:
         self._dir = Path(directory)
         self._file_size = file_size
         self._on_synced = on_synced
         self._on_failed = on_failed
         self._on_sync = on_sync
-        self._on_roll = on_roll
         self._max_wait = max(0.0, max_group_wait_s)
         self._group_limit = max(1, min(max_group_bytes, file_size - ROLL_RECORD_SIZE))
         self._preallocate = preallocate
@@ -733,8 +729,7 @@ class Journal:
     def _write_group(self, group: list[JournalRecord], total: int) -> None:
         current = self._current
         assert current is not None
-        rolled = current.offset + total + ROLL_RECORD_SIZE > self._file_size
-        if rolled:
+        if current.offset + total + ROLL_RECORD_SIZE > self._file_size:
             current = self._roll()
         seq = current.seq
         header = RECORD_HEADER.pack
@@ -760,13 +755,6 @@ class Journal:
             except Exception:  # noqa: BLE001 - a metrics bug must not fail the journal
                 log.exception("journal sync metric failed")
         self._on_synced(group, JournalPosition(seq, current.offset))
-        if rolled and self._on_roll is not None:
-            # After the group is applied: a checkpoint it prompts covers the whole file
-            # before this one, which becomes the spare of a later file (release_before).
-            try:
-                self._on_roll()
-            except Exception:  # noqa: BLE001 - a failed prompt must not fail the journal
-                log.exception("journal roll callback failed")
 
     def _roll(self) -> _File:
         """End the current file with a synced ROLL record and continue in the next one."""

@@ -201,8 +201,7 @@ def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None,
                  "beyond, and at 0, clients send unary AddEntries")] = None,
         journal_file_size_mb: Annotated[int | None, field_option(
             "journal_file_size", "--journal-file-size-mb", scale=MiB,
-            help="journal file size (MiB); a bookie zero-fills its first two files and "
-                 "reuses the files a checkpoint released after that")] = None,
+            help="journal file size (MiB)")] = None,
         entry_log_size_mb: Annotated[int | None, field_option(
             "entry_log_size", "--entry-log-size-mb", scale=MiB,
             help="entry log rotation size (MiB)")] = None,
@@ -210,8 +209,7 @@ def make_bookie_app(start_autorecovery: StartAutoRecovery | None = None,
             "gc_interval_s", "--gc-interval", help="entry-log GC period, seconds")] = None,
         checkpoint_interval: Annotated[float | None, field_option(
             "checkpoint_interval_s", "--checkpoint-interval",
-            help="checkpoint period, seconds; a bookie also checkpoints each time its "
-                 "journal moves on to the next file")] = None,
+            help="checkpoint period, seconds")] = None,
         disk_usage_threshold: Annotated[float | None, field_option(
             "disk_usage_threshold", "--disk-usage-threshold",
             help="readonly above this fraction of the file system")] = None,

@@ -31,13 +31,11 @@ to the answer. Applying on the writer thread costs the next group the time of on
 entry-log copy (page cache) and a numpy index update; the records queued meanwhile join
 that next group.
 
-A **checkpoint** (every ``checkpoint_interval_s``, after each roll of the journal to its
-next file, on :meth:`~BookieStorage.close`, before GC deletes logs) takes the applied
-journal position and the changed ledger states under the state lock, fsyncs the entry
-logs, appends the changes to the index file (:mod:`bookie_server.index`), and only then
-releases the journal files wholly before that position, which the journal reuses as they
-are (the checkpoint after a roll releases the file before it: no zero-fill at a high
-rate). A restart loads the index and replays the journal from that position; every
+A **checkpoint** (every ``checkpoint_interval_s``, on :meth:`~BookieStorage.close`, before
+GC deletes logs) takes the applied journal position and the changed ledger states under
+the state lock, fsyncs the entry logs, appends the changes to the index file
+(:mod:`bookie_server.index`), and only then releases the journal files wholly before that
+position. A restart loads the index and replays the journal from that position; every
 journal change is idempotent in order (add overwrites, fence sets, LAC takes the max,
 delete removes), so replaying records a checkpoint already covered is harmless.
 
@@ -338,10 +336,6 @@ class BookieStorage:
         # fenced / in limbo until self-repair copied them back.
         self._marks = RepairMarks(self._ledgers_dir)
         self._gc = EntryLogGC(self, config, self._state_lock, self._logs, self._live)
-        # Set by the journal writer when it rolls to its next file (and by close): the
-        # checkpoint thread checkpoints now rather than at its next interval, so the file
-        # it left becomes a spare for a later one (no zero-fill at a high rate).
-        self._checkpoint_due = threading.Event()
         self._journal = Journal(
             data_dir / "journal",
             file_size=config.journal_file_size,
@@ -351,7 +345,6 @@ class BookieStorage:
             max_group_bytes=config.journal_max_group_bytes,
             preallocate=config.journal_preallocate,
             on_sync=self._metrics.journal_sync,
-            on_roll=self._checkpoint_due.set,
         )
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -402,12 +395,8 @@ class BookieStorage:
         self.checkpoint()
         self.check_disk()
         cfg = self.config
-        if cfg.checkpoint_interval_s and cfg.checkpoint_interval_s > 0:
-            thread = threading.Thread(target=self._run_checkpoints, name="storage-checkpoint",
-                                      args=(cfg.checkpoint_interval_s,), daemon=True)
-            thread.start()
-            self._threads.append(thread)
         for name, interval, task in (
+            ("storage-checkpoint", cfg.checkpoint_interval_s, self.checkpoint),
             ("storage-gc", cfg.gc_interval_s, self.gc),
             ("storage-disk-check", cfg.disk_check_interval_s, self.check_disk),
         ):
@@ -427,7 +416,6 @@ class BookieStorage:
         if not self._started:
             return
         self._stop.set()
-        self._checkpoint_due.set()
         for thread in self._threads:
             thread.join()
         self._journal.close()  # writes, syncs and applies everything already accepted
@@ -440,20 +428,6 @@ class BookieStorage:
             self._logs.close()
             self._index.close()
             self._marks.close()
-
-    def _run_checkpoints(self, interval: float) -> None:
-        """Checkpoint every ``interval`` seconds and whenever the journal rolled to its next
-        file (``_checkpoint_due``): the checkpoint releases the files wholly before the
-        applied position, and the journal reuses them instead of zero-filling new ones."""
-        while True:
-            self._checkpoint_due.wait(interval)
-            self._checkpoint_due.clear()
-            if self._stop.is_set() or self._failure is not None:
-                return
-            try:
-                self.checkpoint()
-            except Exception:  # noqa: BLE001 - a background task must not die silently
-                log.exception("background checkpoint failed")
 
     def _every(self, interval: float, task: Callable[[], object]) -> None:
         while not self._stop.wait(interval):

@@ -1,5 +1,5 @@
-"""A bookie reuses its journal files at each roll, and a kill -9 during a reused file's life
-replays the acknowledged records and nothing of the file's previous life."""
+"""A bookie reuses the journal files a checkpoint released, and a kill -9 during a reused
+file's life replays the acknowledged records and nothing of the file's previous life."""
 
 from __future__ import annotations
 
@@ -41,11 +41,11 @@ def stale_tail(journal_dir: Path) -> bool:
 
 @pytest.fixture
 def recycling_bookie(cluster_factory):
-    # 1 MiB journal files, and no checkpoint by the interval during the test: a file can
-    # only be reused because the checkpoint after a roll released an older one.
+    # 1 MiB journal files and a checkpoint every 0.2 s: files are released and reused
+    # within the test's first seconds.
     c = cluster_factory(1, extra_args=["--journal-file-size-mb", "1",
                                        "--max-entry-size", str(64 * 1024),
-                                       "--checkpoint-interval", "600"])
+                                       "--checkpoint-interval", "0.2"])
     b = c.bookies[0]
     client = BookieClient(b.bookie_id, ClientConfig(add_timeout_s=10, read_timeout_s=10))
     yield b, client

@@ -291,23 +291,6 @@ def test_a_zero_fill_in_progress_gives_way_to_a_spare_that_appears(tmp_path, mon
     assert list(tmp_path.glob("*.tmp")) == []
 
 
-def test_a_roll_prompts_on_roll_after_the_group_that_rolled_is_synced(tmp_path):
-    recorder = Recorder()
-    seen: list[int] = []
-    journal = open_journal(tmp_path, recorder, on_roll=lambda: seen.append(len(recorder.ends)))
-    journal.start()
-    done = threading.Event()
-    records = [JournalRecord(RecordType.DELETE, body(i, 9000)) for i in range(250)]
-    records[-1].token = done
-    for r in records:  # one group each: the roll comes with the group that did not fit
-        journal.submit([r])
-    assert done.wait(10)
-    journal.close()
-    assert len(seen) >= 2, "the journal rolled (250 x 9 KB in 1 MiB files) but never said so"
-    for n in seen:  # the group in the new file was already synced and handed over
-        assert recorder.ends[n - 1].seq == recorder.ends[n - 2].seq + 1
-
-
 def test_submit_after_close_raises(tmp_path):
     journal = open_journal(tmp_path)
     journal.start()

@@ -419,21 +419,6 @@ def test_periodic_checkpoint_runs_in_the_background(tmp_path):
     s.close()
 
 
-def test_journal_files_are_reused_at_each_roll_not_zero_filled_anew(tmp_path):
-    # A long checkpoint interval: only the checkpoint each roll prompts releases files.
-    config = make_config(tmp_path, checkpoint_interval_s=600)
-    s = open_storage(config)
-    journal_dir = Path(config.data_dir) / "journal"
-    for i in range(80):
-        add(s, 1, i * 100, 100)  # ~8 MB of journal: eight 1 MiB files
-        # current, the prepared next one, two spares (a released file waits at most for
-        # the next roll's checkpoint)
-        assert len(list(journal_dir.glob("*.jnl"))) <= 5, i
-    assert s._journal.recycled >= 1
-    assert_has(s, 1, range(8000))
-    s.close()
-
-
 # -- group commit ---------------------------------------------------------------------------
 
 
