@@ -505,8 +505,8 @@ class Journal:
         """Make file ``seq`` ready to be overwritten in place, durably named. A spare (a file
         a checkpoint released) is renamed and reused as it is; otherwise a new file is
         zero-filled. ``abortable`` (the allocator): give up (raise) when the journal closes
-        meanwhile, and drop a zero-fill in progress as soon as a spare appears (the
-        checkpoint that follows the writer's roll released one: :meth:`release_before`)."""
+        meanwhile, and drop a zero-fill in progress as soon as a spare appears (a
+        checkpoint released one meanwhile: :meth:`release_before`)."""
         path = self._path(seq)
         while True:
             with self._files_lock:
@@ -642,7 +642,7 @@ class Journal:
         record to come. Both files are ready before the first add (zero-filled, or spares
         of an earlier run): the second is filled here at full speed, with no add to
         delay, instead of under the first adds' load (a first burst of adds ran into the
-        allocator's zeros: bench/profiles.md); from the third file on, files are reused."""
+        allocator's zeros: bench/profiles.md)."""
         self._scan()
         with self._alloc_cond:
             self._max_seq = max(self._max_seq, min_seq)
