@@ -12,9 +12,15 @@ left of that wait (:func:`bk_spark.protocol.batching.batch_wait`): at a moderate
 record is synced at once instead of waiting for a group that will not come.
 
 Journal files ``<seq>.jnl`` in ``data_dir/journal`` have a fixed size and are written in
-place: they are preallocated (filled with zeros and synced by a background thread before
-they are needed) or recycled from files a checkpoint released, because overwriting
-allocated blocks syncs much faster than appending. The zeros go to the disk one chunk at a
+place: they are recycled from files a checkpoint released (BookKeeper's
+``journalReuseFiles``) or, when there is none, preallocated (filled with zeros and synced by
+a background thread before they are needed), because overwriting allocated blocks syncs
+much faster than appending (1.0 M vs 1.6 M records/s of 1 KiB, 256 per fdatasync, on this
+machine's ext4; ``fallocate``, plain or ``FALLOC_FL_ZERO_RANGE``, leaves unwritten extents
+whose first sync converts them and runs as slowly as appending). :meth:`Journal.start`
+prepares the first two files before the first add, and a zero-fill in progress gives way
+to a spare that appears meanwhile (bench/profiles.md, "The bookie's kernel time").
+The zeros go to the disk one chunk at a
 time (:func:`bookie_server.writeback.write_zeros_paced`): synced all at once they queued
 16-64 MiB in front of the writer's own syncs, a 10-50 ms stall of every add. A file's
 sequence number is never reused. When a group does not fit in the current file, a ROLL
@@ -453,6 +459,8 @@ class Journal:
         self._fill_started = 0.0
         self._threads: list[threading.Thread] = []
         self.syncs = 0  # number of group syncs (for tests and metrics)
+        self.recycled = 0  # files prepared from a spare, not zero-filled (tests, metrics)
+        self.filled = 0  # files zero-filled
         self.replayed = 0  # records applied by the last replay
 
     # -- files -----------------------------------------------------------------------------
@@ -465,12 +473,17 @@ class Journal:
             return
         self._scanned = True
         self._dir.mkdir(parents=True, exist_ok=True)
+        spare_seqs: list[int] = []
         for entry in os.scandir(self._dir):
             name = entry.name
             path = Path(entry.path)
             if name.endswith(".tmp"):
                 path.unlink()
             elif name.startswith(SPARE_PREFIX):
+                try:  # a spare's name keeps its old number: never hand that number out again
+                    spare_seqs.append(int(name[len(SPARE_PREFIX):-len(JOURNAL_SUFFIX)], 16))
+                except ValueError:
+                    pass
                 if len(self._spares) < self._max_spares and entry.stat().st_size == self._file_size:
                     self._spares.append(path)
                 else:
@@ -481,7 +494,7 @@ class Journal:
                 except ValueError:
                     continue
                 self._files[seq] = path
-        self._max_seq = max(self._files, default=0)
+        self._max_seq = max([*self._files, *spare_seqs], default=0)
 
     def file_seqs(self) -> list[int]:
         """Sequence numbers of the journal files on disk (current and prepared included)."""
@@ -489,15 +502,20 @@ class Journal:
             return sorted(self._files)
 
     def _prepare(self, seq: int, *, abortable: bool = False) -> _File:
-        """Make file ``seq`` ready to be overwritten in place, durably named. ``abortable``:
-        give up (raise) when the journal closes meanwhile."""
+        """Make file ``seq`` ready to be overwritten in place, durably named. A spare (a file
+        a checkpoint released) is renamed and reused as it is; otherwise a new file is
+        zero-filled. ``abortable`` (the allocator): give up (raise) when the journal closes
+        meanwhile, and drop a zero-fill in progress as soon as a spare appears (a
+        checkpoint released one meanwhile: :meth:`release_before`)."""
         path = self._path(seq)
-        with self._files_lock:
-            spare = self._spares.pop() if self._spares else None
-        if spare is not None:
-            os.rename(spare, path)
-            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-        else:
+        while True:
+            with self._files_lock:
+                spare = self._spares.pop() if self._spares else None
+            if spare is not None:
+                os.rename(spare, path)
+                fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+                self.recycled += 1
+                break
             tmp = path.with_name(path.name + ".tmp")
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
             try:
@@ -509,13 +527,21 @@ class Journal:
                         write_zeros_paced(fd, self._file_size,
                                           pace=self._pace_fill if abortable else None)
                     except InterruptedError:
-                        raise BookieStorageError("journal closing") from None
+                        if self._closing:
+                            raise BookieStorageError("journal closing") from None
+                        os.close(fd)  # a spare appeared: reuse it instead
+                        fd = -1
+                        tmp.unlink(missing_ok=True)
+                        continue
                     os.fdatasync(fd)
                 os.rename(tmp, path)
             except BaseException:
-                os.close(fd)
+                if fd >= 0:
+                    os.close(fd)
                 tmp.unlink(missing_ok=True)
                 raise
+            self.filled += 1
+            break
         fsync_directory(self._dir)
         with self._files_lock:
             self._files[seq] = path
@@ -536,10 +562,13 @@ class Journal:
         far): no faster than twice the rate the writer fills the current one (at least
         :data:`MIN_FILL_RATE`), so its writes are spread thin between the writer's syncs
         and the file is still ready when half the current one is left. Full speed as soon
-        as the writer waits for it. False: the journal is closing, give up."""
-        if self._closing:
+        as the writer waits for it. False: the journal is closing, or a spare is
+        there to reuse instead: give the fill up."""
+        if filled >= self._file_size:
+            return not self._closing
+        if self._closing or self._spares:
             return False
-        if self._hurry.is_set() or filled >= self._file_size:
+        if self._hurry.is_set():
             return True
         rate = max(2.0 * self._byte_rate, MIN_FILL_RATE)
         started = self._fill_started
@@ -608,12 +637,17 @@ class Journal:
     # -- writing ---------------------------------------------------------------------------
 
     def start(self, min_seq: int = 0) -> JournalPosition:
-        """Open a fresh file (after every existing one and ``min_seq``) and start the writer
-        and allocator threads; returns the position of the first record to come."""
+        """Open a fresh file (after every existing one and ``min_seq``) and the next one,
+        and start the writer and allocator threads; returns the position of the first
+        record to come. Both files are ready before the first add (zero-filled, or spares
+        of an earlier run): the second is filled here at full speed, with no add to
+        delay, instead of under the first adds' load (a first burst of adds ran into the
+        allocator's zeros: bench/profiles.md)."""
         self._scan()
         with self._alloc_cond:
             self._max_seq = max(self._max_seq, min_seq)
         self._current = self._prepare(self._new_seq())
+        self._next = self._prepare(self._new_seq())
         with self._cond:
             self._started = True
         self._threads = [

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
+import bookie_server.journal as journal_module
 from bookie_server.journal import (
     RECORD_HEADER,
     Journal,
@@ -255,6 +257,38 @@ def test_checkpointed_files_are_recycled_and_the_directory_stays_bounded(tmp_pat
         journal.release_before(recorder.ends[-1])
         assert len(list(tmp_path.glob("*.jnl"))) <= 4, round_  # current, next, 2 spares
     journal.close()
+
+
+def test_the_next_file_is_ready_before_the_first_record(tmp_path):
+    journal = open_journal(tmp_path, file_size=8 * MiB)
+    start = journal.start()
+    # The file after the current one is already zero-filled and named: the first adds'
+    # roll never waits for it, nor shares the disk and CPU with its zeros.
+    assert journal.file_seqs() == [start.seq, start.seq + 1]
+    assert all(p.stat().st_size == 8 * MiB for p in tmp_path.glob("*.jnl"))
+    journal.close()
+
+
+def test_a_zero_fill_in_progress_gives_way_to_a_spare_that_appears(tmp_path, monkeypatch):
+    # An idle writer: the allocator fills at the floor rate, here 2 MiB/s, so an 8 MiB
+    # file's fill is still going when a checkpoint releases two old files.
+    monkeypatch.setattr(journal_module, "MIN_FILL_RATE", 2 * MiB)
+    size = 8 * MiB
+    write_records(tmp_path, [body(1, 1000)], file_size=size)  # files 1 and 2
+    journal = open_journal(tmp_path, file_size=size)
+    journal.replay(None, lambda *a: None)
+    journal._fill_started = time.monotonic()
+    prepared = []
+    filler = threading.Thread(target=lambda: prepared.append(journal._prepare(9, abortable=True)))
+    filler.start()
+    time.sleep(0.2)
+    journal.release_before((3, 0))  # files 1 and 2 become spares mid-fill
+    filler.join(5)
+    assert not filler.is_alive()
+    os.close(prepared[0].fd)
+    assert (journal.recycled, journal.filled) == (1, 0)
+    assert prepared[0].path.stat().st_size == size
+    assert list(tmp_path.glob("*.tmp")) == []
 
 
 def test_submit_after_close_raises(tmp_path):
