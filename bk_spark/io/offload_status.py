@@ -17,6 +17,8 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
+from bk_spark.io.zk import ephemeral_lock_holder, release_ephemeral_lock, try_ephemeral_lock
+
 
 def failing_path(root: str) -> str:
     return f"{root.rstrip('/')}/offloader/failing"
@@ -103,30 +105,13 @@ def drop_waiting(zk: KazooClient, root: str, ledger_id: int) -> None:
 
 def try_claim(zk: KazooClient, root: str, ledger_id: int, owner: str) -> bool:
     """Take the ephemeral claim of ``ledger_id`` for ``owner``; False if another holds it
-    (the lock recipe of the Replication Worker's ledger locks, :mod:`bk_spark.io.
-    underreplication`)."""
-    path = _claim_path(root, ledger_id)
-    try:
-        zk.retry(zk.create, path, owner.encode(), ephemeral=True, makepath=True)
-        return True
-    except NodeExistsError:
-        try:  # a create retried after a connection loss finds its own znode
-            _, stat = zk.retry(zk.get, path)
-        except NoNodeError:
-            return False
-        return bool(stat.ephemeralOwner == zk.client_id[0])
+    (the Replication Workers' lock recipe, :func:`bk_spark.io.zk.try_ephemeral_lock`)."""
+    return try_ephemeral_lock(zk, _claim_path(root, ledger_id), owner)
 
 
 def release_claim(zk: KazooClient, root: str, ledger_id: int) -> None:
-    try:
-        zk.retry(zk.delete, _claim_path(root, ledger_id))
-    except NoNodeError:
-        pass
+    release_ephemeral_lock(zk, _claim_path(root, ledger_id))
 
 
 def claim_holder(zk: KazooClient, root: str, ledger_id: int) -> str | None:
-    try:
-        data, _ = zk.retry(zk.get, _claim_path(root, ledger_id))
-    except NoNodeError:
-        return None
-    return bytes(data).decode(errors="replace")
+    return ephemeral_lock_holder(zk, _claim_path(root, ledger_id))

@@ -42,6 +42,7 @@ from bk_spark.io.metadata_store import (
     list_ledger_ids,
     metadata_update_loop,
 )
+from bk_spark.io.zk import ephemeral_lock_holder, release_ephemeral_lock, try_ephemeral_lock
 from bk_spark.protocol.recovery_plan import UnderReplicated
 
 _ABSENT = -1  # the "version" of a record that does not exist
@@ -143,30 +144,13 @@ class UnderReplicationManager:
 
     def try_lock(self, ledger_id: int, owner: str) -> bool:
         """Take the ephemeral lock of ``ledger_id`` for ``owner``; False if another holds it."""
-        path = self.lock_path(ledger_id)
-        zk = self._zk
-        try:
-            zk.retry(zk.create, path, owner.encode(), ephemeral=True, makepath=True)
-            return True
-        except NodeExistsError:
-            try:  # a create retried after a connection loss finds its own znode
-                _, stat = zk.retry(zk.get, path)
-            except NoNodeError:
-                return False
-            return stat.ephemeralOwner == zk.client_id[0]
+        return try_ephemeral_lock(self._zk, self.lock_path(ledger_id), owner)
 
     def unlock(self, ledger_id: int) -> None:
-        try:
-            self._zk.retry(self._zk.delete, self.lock_path(ledger_id))
-        except NoNodeError:
-            pass
+        release_ephemeral_lock(self._zk, self.lock_path(ledger_id))
 
     def lock_holder(self, ledger_id: int) -> str | None:
-        try:
-            data, _ = self._zk.retry(self._zk.get, self.lock_path(ledger_id))
-        except NoNodeError:
-            return None
-        return data.decode(errors="replace")
+        return ephemeral_lock_holder(self._zk, self.lock_path(ledger_id))
 
     # -- enable / disable, workers, auditor status -------------------------------------------
 

@@ -14,6 +14,7 @@ from kazoo.exceptions import (
     ConnectionLoss,
     KazooException,
     NoAuthError,
+    NodeExistsError,
     NoNodeError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
@@ -233,3 +234,42 @@ def apply_acls(client: KazooClient, root: str, acl: list) -> int:
         count += 1
         stack.extend(f"{path.rstrip('/')}/{c}" for c in sorted(children))
     return count
+
+
+# -- ephemeral locks: one recipe for the Replication Workers' ledger locks and the offloaders'
+#    ledger claims --------------------------------------------------------------------------
+
+
+def try_ephemeral_lock(zk: KazooClient, path: str, owner: str) -> bool:
+    """Take the ephemeral lock znode ``path`` for ``owner``; False if another session holds it.
+
+    The lock lives as long as the taker's ZooKeeper session, so a holder killed with -9 loses
+    it when its session expires. A create retried after a connection loss that finds the
+    znode already there checks whether this session made it.
+    """
+    try:
+        zk.retry(zk.create, path, owner.encode(), ephemeral=True, makepath=True)
+        return True
+    except NodeExistsError:
+        try:
+            _, stat = zk.retry(zk.get, path)
+        except NoNodeError:
+            return False
+        return bool(stat.ephemeralOwner == zk.client_id[0])
+
+
+def release_ephemeral_lock(zk: KazooClient, path: str) -> None:
+    """Delete the lock znode ``path`` (gone already is fine)."""
+    try:
+        zk.retry(zk.delete, path)
+    except NoNodeError:
+        pass
+
+
+def ephemeral_lock_holder(zk: KazooClient, path: str) -> str | None:
+    """The owner named in the lock znode ``path``, or None when nobody holds it."""
+    try:
+        data, _ = zk.retry(zk.get, path)
+    except NoNodeError:
+        return None
+    return bytes(data).decode(errors="replace")
