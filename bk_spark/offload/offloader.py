@@ -16,9 +16,9 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from bk_spark.core.client import BookKeeper
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: A log still failing is warned of again once its failures reach this many seconds
 #: (then at debug level: ``bk offload status`` shows the reason).
@@ -444,18 +445,34 @@ class Offloader:
 
     def _offload_claimed(self, name: str, ledger_id: int, target: str | None, *,
                          elected: bool) -> bool:
-        """The four steps on ``ledger_id`` under its claim (one attempt at a time), as
-        :data:`~bk_spark.protocol.offload_rules.HANDOFF` says; True when it is complete.
-        The elected offloader records a ledger it cannot key as waiting for a keyholder
-        (a ``mac`` ledger, which only its password reads, fails as before)."""
+        """The four steps on ``ledger_id`` under its claim (:meth:`_claimed`); True when it
+        is complete."""
+        done = self._claimed(name, ledger_id, target, elected, lambda: offload_ledger(
+            self.bk, name, ledger_id, self.config.passwords, target, self.metrics,
+            local_key=self.local_key))
+        return done is not None
+
+    def _drop_claimed(self, name: str, ledger_id: int, lag_ms: int, now: int, *,
+                      elected: bool) -> bool:
+        """The deletion lag's step under the ledger's claim (:meth:`_claimed`)."""
+        return bool(self._claimed(name, ledger_id, None, elected, lambda: drop_bookie_copy(
+            self.bk, name, ledger_id, self.config.passwords, lag_ms, now,
+            local_key=self.local_key)))
+
+    def _claimed(self, name: str, ledger_id: int, target: str | None, elected: bool,
+                 step: Callable[[], T]) -> T | None:
+        """Run one step on ``ledger_id`` under its claim (one contender at a time), as
+        :data:`~bk_spark.protocol.offload_rules.HANDOFF` says: None when another contender
+        holds the claim, or when the elected offloader cannot key the ledger and records it
+        as waiting for a keyholder (a ``mac`` ledger, which only its password reads, fails as
+        before)."""
         zk, root = self.bk.zk, self.bk.msu.root
         if elected:
             self._due_now.add(ledger_id)
         if not claims.try_claim(zk, root, ledger_id, self.identity):
-            return False  # another contender is offloading it: left to its claim
+            return None  # another contender is on it: left to its claim
         try:
-            done = offload_ledger(self.bk, name, ledger_id, self.config.passwords, target,
-                                  self.metrics, local_key=self.local_key)
+            return step()
         except RecoveryKeyUnavailableError:
             md = self.bk.ledger_metadata(ledger_id)
             if md.digest_type not in VERIFIABLE_WITHOUT_PASSWORD or \
@@ -465,31 +482,7 @@ class Offloader:
                 claims.record_waiting(zk, root, ledger_id, name, target, now_ms())
                 log.info("log %r: ledger %d waits for a keyholder: the offloader contender "
                          "of a bookie holding a copy offloads it", name, ledger_id)
-            return False
-        finally:
-            claims.release_claim(zk, root, ledger_id)
-        return done is not None
-
-    def _drop_claimed(self, name: str, ledger_id: int, lag_ms: int, now: int, *,
-                      elected: bool) -> bool:
-        """The deletion lag's step under the ledger's claim; a ledger the elected one
-        cannot key waits for a keyholder as its offload does (:data:`HANDOFF`)."""
-        zk, root = self.bk.zk, self.bk.msu.root
-        if elected:
-            self._due_now.add(ledger_id)
-        if not claims.try_claim(zk, root, ledger_id, self.identity):
-            return False
-        try:
-            return drop_bookie_copy(self.bk, name, ledger_id, self.config.passwords, lag_ms,
-                                    now, local_key=self.local_key)
-        except RecoveryKeyUnavailableError:
-            md = self.bk.ledger_metadata(ledger_id)
-            if md.digest_type not in VERIFIABLE_WITHOUT_PASSWORD or \
-                    rules.handoff(elected, False, True) is not rules.Handoff.WAIT:
-                raise
-            if ledger_id not in claims.waiting(zk, root):
-                claims.record_waiting(zk, root, ledger_id, name, None, now_ms())
-            return False
+            return None
         finally:
             claims.release_claim(zk, root, ledger_id)
 
