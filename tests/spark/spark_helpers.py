@@ -20,6 +20,22 @@ def read_log(spark, uri: str, log: str, **options: str):  # type: ignore[no-unty
     return r.load()
 
 
+def offload_now(bk, name: str, target: Path, lag_ms: int, password: str) -> None:  # type: ignore[no-untyped-def]
+    """Give log ``name`` an offload policy of 0 to ``target`` and run an offloader's pass
+    twice (the second passes a deletion lag of 0: only the Parquet copy is left)."""
+    from bk_spark.log import update_log_properties
+    from bk_spark.offload.metrics import OffloadMetrics
+    from bk_spark.offload.offloader import Offloader, OffloaderConfig
+    from bk_spark.protocol import offload_rules as rules
+
+    update_log_properties(bk, name, {rules.POLICY_PROPERTY: rules.OffloadPolicy(
+        after="0", target=target.as_uri(), deletion_lag_ms=lag_ms).to_json()})
+    off = Offloader(bk, "t", OffloaderConfig(passwords=(b"", password.encode())),
+                    OffloadMetrics())
+    off.tick()
+    off.tick()
+
+
 class WriterProc:
     """tests/integration/procs/log_writer.py in its own process (killed by PID)."""
 

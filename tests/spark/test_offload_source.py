@@ -7,26 +7,16 @@ file, and position / timestamp filters pushed into the scan. A password, as a us
 from __future__ import annotations
 
 import datetime as dt
-from pathlib import Path
 
 import pytest
-from spark_helpers import read_log
+from spark_helpers import offload_now, read_log
 
 from bk_spark.io import offload_files
-from bk_spark.log import open_log_view, update_log_properties
-from bk_spark.offload.metrics import OffloadMetrics
-from bk_spark.offload.offloader import Offloader, OffloaderConfig
+from bk_spark.log import open_log_view
 from bk_spark.protocol import offload_rules as rules
 
 PW = "p"
 
-
-def _offload(bk, name: str, target: Path, lag_ms: int) -> None:  # type: ignore[no-untyped-def]
-    update_log_properties(bk, name, {rules.POLICY_PROPERTY: rules.OffloadPolicy(
-        after="0", target=target.as_uri(), deletion_lag_ms=lag_ms).to_json()})
-    off = Offloader(bk, "t", OffloaderConfig(passwords=(b"", PW.encode())), OffloadMetrics())
-    off.tick()
-    off.tick()  # a deletion lag of 0 passes: only the Parquet copy is left
 
 
 def _rows(df) -> list[tuple]:  # type: ignore[no-untyped-def]
@@ -53,7 +43,7 @@ def test_the_source_over_an_offloaded_arrow_log_returns_exactly_the_bookies_rows
     first = _rows(read())
     # both copies kept for now: a Spark append fences the log's last two ledgers, and
     # fails while their bookie copies are gone (a limit of the commit, not of reads)
-    _offload(bk, name, tmp_path / "t", lag_ms=-1)
+    offload_now(bk, name, tmp_path / "t", lag_ms=-1, password=PW)
     # 2. the same columns with nulls: the log's schema widens to nullable
     write(spark.createDataFrame([(i, None if i % 3 == 0 else f"x{i}") for i in range(300, 600)],
                                 "n long, s string").repartition(4))
@@ -63,7 +53,7 @@ def test_the_source_over_an_offloaded_arrow_log_returns_exactly_the_bookies_rows
     expected = first + second
     assert len(expected) == 600 and len(second) == 300
     assert read().schema["n"].nullable and read().schema["s"].nullable
-    _offload(bk, name, tmp_path / "t", lag_ms=0)
+    offload_now(bk, name, tmp_path / "t", lag_ms=0, password=PW)
     view = open_log_view(bk, name)
     states = rules.states_of(view.md.properties)
     assert {rules.tier(states.get(r.ledger_id)).value for r in view.ledgers()} == \

@@ -6,25 +6,15 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from pathlib import Path
 
 import pyarrow.parquet as pq
-from spark_helpers import read_log
+from spark_helpers import offload_now, read_log
 
-from bk_spark.log import open_log_reader, open_log_view, open_log_writer, update_log_properties
-from bk_spark.offload.metrics import OffloadMetrics
-from bk_spark.offload.offloader import Offloader, OffloaderConfig
+from bk_spark.log import open_log_reader, open_log_view, open_log_writer
 from bk_spark.protocol import offload_rules as rules
 
 PW = "p"
 
-
-def _offload(bk, name: str, target: Path, lag_ms: int) -> None:  # type: ignore[no-untyped-def]
-    update_log_properties(bk, name, {rules.POLICY_PROPERTY: rules.OffloadPolicy(
-        after="0", target=target.as_uri(), deletion_lag_ms=lag_ms).to_json()})
-    off = Offloader(bk, "t", OffloaderConfig(passwords=(b"", PW.encode())), OffloadMetrics())
-    off.tick()
-    off.tick()  # the deletion lag passes
 
 
 def _fill(bk, name: str, n: int, every: int):  # type: ignore[no-untyped-def]
@@ -41,7 +31,7 @@ def test_batch_and_stream_reads_cross_from_parquet_to_bookies_exactly_once(
     w.roll()
     for i in range(30, 34):
         w.append(f"{name}:{i}".encode())  # the open ledger: on bookies
-    _offload(bk, name, tmp_path / "t", lag_ms=0)
+    offload_now(bk, name, tmp_path / "t", lag_ms=0, password=PW)
     view = open_log_view(bk, name)
     states = rules.states_of(view.md.properties)
     tiers = [rules.tier(states.get(r.ledger_id)).value for r in view.ledgers()]
@@ -85,7 +75,7 @@ def test_an_arrow_log_offloads_its_typed_columns_and_reads_back_the_same(
      .mode("append").save())
     before = sorted(tuple(r) for r in read_log(spark, uri, name, password=PW,
                                                includePositions="true").collect())
-    _offload(bk, name, tmp_path / "t", lag_ms=-1)
+    offload_now(bk, name, tmp_path / "t", lag_ms=-1, password=PW)
     view = open_log_view(bk, name)
     states = rules.states_of(view.md.properties)
     assert {rules.tier(states.get(r.ledger_id)).value for r in view.ledgers()} == {"both"}
@@ -105,7 +95,7 @@ def test_read_log_unions_spark_parquet_scan_with_the_source_exactly_at_the_bound
 
     name = log_name()
     w = _fill(bk, name, 20, every=6)  # 6, 6, 6 closed, the open one on bookies
-    _offload(bk, name, tmp_path / "t", lag_ms=-1)
+    offload_now(bk, name, tmp_path / "t", lag_ms=-1, password=PW)
     for i in range(20, 23):
         w.append(f"{name}:{i}".encode())
     # an idle writer tells the bookies its last entry explicit_lac_interval_s later: until
