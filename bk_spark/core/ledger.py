@@ -253,16 +253,13 @@ class LedgerHandle:
                 # a lone add's path. A framer (the log writer's) runs on the loop only.
                 inline = (eid == self._unacked_first and not self._shipping
                           and self._framer is None)
-                if inline:
-                    pass
-                elif self._should_linger():
-                    # Decided here, not on the loop: no wake-up of the loop for an add
-                    # that lingers (a thousand writers with an add or two each).
-                    self._lingering = True
-                    self._threads.gather_later(self._bk.config.add_linger_s,
-                                               LedgerHandle._ship_each, self)
-                else:
-                    self._threads.schedule(self._ship)
+                if not inline:
+                    if self._should_linger():
+                        # Decided here, not on the loop: no wake-up of the loop for an add
+                        # that lingers (a thousand writers with an add or two each).
+                        self._linger()
+                    else:
+                        self._threads.schedule(self._ship)
             elif self._lingering and len(self._outbox) == LINGER_MIN_ENTRIES:
                 self._threads.schedule(self._ship)  # the burst came: no need to wait more
         if inline:
@@ -278,6 +275,14 @@ class LedgerHandle:
         n_out = len(self._outbox)
         return (self._bk.config.add_linger_s > 0 and n_out < LINGER_MIN_ENTRIES
                 and len(self._targets) > n_out and not self._closed)
+
+    def _linger(self) -> None:
+        """Under the lock, with a ship due: the queued adds ship ``add_linger_s`` from now,
+        with every other writer of the client lingering then (one timer and one pass of
+        the I/O loop for all of them, :meth:`_ship_each`)."""
+        self._lingering = True
+        self._threads.gather_later(self._bk.config.add_linger_s, LedgerHandle._ship_each,
+                                   self)
 
     def _ship(self) -> None:
         """Encode and ship one round of queued entries: one batch per bookie of the ensemble.
@@ -314,7 +319,7 @@ class LedgerHandle:
         """The body of :meth:`_ship` (one call at a time)."""
         E, Qw = self._E, self._Qw
         config = self._bk.config
-        round_max, linger = config.add_round_max_entries, config.add_linger_s
+        round_max = config.add_round_max_entries
         with self._lock:
             self._ship_scheduled = False
             lingered, self._lingering = self._lingering, False
@@ -322,9 +327,8 @@ class LedgerHandle:
                 return  # shipped already, or failed: _fail decided every add
             n_out = len(self._outbox)
             if not lingered and self._should_linger():
-                self._lingering = self._ship_scheduled = True
-                # one timer for every writer lingering now: they ship in one pass
-                self._threads.gather_later(linger, LedgerHandle._ship_each, self)
+                self._ship_scheduled = True
+                self._linger()
                 return
             payloads = self._outbox[:round_max]
             share = (sum(map(len, payloads)) + 64 * len(payloads)) * Qw // E
