@@ -32,6 +32,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from bk_spark.protocol.ledger_metadata import validate_quorums
+from bk_spark.protocol.schedule import in_write_set
 
 _INITIAL_WINDOW = 1024
 #: An answer of at most this many ids (and a window of at most this many unacknowledged
@@ -177,7 +178,7 @@ class PendingAdds:
             E, Qw, base = self.ensemble_size, self.write_quorum_size, self._base
             row, count = self._confirmed[bookie_index], self._count
             for e in live:
-                if (bookie_index - e) % E < Qw:
+                if in_write_set(e, bookie_index, E, Qw):
                     c = e - base
                     if not row[c]:
                         row[c] = True
