@@ -554,13 +554,16 @@ def test_two_live_bookies_short_of_copies_each_the_others_only_candidate_both_he
         while urm.get(lh.id) is not None:
             assert time.monotonic() < deadline, f"not healed: {urm.get(lh.id)}"
             time.sleep(0.2)
-        md = client.ledger_metadata(lh.id)
+    # Checked through a new client: the writer's channel to p, refused while p was down,
+    # may still be in gRPC's reconnect backoff (failing at once) when the heal is done.
+    with BookKeeper(c.uri) as checker:
+        md = checker.ledger_metadata(lh.id)
         (f1, e1), (f2, e2) = md.ensembles
         assert e1[0] == s_id and e2[0] == p_id  # each took the other's place
         for first, last, ensemble in ((f1, f2 - 1, e1), (f2, 19, e2)):
             for idx, b in enumerate(ensemble):  # every copy where the metadata says
-                held = client.bookies.get(b).held_entries(lh.id, first, last)
+                held = checker.bookies.get(b).held_entries(lh.id, first, last)
                 have = {e for x, y in held for e in range(x, y + 1)}
                 assert set(entries_on_index(first, last, idx, 3, 2)) <= have, (first, b)
-        rh = client.open_ledger(lh.id, PASSWORD)
+        rh = checker.open_ledger(lh.id, PASSWORD)
         assert [e.payload for e in rh.read_entries(0, 19)] == payloads
