@@ -23,6 +23,7 @@ from bk_spark.errors import (
     MetadataVersionError,
 )
 from bk_spark.io.metadata_store import Versioned
+from bk_spark.io.zk import delete_if_present
 from bk_spark.protocol.log_format import (
     LogMetadata,
     Segment,
@@ -139,10 +140,7 @@ class LogMetadataStore:
         return Segment.from_bytes(data)
 
     def delete_tree(self, name: str) -> None:
-        try:
-            self._zk.retry(self._zk.delete, self.path(name), recursive=True)
-        except NoNodeError:
-            pass
+        delete_if_present(self._zk, self.path(name), recursive=True)
 
 
 def raise_first_error(results: list[Any]) -> None:

@@ -41,6 +41,7 @@ from bk_spark.errors import (
     MetadataVersionError,
     NoSuchLedgerError,
 )
+from bk_spark.io.zk import delete_if_present
 from bk_spark.protocol.ledger_metadata import MAX_LEDGER_ID, LedgerMetadata
 
 log = logging.getLogger(__name__)
@@ -221,10 +222,7 @@ class LedgerMetadataStore:
             self._delete_quietly(reservation.path)
 
     def _delete_quietly(self, path: str) -> None:
-        try:
-            self._zk.retry(self._zk.delete, path)
-        except NoNodeError:
-            pass
+        delete_if_present(self._zk, path)
 
     # -- one ledger ------------------------------------------------------------------------
 

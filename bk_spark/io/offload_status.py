@@ -17,7 +17,12 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
-from bk_spark.io.zk import ephemeral_lock_holder, release_ephemeral_lock, try_ephemeral_lock
+from bk_spark.io.zk import (
+    delete_if_present,
+    ephemeral_lock_holder,
+    release_ephemeral_lock,
+    try_ephemeral_lock,
+)
 
 
 def failing_path(root: str) -> str:
@@ -97,10 +102,7 @@ def waiting(zk: KazooClient, root: str) -> dict[int, dict[str, Any]]:
 
 
 def drop_waiting(zk: KazooClient, root: str, ledger_id: int) -> None:
-    try:
-        zk.retry(zk.delete, f"{_waiting_dir(root)}/L{ledger_id:019d}")
-    except NoNodeError:
-        pass
+    delete_if_present(zk, f"{_waiting_dir(root)}/L{ledger_id:019d}")
 
 
 def try_claim(zk: KazooClient, root: str, ledger_id: int, owner: str) -> bool:

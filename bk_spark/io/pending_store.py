@@ -11,6 +11,8 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
+from bk_spark.io.zk import delete_if_present
+
 
 class PendingLedgerStore:
     """Pending-ledger records of the logs under one metadata root."""
@@ -58,8 +60,4 @@ class PendingLedgerStore:
 
     def delete(self, log_name: str, ledger_id: int) -> bool:
         """Delete the record; True if this call deleted it (ZooKeeper lets one win)."""
-        try:
-            self._zk.retry(self._zk.delete, f"{self._dir(log_name)}/{ledger_id}")
-        except NoNodeError:
-            return False
-        return True
+        return delete_if_present(self._zk, f"{self._dir(log_name)}/{ledger_id}")

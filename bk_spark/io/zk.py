@@ -258,12 +258,20 @@ def try_ephemeral_lock(zk: KazooClient, path: str, owner: str) -> bool:
         return bool(stat.ephemeralOwner == zk.client_id[0])
 
 
+def delete_if_present(zk: KazooClient, path: str, *, recursive: bool = False) -> bool:
+    """Delete the znode ``path`` (with its children if ``recursive``), retried over connection
+    losses; True if this call deleted it, False if it was gone already (ZooKeeper lets one of
+    several deleters win, so "gone" is the answer every loser needs)."""
+    try:
+        zk.retry(zk.delete, path, recursive=recursive)
+    except NoNodeError:
+        return False
+    return True
+
+
 def release_ephemeral_lock(zk: KazooClient, path: str) -> None:
     """Delete the lock znode ``path`` (gone already is fine)."""
-    try:
-        zk.retry(zk.delete, path)
-    except NoNodeError:
-        pass
+    delete_if_present(zk, path)
 
 
 def ephemeral_lock_holder(zk: KazooClient, path: str) -> str | None:
