@@ -9,27 +9,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 DIR=${BK_SESSION_DIR:-.bk-sandbox-offload}
 ZK_PORT=${BK_SESSION_ZK_PORT:-2202}
-export PATH="$PWD/.venv/bin:$PATH"
-export PYSPARK_PYTHON="$PWD/.venv/bin/python" PYSPARK_DRIVER_PYTHON="$PWD/.venv/bin/python"
-export SPARK_LOCAL_IP=127.0.0.1 PYTHONPATH="$PWD"
-rm -rf "$DIR"
-mkdir -p "$DIR"
+# shellcheck source=bench/session_common.sh
+source bench/session_common.sh
 ABS="$PWD/$DIR"
-
-run() {  # the command as typed, then its output and exit code
-  echo "\$ $*"
-  "$@" 2>&1
-  echo "[exit $?]"
-  echo
-}
-spark() {  # spark-submit's start-up chatter goes to a log file, as in make demo
-  echo "\$ spark-submit --master 'local[2]' $* --metadata-service-uri $URI"
-  spark-submit --master 'local[2]' --conf spark.log.level=ERROR "$@" \
-    --metadata-service-uri "$URI" 2>"$DIR/spark.log"
-  echo "[exit $?]"
-  echo
-}
-trap 'bk sandbox stop --data-dir "$DIR" >/dev/null 2>&1' EXIT
 
 echo "# 1. A sandbox (its bookies run an offloader contender: --offload, files under $DIR/offload)"
 run bk sandbox start --zk-port "$ZK_PORT" --bookie-port 0 --data-dir "$DIR"
