@@ -106,7 +106,13 @@ from bookie_server.config import BookieConfig
 from bookie_server.disk import DiskMonitor
 from bookie_server.entrylog import EntryLogs, read_exact
 from bookie_server.gc import EntryLogGC, LiveBytes
-from bookie_server.index import IndexStore, LedgerSnapshot, LedgerState
+from bookie_server.index import (
+    CHECKPOINT_SLICE,
+    IndexStore,
+    LedgerSnapshot,
+    LedgerState,
+    dirty_ids,
+)
 from bookie_server.journal import (
     AddBatch,
     Journal,
@@ -148,6 +154,7 @@ from bookie_server.validation import (
     check_lac,
     check_records,
 )
+from bookie_server.writeback import Yielder
 
 log = logging.getLogger(__name__)
 
@@ -398,14 +405,16 @@ class BookieStorage:
         self.checkpoint()
         self.check_disk()
         cfg = self.config
-        for name, interval, task in (
-            ("storage-checkpoint", cfg.checkpoint_interval_s, self.checkpoint),
-            ("storage-gc", cfg.gc_interval_s, self.gc),
-            ("storage-disk-check", cfg.disk_check_interval_s, self.check_disk),
+        for name, interval, task, first in (
+            ("storage-checkpoint", cfg.checkpoint_interval_s, self.checkpoint,
+             cfg.checkpoint_phase_s),
+            ("storage-gc", cfg.gc_interval_s, self.gc, cfg.gc_interval_s),
+            ("storage-disk-check", cfg.disk_check_interval_s, self.check_disk,
+             cfg.disk_check_interval_s),
         ):
             if interval and interval > 0:
                 thread = threading.Thread(
-                    target=self._every, args=(interval, task), name=name, daemon=True
+                    target=self._every, args=(interval, task, first), name=name, daemon=True
                 )
                 thread.start()
                 self._threads.append(thread)
@@ -432,8 +441,11 @@ class BookieStorage:
             self._index.close()
             self._marks.close()
 
-    def _every(self, interval: float, task: Callable[[], object]) -> None:
-        while not self._stop.wait(interval):
+    def _every(self, interval: float, task: Callable[[], object], first: float) -> None:
+        """Run ``task`` ``first`` seconds from now, then every ``interval`` seconds."""
+        wait = first
+        while not self._stop.wait(wait):
+            wait = interval
             if self._failure is not None:
                 return
             try:
@@ -1181,17 +1193,36 @@ class BookieStorage:
                 raise
 
     def _checkpoint_locked(self) -> None:
+        """One checkpoint (the checkpoint lock held). Atomic under the state lock: the
+        applied journal position, the deletes and which ledgers and entry ranges changed
+        up to it (O(ledgers), no per-entry work). Then, a slice of at most
+        :data:`~bookie_server.index.CHECKPOINT_SLICE` entries at a time, each under the
+        state lock, the locations of those entries (:meth:`_locations`), and the batch
+        encoded and written a slice at a time, with the GIL and the lock let go between
+        slices (:class:`~bookie_server.writeback.Yielder`): the journal writer's apply
+        never waits for more than one slice (bench/profiles.md, "Checkpoints invisible to
+        adds").
+
+        Why a location read after the position is still right: it is the entry's
+        location then or later (a later one comes from an overwrite or a compaction
+        applied after the position, which marked the entry dirty again for the next
+        checkpoint and is replayed from the journal after a crash); every one is read
+        before the entry logs' fsync below, so it points at synced data; entries added
+        after the position (ids past the ledger's last entry then) are left to the next
+        checkpoint. The journal files before the position are released only after the
+        batch is durable."""
         full = self._index.wants_rewrite
+        pace = Yielder()
         with self._state_lock:
             position = self._applied_pos
             deleted, self._deleted = self._deleted, set()
-            if full:
-                snaps = [LedgerSnapshot.whole(st) for st in self._applied.values()]
-                for st in self._applied.values():
-                    st.dirty = []
-            else:
-                snaps = [LedgerSnapshot.changed(st) for st in self._dirty.values()]
+            states = list(self._applied.values() if full else self._dirty.values())
+            taken = [(st, st.fenced, st.lac, st.last_entry, st.take_dirty_ranges(),
+                      st.index.extent() if full else None) for st in states]
             self._dirty = {}
+        snaps = [LedgerSnapshot(st.ledger_id, st.master_key, fenced, lac, last,
+                                pieces=self._locations(st, last, ranges, extent, pace))
+                 for st, fenced, lac, last, ranges, extent in taken]
         # Every delete applied up to ``position`` put its tombstone in under the submit
         # lock before it was journaled, so this copy holds all of them (and maybe a few
         # newer ones, which the journal replays anyway).
@@ -1200,10 +1231,39 @@ class BookieStorage:
             floor = self._tombstones.floor
         self._logs.sync()
         if full:
-            self._index.rewrite(position, snaps, tombstones, floor)
+            self._index.rewrite(position, snaps, tombstones, floor, between=pace)
         else:
-            self._index.append(position, deleted, snaps, floor)
+            self._index.append(position, deleted, snaps, floor, between=pace)
         self._journal.release_before(position)
+
+    def _locations(self, state: LedgerState, last: int, ranges: list[list[int]],
+                   extent: tuple[int, dict[int, int]] | None, pace: Yielder
+                   ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The locations a checkpoint records for one ledger, as column pieces read a
+        slice at a time under the state lock (``pace`` between slices, no lock held):
+        the dirty ``ranges`` (an incremental checkpoint), or with ``extent``
+        (:meth:`~bookie_server.index.EntryIndex.extent`, taken with the position) every
+        entry (a full one); ids past ``last`` (the ledger's last entry at the position)
+        are not recorded."""
+        index = state.index
+        pieces = []
+        if extent is None:
+            ids = dirty_ids(ranges, last)
+            for a in range(0, len(ids), CHECKPOINT_SLICE):
+                with self._state_lock:
+                    pieces.append(index.lookup(ids[a:a + CHECKPOINT_SLICE]))
+                pace()
+            return pieces
+        dense, sparse = extent
+        for a in range(0, dense, CHECKPOINT_SLICE):
+            with self._state_lock:
+                pieces.append(index.dense_columns(a, a + CHECKPOINT_SLICE, last))
+            pace()
+        if sparse:
+            with self._state_lock:
+                pieces.append(index.lookup(np.array(sorted(e for e in sparse if e <= last),
+                                                    dtype=np.int64)))
+        return pieces
 
     # -- garbage collection (bookie_server.gc) --------------------------------------------
 
