@@ -128,6 +128,7 @@ from bookie_server.journal import (
     encode_fence,
     encode_lac,
     encode_records,
+    roll_wants_checkpoint,
 )
 from bookie_server.limbo import (
     ANSWERS_UNKNOWN,
@@ -355,7 +356,11 @@ class BookieStorage:
             max_group_bytes=config.journal_max_group_bytes,
             preallocate=config.journal_preallocate,
             on_sync=self._metrics.journal_sync,
+            on_roll=self._on_roll,
         )
+        # A checkpoint the journal's roll asked for (_on_roll); when the last one ended.
+        self._checkpoint_wanted = threading.Event()
+        self._checkpointed_at = time.monotonic()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._started = False
@@ -405,16 +410,18 @@ class BookieStorage:
         self.checkpoint()
         self.check_disk()
         cfg = self.config
-        for name, interval, task, first in (
-            ("storage-checkpoint", cfg.checkpoint_interval_s, self.checkpoint,
-             cfg.checkpoint_phase_s),
-            ("storage-gc", cfg.gc_interval_s, self.gc, cfg.gc_interval_s),
-            ("storage-disk-check", cfg.disk_check_interval_s, self.check_disk,
-             cfg.disk_check_interval_s),
+        if cfg.checkpoint_interval_s and cfg.checkpoint_interval_s > 0:
+            thread = threading.Thread(target=self._checkpoints, name="storage-checkpoint",
+                                      daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        for name, interval, task in (
+            ("storage-gc", cfg.gc_interval_s, self.gc),
+            ("storage-disk-check", cfg.disk_check_interval_s, self.check_disk),
         ):
             if interval and interval > 0:
                 thread = threading.Thread(
-                    target=self._every, args=(interval, task, first), name=name, daemon=True
+                    target=self._every, args=(interval, task), name=name, daemon=True
                 )
                 thread.start()
                 self._threads.append(thread)
@@ -428,6 +435,7 @@ class BookieStorage:
         if not self._started:
             return
         self._stop.set()
+        self._checkpoint_wanted.set()
         for thread in self._threads:
             thread.join()
         self._journal.close()  # writes, syncs and applies everything already accepted
@@ -441,11 +449,35 @@ class BookieStorage:
             self._index.close()
             self._marks.close()
 
-    def _every(self, interval: float, task: Callable[[], object], first: float) -> None:
-        """Run ``task`` ``first`` seconds from now, then every ``interval`` seconds."""
-        wait = first
-        while not self._stop.wait(wait):
-            wait = interval
+    def _checkpoints(self) -> None:
+        """The checkpoint thread: every ``checkpoint_interval_s`` from the bookie's phase
+        (:attr:`~bookie_server.config.BookieConfig.checkpoint_phase_s`), and whenever a
+        journal roll asks for one (:meth:`_on_roll`)."""
+        interval = self.config.checkpoint_interval_s
+        due = time.monotonic() + self.config.checkpoint_phase_s
+        while True:
+            self._checkpoint_wanted.wait(max(0.0, due - time.monotonic()))
+            if self._stop.is_set() or self._failure is not None:
+                return
+            self._checkpoint_wanted.clear()
+            if time.monotonic() >= due:
+                due += interval * max(1, int((time.monotonic() - due) // interval) + 1)
+            try:
+                self.checkpoint()
+            except Exception:  # noqa: BLE001 - a background task must not die silently
+                log.exception("checkpoint failed")
+
+    def _on_roll(self) -> None:
+        """The journal rolled to its next file and applied a group there (writer thread):
+        ask the checkpoint thread for a checkpoint now when
+        :func:`~bookie_server.journal.roll_wants_checkpoint` says so, so the file just left
+        comes back as a spare rather than a new one being zero-filled."""
+        if roll_wants_checkpoint(self._journal.byte_rate, self._journal.spares,
+                                 time.monotonic() - self._checkpointed_at):
+            self._checkpoint_wanted.set()
+
+    def _every(self, interval: float, task: Callable[[], object]) -> None:
+        while not self._stop.wait(interval):
             if self._failure is not None:
                 return
             try:
@@ -1188,6 +1220,7 @@ class BookieStorage:
                 return
             try:
                 self._checkpoint_locked()
+                self._checkpointed_at = time.monotonic()
             except BaseException as exc:
                 self._fail(exc)
                 raise
