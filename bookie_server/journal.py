@@ -393,19 +393,21 @@ class _File:
 SyncedCallback = Callable[[list[JournalRecord], JournalPosition], None]
 FailedCallback = Callable[[list[JournalRecord], BaseException], None]
 SyncMetric = Callable[[float, int, int], None]
-RollCallback = Callable[[], None]
+HalfCallback = Callable[[], None]
 
-#: A roll prompts a checkpoint (:func:`roll_wants_checkpoint`) only while the writer
-#: writes at least this many bytes/s into the journal...
+#: A journal file half written prompts a checkpoint (:func:`roll_wants_checkpoint`) only
+#: while the writer writes at least this many bytes/s into the journal...
 REUSE_MIN_RATE = 128 * MiB
 #: ...and at most once per this many seconds.
 REUSE_MIN_GAP_S = 0.25
 
 
 def roll_wants_checkpoint(byte_rate: float, spares: int, since_checkpoint_s: float) -> bool:
-    """Whether a roll should prompt a checkpoint now, so that the files it leaves behind
-    come back as spares (reused as they are) instead of the allocator zero-filling new
-    ones (BookKeeper's ``journalReuseFiles``). Zero-filling costs ~1.1 us of system CPU per
+    """Whether the journal, half through its current file, should prompt a checkpoint
+    now, so that the files before it come back as spares (reused as they are) before the
+    allocator prepares the file after the next, instead of it zero-filling new ones
+    (BookKeeper's ``journalReuseFiles``; prompted at the roll itself, the spare came
+    while the allocator had already begun a fill). Zero-filling costs ~1.1 us of system CPU per
     KiB journaled, a third of a saturated bookie's CPU; a checkpoint costs two fdatasyncs
     (entry logs, index) on the journal's disk, which at paced loads made the add p99 2-3x
     worse when prompted at every roll (bench/profiles.md, "The bookie's kernel time").
@@ -439,15 +441,15 @@ class Journal:
         preallocate: bool = True,
         max_spares: int = 2,
         on_sync: SyncMetric | None = None,
-        on_roll: RollCallback | None = None,
+        on_half: HalfCallback | None = None,
     ) -> None:
         self._dir = Path(directory)
         self._file_size = file_size
         self._on_synced = on_synced
         self._on_failed = on_failed
         self._on_sync = on_sync
-        self._on_roll = on_roll
-        self._rolled = False  # the writer rolled; on_roll once the next group is applied
+        self._on_half = on_half
+        self._half_seq = -1  # the last file on_half was called for
         self._max_wait = max(0.0, max_group_wait_s)
         self._group_limit = max(1, min(max_group_bytes, file_size - ROLL_RECORD_SIZE))
         self._preallocate = preallocate
@@ -765,7 +767,6 @@ class Journal:
         assert current is not None
         if current.offset + total + ROLL_RECORD_SIZE > self._file_size:
             current = self._roll()
-            self._rolled = True
         seq = current.seq
         header = RECORD_HEADER.pack
         trailer = CRC_TRAILER.pack
@@ -790,10 +791,10 @@ class Journal:
             except Exception:  # noqa: BLE001 - a metrics bug must not fail the journal
                 log.exception("journal sync metric failed")
         self._on_synced(group, JournalPosition(seq, current.offset))
-        if self._rolled:  # a checkpoint from now on covers the whole previous file
-            self._rolled = False
-            if self._on_roll is not None:
-                self._on_roll()
+        if (self._on_half is not None and current.offset * 2 >= self._file_size
+                and self._half_seq != seq):
+            self._half_seq = seq  # once per file, after a group of it was applied
+            self._on_half()
 
     def _roll(self) -> _File:
         """End the current file with a synced ROLL record and continue in the next one."""

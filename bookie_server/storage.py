@@ -356,9 +356,9 @@ class BookieStorage:
             max_group_bytes=config.journal_max_group_bytes,
             preallocate=config.journal_preallocate,
             on_sync=self._metrics.journal_sync,
-            on_roll=self._on_roll,
+            on_half=self._on_journal_half,
         )
-        # A checkpoint the journal's roll asked for (_on_roll); when the last one ended.
+        # A checkpoint the journal asked for (_on_journal_half); when the last one ended.
         self._checkpoint_wanted = threading.Event()
         self._checkpointed_at = time.monotonic()
         self._stop = threading.Event()
@@ -452,7 +452,7 @@ class BookieStorage:
     def _checkpoints(self) -> None:
         """The checkpoint thread: every ``checkpoint_interval_s`` from the bookie's phase
         (:attr:`~bookie_server.config.BookieConfig.checkpoint_phase_s`), and whenever a
-        journal roll asks for one (:meth:`_on_roll`)."""
+        journal file half written asks for one (:meth:`_on_journal_half`)."""
         interval = self.config.checkpoint_interval_s
         due = time.monotonic() + self.config.checkpoint_phase_s
         while True:
@@ -467,11 +467,12 @@ class BookieStorage:
             except Exception:  # noqa: BLE001 - a background task must not die silently
                 log.exception("checkpoint failed")
 
-    def _on_roll(self) -> None:
-        """The journal rolled to its next file and applied a group there (writer thread):
-        ask the checkpoint thread for a checkpoint now when
-        :func:`~bookie_server.journal.roll_wants_checkpoint` says so, so the file just left
-        comes back as a spare rather than a new one being zero-filled."""
+    def _on_journal_half(self) -> None:
+        """The journal's current file is half written (writer thread, after the group
+        that got there was applied): ask the checkpoint thread for a checkpoint now when
+        :func:`~bookie_server.journal.roll_wants_checkpoint` says so, so the files before
+        it come back as spares before the allocator needs one, rather than new ones being
+        zero-filled."""
         if roll_wants_checkpoint(self._journal.byte_rate, self._journal.spares,
                                  time.monotonic() - self._checkpointed_at):
             self._checkpoint_wanted.set()
