@@ -12,6 +12,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 import bookie_server.index as index_module
 import bookie_server.storage as storage_module
 from bookie_server.config import BookieConfig
@@ -55,8 +57,9 @@ def check_image(image: Path, acked: dict[int, int]) -> None:
         storage.close()
 
 
+@pytest.mark.parametrize("full", [False, True], ids=["incremental", "full"])
 def test_a_kill_9_anywhere_in_a_sliced_checkpoint_replays_every_acknowledged_entry(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, full):
     """Two ledgers of 3,000 entries (~3 journal files) are checkpointed 256 entries at a
     time. At every few of the checkpoint's pauses (while it reads locations, while it
     writes the batch), an add runs to completion from another thread (the checkpoint holds
@@ -64,7 +67,8 @@ def test_a_kill_9_anywhere_in_a_sliced_checkpoint_replays_every_acknowledged_ent
     begins to be written and one after the checkpoint. Every copy, restarted, holds every
     entry acknowledged before it was taken. Fails on a wrong order: the position read
     after the slices (the mid-checkpoint adds are then neither in the batch nor replayed),
-    or the journal released before the batch is durable."""
+    or the journal released before the batch is durable. Both forms of a checkpoint: an
+    incremental batch, and a full snapshot (a new index generation)."""
     monkeypatch.setattr(storage_module, "CHECKPOINT_SLICE", 256)
     data = tmp_path / "bookie"
     storage = BookieStorage(make_config(data))
@@ -97,11 +101,11 @@ def test_a_kill_9_anywhere_in_a_sliced_checkpoint_replays_every_acknowledged_ent
             acked[ledger_id] += 20
             crash_image("pause")
 
-    append = IndexStore.append
+    write = IndexStore.rewrite if full else IndexStore.append
 
     def append_then_image(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         crash_image("batch")
-        return append(self, *args, **kwargs)
+        return write(self, *args, **kwargs)
 
     release = Journal.release_before
 
@@ -110,7 +114,8 @@ def test_a_kill_9_anywhere_in_a_sliced_checkpoint_replays_every_acknowledged_ent
         return release(self, position)
 
     monkeypatch.setattr(storage_module, "Yielder", AddsAtPauses)
-    monkeypatch.setattr(IndexStore, "append", append_then_image)
+    monkeypatch.setattr(IndexStore, "rewrite" if full else "append", append_then_image)
+    monkeypatch.setattr(IndexStore, "wants_rewrite", property(lambda self: full))
     monkeypatch.setattr(Journal, "release_before", release_after_image)
     storage.checkpoint()
     monkeypatch.undo()
