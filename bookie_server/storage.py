@@ -106,7 +106,13 @@ from bookie_server.config import BookieConfig
 from bookie_server.disk import DiskMonitor
 from bookie_server.entrylog import EntryLogs, read_exact
 from bookie_server.gc import EntryLogGC, LiveBytes
-from bookie_server.index import IndexStore, LedgerSnapshot, LedgerState
+from bookie_server.index import (
+    CHECKPOINT_SLICE,
+    IndexStore,
+    LedgerSnapshot,
+    LedgerState,
+    dirty_ids,
+)
 from bookie_server.journal import (
     AddBatch,
     Journal,
@@ -122,6 +128,7 @@ from bookie_server.journal import (
     encode_fence,
     encode_lac,
     encode_records,
+    roll_wants_checkpoint,
 )
 from bookie_server.limbo import (
     ANSWERS_UNKNOWN,
@@ -148,6 +155,7 @@ from bookie_server.validation import (
     check_lac,
     check_records,
 )
+from bookie_server.writeback import Yielder
 
 log = logging.getLogger(__name__)
 
@@ -348,7 +356,11 @@ class BookieStorage:
             max_group_bytes=config.journal_max_group_bytes,
             preallocate=config.journal_preallocate,
             on_sync=self._metrics.journal_sync,
+            on_half=self._on_journal_half,
         )
+        # A checkpoint the journal asked for (_on_journal_half); when the last one ended.
+        self._checkpoint_wanted = threading.Event()
+        self._checkpointed_at = time.monotonic()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._started = False
@@ -398,8 +410,12 @@ class BookieStorage:
         self.checkpoint()
         self.check_disk()
         cfg = self.config
+        if cfg.checkpoint_interval_s and cfg.checkpoint_interval_s > 0:
+            thread = threading.Thread(target=self._checkpoints, name="storage-checkpoint",
+                                      daemon=True)
+            thread.start()
+            self._threads.append(thread)
         for name, interval, task in (
-            ("storage-checkpoint", cfg.checkpoint_interval_s, self.checkpoint),
             ("storage-gc", cfg.gc_interval_s, self.gc),
             ("storage-disk-check", cfg.disk_check_interval_s, self.check_disk),
         ):
@@ -419,6 +435,7 @@ class BookieStorage:
         if not self._started:
             return
         self._stop.set()
+        self._checkpoint_wanted.set()
         for thread in self._threads:
             thread.join()
         self._journal.close()  # writes, syncs and applies everything already accepted
@@ -431,6 +448,34 @@ class BookieStorage:
             self._logs.close()
             self._index.close()
             self._marks.close()
+
+    def _checkpoints(self) -> None:
+        """The checkpoint thread: every ``checkpoint_interval_s`` from the bookie's phase
+        (:attr:`~bookie_server.config.BookieConfig.checkpoint_phase_s`), and whenever a
+        journal file half written asks for one (:meth:`_on_journal_half`)."""
+        interval = self.config.checkpoint_interval_s
+        due = time.monotonic() + self.config.checkpoint_phase_s
+        while True:
+            self._checkpoint_wanted.wait(max(0.0, due - time.monotonic()))
+            if self._stop.is_set() or self._failure is not None:
+                return
+            self._checkpoint_wanted.clear()
+            if time.monotonic() >= due:
+                due += interval * max(1, int((time.monotonic() - due) // interval) + 1)
+            try:
+                self.checkpoint()
+            except Exception:  # noqa: BLE001 - a background task must not die silently
+                log.exception("checkpoint failed")
+
+    def _on_journal_half(self) -> None:
+        """The journal's current file is half written (writer thread, after the group
+        that got there was applied): ask the checkpoint thread for a checkpoint now when
+        :func:`~bookie_server.journal.roll_wants_checkpoint` says so, so the files before
+        it come back as spares before the allocator needs one, rather than new ones being
+        zero-filled."""
+        if roll_wants_checkpoint(self._journal.byte_rate, self._journal.spares,
+                                 time.monotonic() - self._checkpointed_at):
+            self._checkpoint_wanted.set()
 
     def _every(self, interval: float, task: Callable[[], object]) -> None:
         while not self._stop.wait(interval):
@@ -1176,22 +1221,42 @@ class BookieStorage:
                 return
             try:
                 self._checkpoint_locked()
+                self._checkpointed_at = time.monotonic()
             except BaseException as exc:
                 self._fail(exc)
                 raise
 
     def _checkpoint_locked(self) -> None:
+        """One checkpoint (the checkpoint lock held). Atomic under the state lock: the
+        applied journal position, the deletes and which ledgers and entry ranges changed
+        up to it (O(ledgers), no per-entry work). Then, a slice of at most
+        :data:`~bookie_server.index.CHECKPOINT_SLICE` entries at a time, each under the
+        state lock, the locations of those entries (:meth:`_locations`), and the batch
+        encoded and written a slice at a time, with the GIL and the lock let go between
+        slices (:class:`~bookie_server.writeback.Yielder`): the journal writer's apply
+        never waits for more than one slice (bench/profiles.md, "Checkpoints invisible to
+        adds").
+
+        Why a location read after the position is still right: it is the entry's
+        location then or later (a later one comes from an overwrite or a compaction
+        applied after the position, which marked the entry dirty again for the next
+        checkpoint and is replayed from the journal after a crash); every one is read
+        before the entry logs' fsync below, so it points at synced data; entries added
+        after the position (ids past the ledger's last entry then) are left to the next
+        checkpoint. The journal files before the position are released only after the
+        batch is durable."""
         full = self._index.wants_rewrite
+        pace = Yielder()
         with self._state_lock:
             position = self._applied_pos
             deleted, self._deleted = self._deleted, set()
-            if full:
-                snaps = [LedgerSnapshot.whole(st) for st in self._applied.values()]
-                for st in self._applied.values():
-                    st.dirty = []
-            else:
-                snaps = [LedgerSnapshot.changed(st) for st in self._dirty.values()]
+            states = list(self._applied.values() if full else self._dirty.values())
+            taken = [(st, st.fenced, st.lac, st.last_entry, st.take_dirty_ranges(),
+                      st.index.extent() if full else None) for st in states]
             self._dirty = {}
+        snaps = [LedgerSnapshot(st.ledger_id, st.master_key, fenced, lac, last,
+                                pieces=self._locations(st, last, ranges, extent, pace))
+                 for st, fenced, lac, last, ranges, extent in taken]
         # Every delete applied up to ``position`` put its tombstone in under the submit
         # lock before it was journaled, so this copy holds all of them (and maybe a few
         # newer ones, which the journal replays anyway).
@@ -1200,10 +1265,39 @@ class BookieStorage:
             floor = self._tombstones.floor
         self._logs.sync()
         if full:
-            self._index.rewrite(position, snaps, tombstones, floor)
+            self._index.rewrite(position, snaps, tombstones, floor, between=pace)
         else:
-            self._index.append(position, deleted, snaps, floor)
+            self._index.append(position, deleted, snaps, floor, between=pace)
         self._journal.release_before(position)
+
+    def _locations(self, state: LedgerState, last: int, ranges: list[list[int]],
+                   extent: tuple[int, dict[int, int]] | None, pace: Yielder
+                   ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The locations a checkpoint records for one ledger, as column pieces read a
+        slice at a time under the state lock (``pace`` between slices, no lock held):
+        the dirty ``ranges`` (an incremental checkpoint), or with ``extent``
+        (:meth:`~bookie_server.index.EntryIndex.extent`, taken with the position) every
+        entry (a full one); ids past ``last`` (the ledger's last entry at the position)
+        are not recorded."""
+        index = state.index
+        pieces = []
+        if extent is None:
+            ids = dirty_ids(ranges, last)
+            for a in range(0, len(ids), CHECKPOINT_SLICE):
+                with self._state_lock:
+                    pieces.append(index.lookup(ids[a:a + CHECKPOINT_SLICE]))
+                pace()
+            return pieces
+        dense, sparse = extent
+        for a in range(0, dense, CHECKPOINT_SLICE):
+            with self._state_lock:
+                pieces.append(index.dense_columns(a, a + CHECKPOINT_SLICE, last))
+            pace()
+        if sparse:
+            with self._state_lock:
+                pieces.append(index.lookup(np.array(sorted(e for e in sparse if e <= last),
+                                                    dtype=np.int64)))
+        return pieces
 
     # -- garbage collection (bookie_server.gc) --------------------------------------------
 

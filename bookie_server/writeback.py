@@ -29,6 +29,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import time
 from collections.abc import Callable, Sequence
 
 IOV_MAX = 1024  # os.sysconf("SC_IOV_MAX") on Linux
@@ -142,3 +143,32 @@ def write_zeros_paced(fd: int, nbytes: int, chunk: int = WRITEBACK_CHUNK,
 def available() -> bool:
     """Whether write-back smoothing works here (``sync_file_range`` exists)."""
     return _sync_file_range is not None
+
+
+#: Background work that shares the GIL and the storage's state lock with the journal
+#: writer (a checkpoint) runs in bursts of at most this long...
+YIELD_EVERY_S = 0.0005
+#: ...each followed by a sleep this long: the writer, waiting for the GIL or the lock,
+#: takes it then (CPython hands the GIL over on its own only after 5 ms, and a lock
+#: released and taken again at once is rarely caught by the thread waiting for it).
+YIELD_FOR_S = 0.0001
+
+
+class Yielder:
+    """Called between the pieces of a background task: sleeps :data:`YIELD_FOR_S` once
+    :data:`YIELD_EVERY_S` of work passed since the last sleep, so a journal group never
+    waits more than about one burst (plus one piece) for the task (bench/profiles.md,
+    "Checkpoints invisible to adds"). Call it with no lock held."""
+
+    __slots__ = ("_since", "every", "pause", "yields")
+
+    def __init__(self, every: float = YIELD_EVERY_S, pause: float = YIELD_FOR_S) -> None:
+        self.every, self.pause = every, pause
+        self._since = time.perf_counter()
+        self.yields = 0
+
+    def __call__(self) -> None:
+        if time.perf_counter() - self._since >= self.every:
+            time.sleep(self.pause)
+            self.yields += 1
+            self._since = time.perf_counter()

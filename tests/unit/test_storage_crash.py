@@ -1,9 +1,10 @@
 """Every acknowledged change survives kill -9 of the bookie process.
 
-A child process writes to a :class:`BookieStorage` from several threads (with checkpoints
-and GC running every few tens of milliseconds) and prints each change once the storage
-acknowledged it. The test kills the child with SIGKILL (by its own PID), restarts the
-storage on the same directory, and checks every acknowledged add, fence and delete.
+A child process writes to a :class:`BookieStorage` from several threads (with checkpoints,
+16 entries per slice, and GC running every few tens of milliseconds) and prints each
+change once the storage acknowledged it. The test kills the child with SIGKILL (by its
+own PID), restarts the storage on the same directory, and checks every acknowledged add,
+fence and delete.
 """
 
 from __future__ import annotations
@@ -25,9 +26,12 @@ WRITER = textwrap.dedent(
     """
     import sys, threading
     sys.path.insert(0, sys.argv[1])
+    import bookie_server.storage
     from bookie_server.config import BookieConfig
     from bookie_server.storage import BookieStorage
 
+    # checkpoints of a few slices each: the kill lands inside a sliced one as often as not
+    bookie_server.storage.CHECKPOINT_SLICE = 16
     run = int(sys.argv[3])
     cfg = BookieConfig(
         data_dir=sys.argv[2], journal_file_size=1 << 20, max_entry_size=64 * 1024,
