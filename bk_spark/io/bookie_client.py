@@ -816,6 +816,9 @@ class BookieClientPool:
     def get(self, bookie_id: str) -> BookieClient:
         """The client of ``bookie_id``; :class:`BookieUnavailableError` once the pool is
         closed (a read still running on another thread must not open new channels)."""
+        c = self._clients.get(bookie_id)  # the open client's fast path (a writer's every
+        if c is not None and not self._closed:  # round asks for each of its bookies)
+            return c
         with self._lock:
             if self._closed:
                 raise BookieUnavailableError(f"bookie {bookie_id}: the client is closed")
