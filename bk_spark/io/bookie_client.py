@@ -16,7 +16,11 @@ one long-lived ``AddStream`` call per bookie, opened on first use, whose message
 requests of many ledgers (and explicit LACs, :meth:`BookieClient.send_lac`) gathered while
 its window was shut; a bookie that refuses the stream (older, full, or not for this peer)
 gets unary ``AddEntries`` calls, as it does with ``ClientConfig.add_stream`` off. The
-answer, and what a failure does to the writer, are the same either way.
+answer, and what a failure does to the writer, are the same either way. Within one corked
+pass of the client's I/O loop, the small plain adds and explicit LACs of all its writers to
+one bookie become ONE unit of many ledgers (:class:`_Unit`, ``AddStreamRequest.adds``,
+issue 28) once the bookie's stream said it reads units: one message, one journal
+submission on the bookie, one answer with an outcome per ledger.
 
 A ledger writer's rounds (:meth:`BookieClient.send_batch`) pipeline deeper when they are
 big: beyond ``max_in_flight`` requests, a request of at least ``pipeline_min_bytes`` may
