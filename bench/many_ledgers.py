@@ -31,8 +31,9 @@ from bench.bookie_path import proc_user_sys_s, spy_on, stop_spies  # noqa: E402
 from bench.latency import many_ledgers_rate, windowed_rate  # noqa: E402
 
 
-def _info(uri_bookies: list[str]) -> list[tuple[int, int]]:
-    """(stream add requests served, AddEntries unary) per bookie, as ``Info`` reports."""
+def _info(uri_bookies: list[str]) -> list[tuple[int, int, int]]:
+    """(stream add requests, units, ledger parts of units) served per bookie, as ``Info``
+    reports (a bookie that predates units: 0 for both)."""
     from bk_spark.io.bookie_client import BookieClient
 
     out = []
@@ -40,7 +41,9 @@ def _info(uri_bookies: list[str]) -> list[tuple[int, int]]:
         c = BookieClient(b)
         try:
             resp = c.info()
-            out.append((int(getattr(resp, "stream_add_requests", 0)), 0))
+            out.append((int(getattr(resp, "stream_add_requests", 0)),
+                        int(getattr(resp, "stream_add_units", 0)),
+                        int(getattr(resp, "stream_unit_parts", 0))))
         finally:
             c.close()
     return out
@@ -113,10 +116,13 @@ def one_run(tmp: Path, seconds: float, spy: Path | None, rep: int, n_ledgers: in
         cpu = [((u1 - u0) + (s1 - s0)) / n * 1e6
                for (u0, s0), (u1, s1) in zip(before, after, strict=True)]
         reqs = [(r1[0] - r0[0]) / n for r0, r1 in zip(req0, req1, strict=True)]
+        units = [r1[1] - r0[1] for r0, r1 in zip(req0, req1, strict=True)]
+        parts = [(r1[2] - r0[2]) / n for r0, r1 in zip(req0, req1, strict=True)]
         t0_, t1_ = marks["threads0"], marks["threads1"]
         per_thread = {k: (v - t0_.get(k, 0.0)) / n * 1e6 for k, v in t1_.items()}  # type: ignore[union-attr]
         return {"msgs": marks["msgs"], "per_thread": per_thread, "one": one, "many": rate,
-                "threads": threads, "cpu": cpu, "wall": wall, "n": n, "reqs": reqs}
+                "threads": threads, "cpu": cpu, "wall": wall, "n": n, "reqs": reqs,
+                "units": units, "parts": parts}
     finally:
         sb.stop()
 
@@ -144,7 +150,9 @@ def main() -> None:
                   f"{r['many']:,.0f} e/s ({r['many'] / r['one']:.2f}x), {r['threads']} "
                   f"threads; CPU us/entry client, bookies: {cpu}; stream requests per "
                   f"entry per bookie: {reqs}; stream messages {r['msgs']:,} "
-                  f"({sum(r['reqs']) * r['n'] / max(r['msgs'], 1):.1f} requests each)",
+                  f"({sum(r['reqs']) * r['n'] / max(r['msgs'], 1):.1f} requests each); "
+                  f"units per bookie: {', '.join(map(str, r['units']))} (ledger parts per "
+                  f"entry per bookie: {', '.join(f'{q:.2f}' for q in r['parts'])})",
                   flush=True)
             print("  client threads, CPU us/entry: " + ", ".join(
                 f"{k} {v:.1f}" for k, v in sorted(r["per_thread"].items(), key=lambda kv: -kv[1])

@@ -76,6 +76,7 @@ class AddStreams:
         self._lock = threading.Lock()
         self.open_now = 0
         self.requests = 0  # AddRequests served over streams
+        self.units = self.unit_parts = 0  # units (AddStreamRequest.adds), their parts
 
     def open(self) -> bool:
         with self._lock:
@@ -91,6 +92,11 @@ class AddStreams:
     def served(self, n: int) -> None:
         with self._lock:
             self.requests += n
+
+    def served_unit(self, parts: int) -> None:
+        with self._lock:
+            self.units += 1
+            self.unit_parts += parts
 
 
 class _StreamAnswers:
@@ -181,7 +187,8 @@ class _MessageAnswer:
 
     def send(self) -> None:
         self._answers.push(pb.AddStreamResponse(
-            request_id=self.request_id, responses=self._responses).SerializeToString(), self.size)
+            request_id=self.request_id, responses=self._responses,
+            reads_adds=True).SerializeToString(), self.size)
 
 
 class BookieService:
@@ -239,6 +246,55 @@ class BookieService:
                                           recovery=req.recovery, lac=req.lac)
         # The status covers every entry of the request: no per-entry results needed.
         return ok
+
+    def add_unit(self, request_id: int, adds: pb.LedgerAdds, size: int,
+                 answers: _StreamAnswers, hist: Any, t0: float) -> None:
+        """A stream message's unit (``AddStreamRequest.adds``): plain adds and explicit LACs
+        of many ledgers, accepted as one (:meth:`BookieStorage.add_records_many_then`: each
+        ledger's part checked as its own ``AddRequest`` would be, one journal submission)
+        and answered once, after the fdatasync, with one status per part: a part refused
+        (fenced, wrong master key, ...) fails alone, counted in ``AddEntries``' error metric
+        as a unary add's refusal is (:meth:`_error_answer`); the others are OK."""
+        k = len(adds.ledger_ids)
+
+        def answer(part_errors: list[BaseException | None], err: BaseException | None) -> None:
+            hist.observe(time.perf_counter() - t0)
+            status = [pb.OK] * k
+            message = [""] * k
+            for i, e in enumerate(part_errors):
+                e = e if e is not None else err
+                if e is not None:
+                    r = self._error_answer("AddEntries", pb.AddResponse, e)
+                    status[i], message[i] = r.status, r.message
+            answers.push(pb.AddStreamResponse(request_id=request_id, adds_status=status,
+                                              adds_message=message, reads_adds=True
+                                              ).SerializeToString(), size)
+
+        # The parts' outcomes (known when the call returns) and the write's (known after
+        # the fdatasync, on the journal writer): whichever comes second answers.
+        lock = threading.Lock()
+        outcome: list[list[BaseException | None]] = []
+        written: list[BaseException | None] = []
+
+        def done(err: BKError | None) -> None:
+            with lock:
+                written.append(err)
+                ready = bool(outcome)
+            if ready:
+                answer(outcome[0], err)
+
+        try:
+            errors: list[BaseException | None] = list(self.storage.add_records_many_then(
+                adds.ledger_ids, adds.master_keys, adds.counts, adds.lacs, adds.records,
+                adds.record_lengths, done))
+        except Exception as exc:  # the unit's layout is broken: every part fails with it
+            answer([exc] * k, None)  # nothing was accepted: done never runs
+            return
+        with lock:
+            outcome.append(errors)
+            ready = bool(written)
+        if ready:
+            answer(errors, written[0])
 
     def read_entries(self, req: pb.ReadRequest, key_required: bool = True) -> pb.ReadResponse:
         limbo = self.storage.in_limbo(req.ledger_id)
@@ -333,7 +389,8 @@ class BookieService:
             repair_state=rp.state, repair_ledgers_total=rp.total, repair_ledgers_left=rp.left,
             repair_limbo_ledgers=rp.limbo, repair_entries_copied=rp.entries_copied,
             repair_bytes_copied=rp.bytes_copied, repair_error=self.repair_error(),
-            add_streams_open=self.streams.open_now, stream_add_requests=self.streams.requests)
+            add_streams_open=self.streams.open_now, stream_add_requests=self.streams.requests,
+            stream_add_units=self.streams.units, stream_unit_parts=self.streams.unit_parts)
 
     # -- plumbing -----------------------------------------------------------------
     def _authorize(self, name: str, context: grpc.ServicerContext) -> bool:
@@ -454,6 +511,11 @@ class BookieService:
                 except (DecodeError, RuntimeError, ValueError) as exc:
                     answers.abort(f"undecodable AddStreamRequest: {exc}")
                     return
+                if msg.HasField("adds"):  # a unit: many ledgers' adds as one
+                    answers.expect(len(raw), limit)
+                    self.streams.served_unit(len(msg.adds.ledger_ids))
+                    self.add_unit(msg.request_id, msg.adds, len(raw), answers, hist, t0)
+                    continue
                 n = len(msg.requests)
                 answer = _MessageAnswer(msg.request_id, len(raw), n, answers, hist, t0)
                 answers.expect(len(raw), limit)

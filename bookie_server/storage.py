@@ -83,6 +83,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 from typing import TypeVar
 
@@ -99,9 +100,16 @@ from bk_spark.errors import (
     UnauthorizedError,
 )
 from bk_spark.io.entry import EntryCodec
+from bk_spark.protocol.add_stream import failing_parts, unit_parts
 from bk_spark.protocol.audit_rules import verification_sample
 from bk_spark.protocol.digest import DigestManager
-from bk_spark.protocol.records import MalformedRecordsError, Records, parse_records
+from bk_spark.protocol.records import (
+    HEADER_SIZE,
+    MalformedRecordsError,
+    RecordList,
+    Records,
+    parse_records,
+)
 from bookie_server.config import BookieConfig
 from bookie_server.disk import DiskMonitor
 from bookie_server.entrylog import EntryLogs, read_exact
@@ -147,6 +155,7 @@ from bookie_server.location import (
 )
 from bookie_server.tombstones import DeletedLedgers
 from bookie_server.validation import (
+    MAX_DIGEST_SIZE,
     check_entries,
     check_entry_ids,
     check_entry_range,
@@ -613,28 +622,11 @@ class BookieStorage:
         ADD records (and the explicit LAC's) queued in that order; ``waiter`` is called
         back once the last of them is synced and applied. Raises its typed error before
         anything is queued."""
-        records = [JournalRecord(ADD, batch.body, _Op(ADD, batch=batch)) for batch in batches]
-        if lac >= 0:
-            body = encode_lac(ledger_id, lac, master_key)
-            records.append(JournalRecord(LAC, body, _Op(LAC, lac=lac)))
+        records = self._add_records_of(ledger_id, master_key, batches, lac)
         records[-1].token.waiter = waiter
         with self._submit_lock:
             self._check_writable()
-            state = self._ledgers.get(ledger_id)
-            created = state is None
-            if state is None:
-                self._check_not_deleted(ledger_id)
-                state = LedgerState(ledger_id, master_key)
-            elif not _key_matches(state, master_key):
-                raise _unauthorized(ledger_id)
-            elif state.fenced and not recovery:
-                raise LedgerFencedError(
-                    f"ledger {ledger_id} is fenced: it is being recovered, stop writing"
-                )
-            if not recovery and self._marks.refuses_plain_adds(ledger_id):
-                raise LedgerFencedError(
-                    f"ledger {ledger_id} is fenced on bookie {self.config.bookie_id}: it is "
-                    f"being repaired after a data loss, stop writing")
+            state, created = self._accepting_state(ledger_id, master_key, recovery)
             for record in records:
                 record.token.state = state
             if self._accepted is not None:  # accepting_many(): queued with the others
@@ -643,6 +635,158 @@ class BookieStorage:
                 self._journal.submit(records)
             if created:
                 self._ledgers[ledger_id] = state
+
+    @staticmethod
+    def _add_records_of(ledger_id: int, master_key: bytes, batches: list[AddBatch], lac: int
+                        ) -> list[JournalRecord]:
+        """The journal records of one ledger's add: its ADD batches, then its explicit LAC's
+        record (``lac >= 0``)."""
+        records = [JournalRecord(ADD, batch.body, _Op(ADD, batch=batch)) for batch in batches]
+        if lac >= 0:
+            body = encode_lac(ledger_id, lac, master_key)
+            records.append(JournalRecord(LAC, body, _Op(LAC, lac=lac)))
+        return records
+
+    def _accepting_state(self, ledger_id: int, master_key: bytes, recovery: bool
+                         ) -> tuple[LedgerState, bool]:
+        """Under the submit lock: the checks every add of a ledger passes before anything of
+        it is queued (the one home of them: a unary add, a stream request, each part of a
+        unit alike): not deleted, the master key, not fenced unless ``recovery``, not in a
+        repair that refuses plain adds. Returns the ledger's state and whether it is new
+        (the caller keeps it once its records are queued). Raises the typed error."""
+        state = self._ledgers.get(ledger_id)
+        created = state is None
+        if state is None:
+            self._check_not_deleted(ledger_id)
+            state = LedgerState(ledger_id, master_key)
+        elif not _key_matches(state, master_key):
+            raise _unauthorized(ledger_id)
+        elif state.fenced and not recovery:
+            raise LedgerFencedError(
+                f"ledger {ledger_id} is fenced: it is being recovered, stop writing"
+            )
+        if not recovery and self._marks.refuses_plain_adds(ledger_id):
+            raise LedgerFencedError(
+                f"ledger {ledger_id} is fenced on bookie {self.config.bookie_id}: it is "
+                f"being repaired after a data loss, stop writing")
+        return state, created
+
+    def add_records_many_then(
+        self,
+        ledger_ids: Sequence[int],
+        master_keys: Sequence[bytes],
+        counts: Sequence[int],
+        lacs: Sequence[int],
+        records: bytes,
+        record_lengths: bytes,
+        done: AddCallback,
+    ) -> list[BKError | None]:
+        """A unit (``AddStreamRequest.adds``): plain adds and explicit LACs of many ledgers,
+        part i being ``counts[i]`` records of ledger ``ledger_ids[i]`` with its master key and
+        explicit LAC ``lacs[i]`` (-1: none), the records of every part back to back. Each
+        part is held to exactly what :meth:`add_records_then` holds one ledger's add to, in
+        one pass: the records parsed and checked at once (numpy over the whole unit, the
+        rules of :func:`~bookie_server.validation.check_records`; a part holding a record
+        that breaks one gets that check's own error), then, under the submit lock,
+        :meth:`_accepting_state` per part (deleted, master key, fenced, repair). Returns one
+        outcome per part: the error that refused it, or None for a part accepted; the
+        accepted parts' journal records are queued with one submission (inside
+        :meth:`accepting_many`), and ``done(err)`` runs once, after the fdatasync and apply
+        of all of them (at once when none was accepted). A part refused never stops
+        another. Raises :class:`InvalidRequestError` (every part refused) for a unit whose
+        layout is broken: columns of different lengths, records that do not parse or do
+        not add up to the counts."""
+        k = len(ledger_ids)
+        if not (len(master_keys) == len(counts) == len(lacs) == k):
+            raise InvalidRequestError(
+                f"malformed adds of {k} ledgers: {len(master_keys)} master keys, "
+                f"{len(counts)} counts, {len(lacs)} lacs")
+        try:
+            recs = parse_records(records, record_lengths)
+        except MalformedRecordsError as exc:
+            raise InvalidRequestError(f"malformed records: {exc}") from None
+        n = len(recs)
+        parts = unit_parts(counts, n)
+        if parts is None:
+            raise InvalidRequestError(f"malformed adds: {n} records, counts of "
+                                      f"{sum(counts)} for {k} ledgers")
+        errors: list[BKError | None] = [None] * k
+        offsets = [0, *accumulate(counts)]
+        max_size = self.config.max_entry_size
+        starts: list[int] = []
+        ends: list[int] = []
+        eids: list[int] = []
+        rlacs: list[int] = []
+        psizes: list[int] = []
+        if n:
+            sizes = recs.payload_lengths
+            bad = ((recs.ledger_ids != np.asarray(ledger_ids, dtype=np.int64)[parts])
+                   | (recs.entry_ids < 0) | (recs.lacs < -1) | (sizes > max_size)
+                   | (recs.digest_lengths > MAX_DIGEST_SIZE))
+            for i in failing_parts(parts, bad):  # the part's own check says what is wrong
+                a, b = offsets[i], offsets[i + 1]
+                lo, hi = int(recs.starts[a]), int(recs.payload_ends[b - 1])
+                try:
+                    check_records(ledger_ids[i], records[lo:hi], record_lengths[4 * a:4 * b],
+                                  max_size)
+                    errors[i] = InvalidRequestError(f"malformed records of ledger "
+                                                    f"{ledger_ids[i]}")
+                except BKError as exc:
+                    errors[i] = exc
+            starts, ends = recs.starts.tolist(), recs.payload_ends.tolist()
+            eids, rlacs, psizes = recs.entry_ids.tolist(), recs.lacs.tolist(), sizes.tolist()
+        try:
+            self._check_not_read_only()
+        except ReadOnlyError as exc:
+            done(None)
+            return [exc] * k
+        data = memoryview(records)
+        queued: list[JournalRecord] = []
+        total_n = total_bytes = 0
+        with self.accepting_many():
+            try:
+                for i in range(k):
+                    if errors[i] is not None:
+                        continue
+                    lid, lac = ledger_ids[i], lacs[i]
+                    a, b = offsets[i], offsets[i + 1]
+                    try:
+                        check_id("ledger id", lid)
+                        key = check_key(master_keys[i])
+                        check_lac(lac)
+                        if a == b and lac < 0:
+                            continue
+                        batches: list[AddBatch] = []
+                        if a < b:
+                            lo = starts[a]
+                            part = RecordList(
+                                data[lo:ends[b - 1]], [x - lo for x in starts[a:b]],
+                                [lid] * (b - a), eids[a:b], rlacs[a:b],
+                                [x - lo + HEADER_SIZE for x in starts[a:b]], [],
+                                [x - lo for x in ends[a:b]])
+                            batches = encode_records(lid, key, part, self._record_cap)
+                        part_records = self._add_records_of(lid, key, batches, lac)
+                        self._check_writable()
+                        state, created = self._accepting_state(lid, key, False)
+                    except BKError as exc:
+                        errors[i] = exc
+                        continue
+                    for record in part_records:
+                        record.token.state = state
+                    if created:
+                        self._ledgers[lid] = state
+                    queued += part_records
+                    total_n += b - a
+                    total_bytes += sum(psizes[a:b])
+            finally:  # what was accepted is queued, whatever happened to the rest
+                if queued:
+                    queued[-1].token.waiter = _AddDone(done, self._metrics, total_n,
+                                                       total_bytes)
+                    assert self._accepted is not None
+                    self._accepted += queued
+        if not queued:
+            done(None)
+        return errors
 
     @contextmanager
     def accepting_many(self) -> Iterator[None]:

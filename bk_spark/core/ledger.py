@@ -249,10 +249,13 @@ class LedgerHandle:
             if not self._ship_scheduled:
                 self._ship_scheduled = True
                 # A lone add (nothing else of this ledger unacknowledged, no round being
-                # shipped) ships from the caller's thread: no hand-off to the I/O loop on
-                # a lone add's path. A framer (the log writer's) runs on the loop only.
+                # shipped, and no other add of the client in flight) ships from the
+                # caller's thread: no hand-off to the I/O loop on a lone add's path. With
+                # other writers' adds in flight it goes to the loop, whose pass ships every
+                # ready writer's round to a bookie as one unit (issue 28: a thousand
+                # ledgers). A framer (the log writer's) runs on the loop only.
                 inline = (eid == self._unacked_first and not self._shipping
-                          and self._framer is None)
+                          and self._framer is None and budget.in_flight <= size)
                 if not inline:
                     if self._should_linger():
                         # Decided here, not on the loop: no wake-up of the loop for an add

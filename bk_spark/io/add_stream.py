@@ -27,6 +27,15 @@ Failure, with the guarantees of unary calls:
   (:func:`~bk_spark.protocol.add_stream.refusal`) hands its requests back to
   ``on_refused``: the client sends them, and its next ones, as unary calls.
 
+**Units** (``AddStreamRequest.adds``, a ``LedgerAdds``): on a stream whose bookie said it
+reads them (:attr:`AddStream.reads_adds`, set from its answers), one corked pass of the I/O
+loop gathers the small plain adds and explicit LACs of all its writers for one bookie into
+ONE unit (:class:`~bk_spark.io.bookie_client.BookieClient`'s, built while corked:
+:func:`corked_unit`), queued as one item of kind :data:`UNIT`, sent alone in its message
+(:func:`~bk_spark.protocol.add_stream.message_take`), answered once with one status per
+ledger part; its completion gets the whole ``AddStreamResponse`` (or the error the stream
+broke with) and reads it itself.
+
 An answer is only ever the bookie's, given after its fdatasync: nothing here acknowledges.
 Lock order: this object's condition is a leaf; completions and ``on_refused`` run with no
 lock held.
@@ -41,6 +50,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from itertools import count, islice
+from typing import Any
 
 import grpc
 
@@ -50,7 +60,7 @@ from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.protocol.add_stream import (
     IDLE_CLOSE_S,
     Refusal,
-    message_size,
+    message_take,
     refusal,
     window_open,
 )
@@ -59,8 +69,14 @@ log = logging.getLogger(__name__)
 
 #: A request's completion: None when the bookie stored it, else the error it failed with.
 Done = Callable[[BKError | None], None]
-#: One request: its bytes, whether it carries records (packed), its completion.
-Item = tuple[bytes, bool, Done]
+#: One request: its bytes, whether it carries records (packed; or :data:`UNIT`), its
+#: completion (a unit's takes the whole answer, see :data:`UnitDone`).
+Item = tuple[bytes, int, Done]
+#: The kind of a queued item that is a unit (``LedgerAdds`` bytes), not an ``AddRequest``.
+UNIT = 2
+#: A unit's completion: the bookie's ``AddStreamResponse``, or the error the stream failed
+#: with.
+UnitDone = Callable[["pb.AddStreamResponse | BKError"], None]
 #: What a refused stream hands back: the refusal, and its requests with their completions.
 OnRefused = Callable[[Refusal, list[Item]], None]
 
@@ -78,10 +94,15 @@ def corked() -> Iterator[None]:
         yield
         return
     streams: dict[int, AddStream] = {}
+    units: dict[int, Any] = {}
     _cork.streams = streams
+    _cork.units = units
     try:
         yield
     finally:
+        _cork.units = None
+        for unit in list(units.values()):
+            unit.flush()  # queued on its stream, which is woken below (or by the submit)
         _cork.streams = None
         for stream in streams.values():
             stream.wake()
@@ -90,6 +111,11 @@ def corked() -> Iterator[None]:
 def flush_cork() -> None:
     """Wake now the streams this thread's cork holds back (it stays corked): a thread that
     is about to wait for an answer must first let its requests go."""
+    units = getattr(_cork, "units", None)
+    if units:
+        for unit in list(units.values()):
+            unit.flush()
+        units.clear()
     streams = getattr(_cork, "streams", None)
     if streams:
         for stream in streams.values():
@@ -97,12 +123,39 @@ def flush_cork() -> None:
         streams.clear()
 
 
-def encode_message(request_id: int, requests: list[bytes]) -> bytes:
+def corked_unit(owner: object, make: Callable[[], Any]) -> Any:
+    """The unit this thread's cork is building for ``owner`` (a bookie's client), made by
+    ``make()`` on first use; None when the thread is not corked. Each unit's ``flush()``
+    queues it on its stream when the cork ends (or at :func:`flush_cork`,
+    :func:`release_unit`)."""
+    units = getattr(_cork, "units", None)
+    if units is None:
+        return None
+    unit = units.get(id(owner))
+    if unit is None:
+        unit = units[id(owner)] = make()
+    return unit
+
+
+def release_unit(owner: object) -> None:
+    """Queue now the unit this thread's cork builds for ``owner``, if any (a request of
+    ``owner``'s that cannot join it must go after it: a ledger's requests keep their
+    order)."""
+    units = getattr(_cork, "units", None)
+    if units:
+        unit = units.pop(id(owner), None)
+        if unit is not None:
+            unit.flush()
+
+
+def encode_message(request_id: int, requests: list[bytes], unit: bool = False) -> bytes:
     """An ``AddStreamRequest`` wrapping already-serialized ``AddRequest``s (no re-encoding:
-    field 1 the id, field 2 each request, length-delimited)."""
+    field 1 the id, field 2 each request, length-delimited), or (``unit``) one serialized
+    ``LedgerAdds`` (field 3)."""
     parts = [b"\x08", _varint(request_id)]
+    tag = b"\x1a" if unit else b"\x12"
     for r in requests:
-        parts += (b"\x12", _varint(len(r)), r)
+        parts += (tag, _varint(len(r)), r)
     return b"".join(parts)
 
 
@@ -137,6 +190,8 @@ class AddStream:
         self._answered = False
         self._ended = False
         self.messages_sent = 0
+        #: The bookie reads units (its answers say so): set by the reader, read unlocked.
+        self.reads_adds = False
         self._call = method(self._requests())
         self._reader = threading.Thread(target=self._read, daemon=True,
                                         name=f"bk-add-stream-{bookie_id}")
@@ -146,7 +201,7 @@ class AddStream:
     def ended(self) -> bool:
         return self._ended
 
-    def submit(self, request: bytes, packed: bool, done: Done) -> bool:
+    def submit(self, request: bytes, packed: int, done: Done) -> bool:
         """Queue one serialized ``AddRequest`` (``packed``: it carries records);
         ``done(err)`` runs once with its answer. False if the stream has ended (the caller
         sends it another way)."""
@@ -195,9 +250,11 @@ class AddStream:
                     expired = True
                 else:
                     expired = False
-                    n = message_size([len(it[0]) for it in _head(queue, 4096)],
-                                     self._max_message)
+                    head = _head(queue, 4096)
+                    n = message_take([len(it[0]) for it in head],
+                                     [it[1] == UNIT for it in head], self._max_message)
                     taken = [queue.popleft() for _ in range(n)]
+                    unit = taken[0][1] == UNIT
                     requests = [it[0] for it in taken]
                     size = sum(map(len, requests))
                     self._queued_bytes -= size
@@ -211,7 +268,7 @@ class AddStream:
                     f"stream had no answer within add_timeout_s={self._timeout:g}s)"), None)
                 self._call.cancel()
                 return
-            yield encode_message(rid, requests)
+            yield encode_message(rid, requests, unit)
 
     # ---------------------------------------------------------------- the reader
     def _read(self) -> None:
@@ -227,6 +284,14 @@ class AddStream:
                         self._out_bytes -= sent.size
                         self._cv.notify_all()
                 if sent is None:
+                    continue
+                if resp.reads_adds:
+                    self.reads_adds = True
+                if sent.items[0][1] == UNIT:  # a unit reads its own answer
+                    try:
+                        sent.items[0][2](resp)  # type: ignore[arg-type]
+                    except Exception:
+                        log.exception("add completion failed")
                     continue
                 answers = resp.responses
                 for i, (_r, packed, done) in enumerate(sent.items):

@@ -16,7 +16,11 @@ one long-lived ``AddStream`` call per bookie, opened on first use, whose message
 requests of many ledgers (and explicit LACs, :meth:`BookieClient.send_lac`) gathered while
 its window was shut; a bookie that refuses the stream (older, full, or not for this peer)
 gets unary ``AddEntries`` calls, as it does with ``ClientConfig.add_stream`` off. The
-answer, and what a failure does to the writer, are the same either way.
+answer, and what a failure does to the writer, are the same either way. Within one corked
+pass of the client's I/O loop, the small plain adds and explicit LACs of all its writers to
+one bookie become ONE unit of many ledgers (:class:`_Unit`, ``AddStreamRequest.adds``,
+issue 28) once the bookie's stream said it reads units: one message, one journal
+submission on the bookie, one answer with an outcome per ledger.
 
 A ledger writer's rounds (:meth:`BookieClient.send_batch`) pipeline deeper when they are
 big: beyond ``max_in_flight`` requests, a request of at least ``pipeline_min_bytes`` may
@@ -31,6 +35,7 @@ and waiting lets the next one carry more entries for one RPC.
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
 from bisect import bisect_left
@@ -49,7 +54,13 @@ from bk_spark.errors import (
     UnauthorizedError,
     error_for_code,
 )
-from bk_spark.io.add_stream import AddStream, flush_cork
+from bk_spark.io.add_stream import (
+    UNIT,
+    AddStream,
+    corked_unit,
+    flush_cork,
+    release_unit,
+)
 from bk_spark.io.entry import (  # noqa: F401 - _varint, frame_entry: their old home
     _varint,
     add_answer_error,
@@ -314,6 +325,9 @@ class BookieClient:
         deeper (:meth:`_may_send`).
         """
         cfg = self.config
+        if not recovery and self._gather(ledger_id, master_key, entries, tokens, sink, lac):
+            return
+        release_unit(self)  # a unit this pass built for this bookie goes first (order)
         head = add_request_head(ledger_id, master_key, recovery=recovery, lac=lac)
         ends = (_chunk_ends(entries, cfg.max_batch_entries, cfg.max_batch_bytes)
                 if len(entries) > 1 else [len(entries)])
@@ -337,6 +351,67 @@ class BookieClient:
                            lambda err, t=chunk_tokens, n=size, k=key: self._batch_done(
                                sink, t, err, n, k))
             start = end
+
+    def _gather(self, ledger_id: int, master_key: bytes, entries: Sequence[bytes],
+                tokens: Sequence[Any], sink: AddSink | None, lac: int) -> bool:
+        """Join a writer's small plain add (or, with no entries, an explicit LAC) to the
+        unit this thread's corked pass builds for this bookie (:class:`_Unit`), if it can:
+        the pass is corked, the bookie's open stream reads units, the ledger's request
+        window is open (:meth:`_may_send`, accounted as one request of the ledger, as
+        :meth:`send_batch` does), and the unit stays under ``max_batch_bytes``. False: send
+        it alone."""
+        stream = self._stream
+        if stream is None or not stream.reads_adds or len(entries) > UNIT_MAX_ENTRIES:
+            return False
+        size = sum(map(len, entries))
+        if size > UNIT_PART_MAX_BYTES:
+            return False
+        unit = corked_unit(self, lambda: _Unit(self, stream))
+        if unit is None:
+            return False
+        if unit.stream is not stream or unit.nbytes + size > self.config.max_batch_bytes:
+            release_unit(self)
+            unit = corked_unit(self, lambda: _Unit(self, stream))
+        if entries:
+            key = (ledger_id, False)
+            with self._cv:
+                if self._closed or not self._may_send(size, ledger_id, False):
+                    return False
+                self._in_flight[key] = self._in_flight.get(key, 0) + 1
+                self._in_flight_bytes += size
+            unit.add(ledger_id, master_key, entries, lac, (sink, tokens, size, key))
+        else:
+            unit.add(ledger_id, master_key, entries, lac, None)
+        return True
+
+    def _parts_done(self, parts: list[_Part | None], errors: Sequence[BKError | None]) -> None:
+        """A unit's answer: each ledger part's window freed (one lock for all of them) and
+        its outcome handed to its sink, as :meth:`_batch_done` does for one request."""
+        woken: list[Callable[[], None]] = []
+        with self._cv:
+            for part in parts:
+                if part is None:
+                    continue
+                key = part[3]
+                left = self._in_flight[key] - 1
+                if left:
+                    self._in_flight[key] = left
+                else:
+                    del self._in_flight[key]
+                self._in_flight_bytes -= part[2]
+                woken += self._window_waiters.pop(key, ())
+            self._cv.notify_all()
+        for part, err in zip(parts, errors, strict=True):
+            if part is None:
+                if err is not None:
+                    log.debug("explicit LAC to %s failed: %s", self.bookie_id, err)
+                continue
+            try:
+                part[0].on_added(part[1], err)
+            except Exception:
+                log.exception("add sink failed")
+        for wake in woken:
+            wake()
 
     def _send_add(self, request: bytes, packed: bool, done: AddCallback) -> None:
         """Send one serialized ``AddRequest`` (``packed``: it carries records,
@@ -396,6 +471,10 @@ class BookieClient:
             self._unary_until = time.monotonic() + (
                 RETRY_STREAM_S if why is Refusal.UNARY_FOR_A_WHILE else float("inf"))
         for request, packed, done in items:
+            if packed == UNIT:  # never sent before an answer said the bookie reads units
+                done(BookieUnavailableError(  # type: ignore[arg-type]
+                    f"bookie {self.bookie_id} refused its add stream ({why.value})"))
+                continue
             self._send_unary(request, packed, done)
 
     def has_window(self, size: int, wake: Callable[[], None], ledger_id: int) -> bool:
@@ -451,8 +530,11 @@ class BookieClient:
     def send_lac(self, ledger_id: int, master_key: bytes, lac: int) -> None:
         """:meth:`write_lac` without waiting for the answer (the client's I/O loop sends
         a writer's explicit LAC this way), on the add stream with the adds (it gathers with
-        other ledgers' requests while the stream is busy); a failure is only logged (the
-        next add carries the LAC anyway)."""
+        other ledgers' requests while the stream is busy, or joins the pass's unit); a
+        failure is only logged (the next add carries the LAC anyway)."""
+        if self._gather(ledger_id, master_key, (), (), None, lac):
+            return
+        release_unit(self)
         request = pb.AddRequest(ledger_id=ledger_id, master_key=master_key,
                                 lac=lac).SerializeToString()
         bookie = self.bookie_id
@@ -611,6 +693,91 @@ class BookieClient:
         self.channel.close()
 
 
+#: A writer's add of at most this many entries joins its pass's unit (:class:`_Unit`);
+#: larger rounds go as their own ``AddRequest`` (they are few, and big enough alone).
+UNIT_MAX_ENTRIES = 64
+#: ... and of at most this many bytes.
+UNIT_PART_MAX_BYTES = 256 * 1024
+
+#: One ledger's part of a unit: its sink, its tokens, its size, its window key (None: an
+#: explicit LAC, nothing to count).
+_Part = tuple[AddSink, Sequence[Any], int, tuple[int, bool]]
+
+
+class _Unit:
+    """One corked pass's plain adds and explicit LACs of many ledgers to one bookie: ONE
+    ``LedgerAdds`` (``AddStreamRequest.adds``), queued on the bookie's stream when the pass
+    ends (:func:`~bk_spark.io.add_stream.corked`) and answered once, one status per ledger
+    part (read by :meth:`_done`, outcomes to :meth:`BookieClient._parts_done`). A ledger's
+    parts keep their order (a request of the bookie that cannot join the unit first queues
+    it: :func:`~bk_spark.io.add_stream.release_unit`). If the stream ended before the unit
+    was queued, each part goes as its own ``AddRequest`` (:meth:`BookieClient._send_add`)."""
+
+    __slots__ = ("client", "stream", "records", "ledger_ids", "counts", "keys", "lacs",
+                 "parts", "nbytes")
+
+    def __init__(self, client: BookieClient, stream: AddStream) -> None:
+        self.client, self.stream = client, stream
+        self.records: list[bytes] = []
+        self.ledger_ids: list[int] = []
+        self.counts: list[int] = []
+        self.keys: list[bytes] = []
+        self.lacs: list[int] = []
+        self.parts: list[_Part | None] = []
+        self.nbytes = 0
+
+    def add(self, ledger_id: int, master_key: bytes, entries: Sequence[bytes], lac: int,
+            part: _Part | None) -> None:
+        self.records += entries
+        self.ledger_ids.append(ledger_id)
+        self.counts.append(len(entries))
+        self.keys.append(master_key)
+        self.lacs.append(lac)
+        self.parts.append(part)
+        self.nbytes += part[2] if part is not None else 0
+
+    def flush(self) -> None:
+        """Queue the unit on its stream (or, if it ended, each part alone)."""
+        if not self.parts:
+            return
+        records = self.records
+        sizes = list(map(len, records))
+        body = pb.LedgerAdds(records=b"".join(records),
+                             record_lengths=struct.pack(f"<{len(sizes)}I", *sizes),
+                             ledger_ids=self.ledger_ids, counts=self.counts,
+                             master_keys=self.keys, lacs=self.lacs).SerializeToString()
+        if self.stream.submit(body, UNIT, self._done):  # type: ignore[arg-type]
+            return
+        client, start = self.client, 0
+        for lid, key, n, lac, part in zip(self.ledger_ids, self.keys, self.counts, self.lacs,
+                                          self.parts, strict=True):
+            request = add_request(add_request_head(lid, key, lac=lac),
+                                  records[start:start + n])
+            start += n
+            if part is None:
+                client._send_add(request, False, lambda err: None)
+            else:
+                client._send_add(request, n > 0,
+                                 lambda err, p=part: client._parts_done([p], [err]))
+
+    def _done(self, answer: pb.AddStreamResponse | BKError) -> None:
+        """The bookie's answer (or the error the stream failed with): one outcome per
+        part; an answer without one status per part fails them all."""
+        k = len(self.parts)
+        bookie = self.client.bookie_id
+        if isinstance(answer, BKError):
+            errors: list[BKError | None] = [answer] * k
+        elif len(answer.adds_status) != k:
+            errors = [BookieUnavailableError(
+                f"bookie {bookie}: no answer for the adds of {k} ledgers")] * k
+        else:
+            messages = answer.adds_message
+            errors = [None if st == pb.OK else
+                      error_for_code(st, f"bookie {bookie}: {messages[i]}")
+                      for i, st in enumerate(answer.adds_status)]
+        self.client._parts_done(self.parts, errors)
+
+
 @dataclass(frozen=True, eq=False)
 class ReadAnswer:
     """A bookie's answer to a packed read: the entries found (columns, ascending entry
@@ -653,6 +820,9 @@ class BookieClientPool:
     def get(self, bookie_id: str) -> BookieClient:
         """The client of ``bookie_id``; :class:`BookieUnavailableError` once the pool is
         closed (a read still running on another thread must not open new channels)."""
+        c = self._clients.get(bookie_id)  # the open client's fast path (a writer's every
+        if c is not None and not self._closed:  # round asks for each of its bookies)
+            return c
         with self._lock:
             if self._closed:
                 raise BookieUnavailableError(f"bookie {bookie_id}: the client is closed")

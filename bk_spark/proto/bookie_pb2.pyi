@@ -213,7 +213,7 @@ class InfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class InfoResponse(_message.Message):
-    __slots__ = ("status", "message", "bookie_id", "read_only", "ledgers", "disk_used_bytes", "disk_free_bytes", "max_entry_size", "version", "repair_state", "repair_ledgers_total", "repair_ledgers_left", "repair_limbo_ledgers", "repair_entries_copied", "repair_bytes_copied", "repair_error", "add_streams_open", "stream_add_requests")
+    __slots__ = ("status", "message", "bookie_id", "read_only", "ledgers", "disk_used_bytes", "disk_free_bytes", "max_entry_size", "version", "repair_state", "repair_ledgers_total", "repair_ledgers_left", "repair_limbo_ledgers", "repair_entries_copied", "repair_bytes_copied", "repair_error", "add_streams_open", "stream_add_requests", "stream_add_units", "stream_unit_parts")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     BOOKIE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -232,6 +232,8 @@ class InfoResponse(_message.Message):
     REPAIR_ERROR_FIELD_NUMBER: _ClassVar[int]
     ADD_STREAMS_OPEN_FIELD_NUMBER: _ClassVar[int]
     STREAM_ADD_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    STREAM_ADD_UNITS_FIELD_NUMBER: _ClassVar[int]
+    STREAM_UNIT_PARTS_FIELD_NUMBER: _ClassVar[int]
     status: StatusCode
     message: str
     bookie_id: str
@@ -250,7 +252,9 @@ class InfoResponse(_message.Message):
     repair_error: str
     add_streams_open: int
     stream_add_requests: int
-    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., message: _Optional[str] = ..., bookie_id: _Optional[str] = ..., read_only: _Optional[bool] = ..., ledgers: _Optional[int] = ..., disk_used_bytes: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., max_entry_size: _Optional[int] = ..., version: _Optional[str] = ..., repair_state: _Optional[str] = ..., repair_ledgers_total: _Optional[int] = ..., repair_ledgers_left: _Optional[int] = ..., repair_limbo_ledgers: _Optional[int] = ..., repair_entries_copied: _Optional[int] = ..., repair_bytes_copied: _Optional[int] = ..., repair_error: _Optional[str] = ..., add_streams_open: _Optional[int] = ..., stream_add_requests: _Optional[int] = ...) -> None: ...
+    stream_add_units: int
+    stream_unit_parts: int
+    def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., message: _Optional[str] = ..., bookie_id: _Optional[str] = ..., read_only: _Optional[bool] = ..., ledgers: _Optional[int] = ..., disk_used_bytes: _Optional[int] = ..., disk_free_bytes: _Optional[int] = ..., max_entry_size: _Optional[int] = ..., version: _Optional[str] = ..., repair_state: _Optional[str] = ..., repair_ledgers_total: _Optional[int] = ..., repair_ledgers_left: _Optional[int] = ..., repair_limbo_ledgers: _Optional[int] = ..., repair_entries_copied: _Optional[int] = ..., repair_bytes_copied: _Optional[int] = ..., repair_error: _Optional[str] = ..., add_streams_open: _Optional[int] = ..., stream_add_requests: _Optional[int] = ..., stream_add_units: _Optional[int] = ..., stream_unit_parts: _Optional[int] = ...) -> None: ...
 
 class MasterKeyRequest(_message.Message):
     __slots__ = ("ledger_id",)
@@ -269,17 +273,41 @@ class MasterKeyResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[StatusCode, str]] = ..., message: _Optional[str] = ..., master_key: _Optional[bytes] = ...) -> None: ...
 
 class AddStreamRequest(_message.Message):
-    __slots__ = ("request_id", "requests")
+    __slots__ = ("request_id", "requests", "adds")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    ADDS_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     requests: _containers.RepeatedCompositeFieldContainer[AddRequest]
-    def __init__(self, request_id: _Optional[int] = ..., requests: _Optional[_Iterable[_Union[AddRequest, _Mapping]]] = ...) -> None: ...
+    adds: LedgerAdds
+    def __init__(self, request_id: _Optional[int] = ..., requests: _Optional[_Iterable[_Union[AddRequest, _Mapping]]] = ..., adds: _Optional[_Union[LedgerAdds, _Mapping]] = ...) -> None: ...
 
 class AddStreamResponse(_message.Message):
-    __slots__ = ("request_id", "responses")
+    __slots__ = ("request_id", "responses", "adds_status", "adds_message", "reads_adds")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     RESPONSES_FIELD_NUMBER: _ClassVar[int]
+    ADDS_STATUS_FIELD_NUMBER: _ClassVar[int]
+    ADDS_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    READS_ADDS_FIELD_NUMBER: _ClassVar[int]
     request_id: int
     responses: _containers.RepeatedCompositeFieldContainer[AddResponse]
-    def __init__(self, request_id: _Optional[int] = ..., responses: _Optional[_Iterable[_Union[AddResponse, _Mapping]]] = ...) -> None: ...
+    adds_status: _containers.RepeatedScalarFieldContainer[StatusCode]
+    adds_message: _containers.RepeatedScalarFieldContainer[str]
+    reads_adds: bool
+    def __init__(self, request_id: _Optional[int] = ..., responses: _Optional[_Iterable[_Union[AddResponse, _Mapping]]] = ..., adds_status: _Optional[_Iterable[_Union[StatusCode, str]]] = ..., adds_message: _Optional[_Iterable[str]] = ..., reads_adds: _Optional[bool] = ...) -> None: ...
+
+class LedgerAdds(_message.Message):
+    __slots__ = ("records", "record_lengths", "ledger_ids", "counts", "master_keys", "lacs")
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    RECORD_LENGTHS_FIELD_NUMBER: _ClassVar[int]
+    LEDGER_IDS_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIELD_NUMBER: _ClassVar[int]
+    MASTER_KEYS_FIELD_NUMBER: _ClassVar[int]
+    LACS_FIELD_NUMBER: _ClassVar[int]
+    records: bytes
+    record_lengths: bytes
+    ledger_ids: _containers.RepeatedScalarFieldContainer[int]
+    counts: _containers.RepeatedScalarFieldContainer[int]
+    master_keys: _containers.RepeatedScalarFieldContainer[bytes]
+    lacs: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, records: _Optional[bytes] = ..., record_lengths: _Optional[bytes] = ..., ledger_ids: _Optional[_Iterable[int]] = ..., counts: _Optional[_Iterable[int]] = ..., master_keys: _Optional[_Iterable[bytes]] = ..., lacs: _Optional[_Iterable[int]] = ...) -> None: ...

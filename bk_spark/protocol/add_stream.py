@@ -15,6 +15,14 @@ trip, not a request each.
   ``max_in_flight_bytes`` (``ClientConfig``'s settings of those names);
 * :func:`message_size`: how many of the queued requests the next message carries (in order,
   at least one, at most ``max_bytes`` of them together: ``ClientConfig.max_batch_bytes``);
+* :func:`message_take`: the same, when the queue also holds *units*
+  (``AddStreamRequest.adds``: many ledgers' adds in one ``LedgerAdds``, made by one pass of
+  the client's I/O loop for one bookie): a unit goes alone in its message, and a message of
+  requests stops before the next unit (queue order is kept: a ledger's requests reach the
+  bookie in the order they were made);
+* :func:`unit_parts`: the layout of a unit (part i is ``counts[i]`` records): which part
+  each record belongs to, and :func:`failing_parts`, the parts that hold a record failing a
+  check (the bookie refuses those parts alone);
 * :data:`IDLE_CLOSE_S`: a stream idle that long is ended by the client (a reused Spark
   worker keeps no thread for it, an idle client holds none of a bookie's stream slots);
 * :data:`REFUSALS`: a stream that ends with one of these codes before any answer was never
@@ -29,6 +37,8 @@ import enum
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from itertools import accumulate
+
+import numpy as np
 
 
 def window_open(in_flight: int, in_flight_bytes: int, size: int, *, max_in_flight: int,
@@ -46,6 +56,35 @@ def message_size(sizes: Sequence[int], max_bytes: int) -> int:
     if not sizes:
         return 0
     return max(1, bisect_right(list(accumulate(sizes)), max_bytes))
+
+
+def message_take(sizes: Sequence[int], units: Sequence[bool], max_bytes: int) -> int:
+    """How many of the queued items (``sizes``, ``units``: whether each is a unit, oldest
+    first) the next message carries: a unit at the head alone; else :func:`message_size` of
+    the requests before the first unit."""
+    if not sizes:
+        return 0
+    if units[0]:
+        return 1
+    k = next((i for i, u in enumerate(units) if u), len(units))
+    return message_size(sizes[:k], max_bytes)
+
+
+def unit_parts(counts: Sequence[int] | np.ndarray, n_records: int) -> np.ndarray | None:
+    """The part of each of a unit's ``n_records`` records (part i holds ``counts[i]`` of
+    them, in part order), or None when the counts do not add up to the records (the unit
+    is malformed: every part of it is refused)."""
+    c = np.asarray(counts, dtype=np.int64)
+    if int(c.sum()) != n_records or (len(c) and int(c.min()) < 0):
+        return None
+    return np.repeat(np.arange(len(c), dtype=np.int64), c)
+
+
+def failing_parts(parts: np.ndarray, bad: np.ndarray) -> list[int]:
+    """The parts (ascending) holding at least one record of the boolean mask ``bad``."""
+    if not bool(bad.any()):
+        return []
+    return np.unique(parts[bad]).tolist()
 
 
 class Refusal(enum.Enum):

@@ -3,13 +3,18 @@ the unary path, how many gathered requests one message carries, what a refusal m
 
 from __future__ import annotations
 
+import numpy as np
+
 from bk_spark.io.add_stream import encode_message
 from bk_spark.proto import bookie_pb2 as pb
 from bk_spark.protocol.add_stream import (
     REFUSALS,
     Refusal,
+    failing_parts,
     message_size,
+    message_take,
     refusal,
+    unit_parts,
     window_open,
 )
 
@@ -54,3 +59,30 @@ def test_a_stream_message_wraps_add_requests_byte_for_byte() -> None:
     raw = encode_message(2**40, [r.SerializeToString() for r in reqs])
     msg = pb.AddStreamRequest.FromString(raw)
     assert msg.request_id == 2**40 and list(msg.requests) == reqs
+
+
+def test_a_unit_goes_alone_and_a_message_of_requests_stops_before_the_next_unit() -> None:
+    """Queue order is kept: requests before a unit leave first (at most ``max_bytes`` of
+    them), the unit then alone, the requests after it in the next message."""
+    sizes = [10, 10, 500, 10, 10]
+    units = [False, False, True, False, False]
+    assert message_take(sizes, units, 1000) == 2
+    assert message_take(sizes[2:], units[2:], 1000) == 1  # the unit alone
+    assert message_take(sizes[3:], units[3:], 1000) == 2
+    assert message_take(sizes[3:], units[3:], 15) == 1  # max_bytes still bounds requests
+    assert message_take([], [], 1000) == 0
+    assert message_take([5000], [True], 1000) == 1  # a unit is never cut
+
+
+def test_a_units_records_belong_to_its_parts_by_count_and_a_bad_record_fails_only_its_part(
+        ) -> None:
+    """Part i of a unit is ``counts[i]`` records in part order (a part of 0 records: an
+    explicit LAC); counts that do not add up to the records break the whole unit; a record
+    failing a check names its own part, no other."""
+    parts = unit_parts([2, 0, 1, 3], 6)
+    assert parts is not None and parts.tolist() == [0, 0, 2, 3, 3, 3]
+    assert unit_parts([2, 1], 4) is None and unit_parts([3, -1], 2) is None
+    assert unit_parts([0, 0], 0) is not None and unit_parts([], 0).tolist() == []
+    bad = np.array([False, True, False, False, True, True])
+    assert failing_parts(parts, bad) == [0, 3]
+    assert failing_parts(parts, np.zeros(6, dtype=bool)) == []
