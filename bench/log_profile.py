@@ -253,9 +253,15 @@ def _timeline(server_pids: list[int]) -> tuple[dict, Callable[[], None]]:
         return switch(self)
 
     LedgerAssignment.append, LedgerAssignment.switch = appended, switched  # type: ignore
+    from kazoo.client import KazooClient
+
+    from bk_spark.io.metadata_store import LedgerMetadataStore
+
     for cls, name in ((Roller, "_prepare_spare"), (LogWriter, "_list_next_locked"),
                       (LogWriter, "_switch_to_listed"), (LedgerHandle, "close"),
-                      (LogWriter, "_record_description")):
+                      (LogWriter, "_record_description"), (LogWriter, "_cas_add_ledger"),
+                      (LedgerMetadataStore, "reserve_id"), (KazooClient, "ensure_path"),
+                      (LogWriter, "_switch_locked")):
         timed(cls, name)
     stop = threading.Event()
 

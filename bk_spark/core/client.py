@@ -187,7 +187,8 @@ class BookKeeper:
         return lh
 
     def open_ledger(self, ledger_id: int, password: bytes = b"", recovery: bool = True, *,
-                    best_effort_lac: bool = False, confirmed: int = -1) -> ReadHandle:
+                    best_effort_lac: bool = False, confirmed: int = -1,
+                    metadata: Versioned[LedgerMetadata] | None = None) -> ReadHandle:
         """Open a ledger for reading.
 
         ``recovery=True`` (the default, BookKeeper's ``openLedger``) fences a live
@@ -199,10 +200,15 @@ class BookKeeper:
         ``confirmed`` (with ``recovery=False``): an entry the caller knows is confirmed (a
         planner read a LAC at least this); then no LAC is read
         (:meth:`ReadHandle.confirmed_up_to`): a Spark task reads the slice its planner
-        found readable without asking the bookies again.
+        found readable without asking the bookies again. ``metadata`` (with
+        ``recovery=False``): the ledger's metadata read already (a planner's, carried in
+        a Spark slice), used instead of reading it from ZooKeeper; the password is checked
+        against it all the same.
         """
         password = password_bytes(password)
-        md = self.metadata_store.read(ledger_id)
+        if metadata is not None and (recovery or metadata.value.ledger_id != ledger_id):
+            raise ValueError("metadata: only the same ledger's, opened without recovery")
+        md = metadata if metadata is not None else self.metadata_store.read(ledger_id)
         check_password(password, md.value.password_digest, ledger_id)
         codec = self._codec(md.value, password)
         key = master_key(password)

@@ -179,6 +179,12 @@ class ReadHandle:
         return self._md.value
 
     @property
+    def versioned_metadata(self) -> Versioned[LedgerMetadata]:
+        """The metadata as last read, with its store version (for
+        :meth:`BookKeeper.open_ledger`'s ``metadata``: a planner hands it to a task)."""
+        return self._md
+
+    @property
     def is_closed(self) -> bool:
         return self._md.value.state == LedgerState.CLOSED
 

@@ -31,6 +31,7 @@ from bk_spark.datasource.filters import Constraints
 from bk_spark.datasource.offsets import LogOffset
 from bk_spark.datasource.options import GivenPosition, ReadOptions
 from bk_spark.errors import InvalidConfigError, LogTruncatedError, NoSuchLedgerError
+from bk_spark.io.metadata_store import Versioned
 from bk_spark.log import (
     LEDGER_LOG_KEY,
     ledger_end,
@@ -41,6 +42,7 @@ from bk_spark.log import (
 )
 from bk_spark.protocol import log_rules, offload_rules
 from bk_spark.protocol import row_groups as row_group_rules
+from bk_spark.protocol.ledger_metadata import LedgerMetadata
 from bk_spark.protocol.log_format import LedgerInfo, LogMetadata
 from bk_spark.protocol.log_rules import LedgerNow, Outside
 
@@ -74,6 +76,9 @@ class Slice:
     #: The file's row groups this slice reads (planned from the footer: :func:`pack`);
     #: None: every row group the entry range and the filters keep.
     row_groups: tuple[int, ...] | None = None
+    #: The ledger's metadata as the planner read it (a stream's open ledger, issue 28):
+    #: the task reads no ZooKeeper node for it; None: the task reads it.
+    metadata: Versioned[LedgerMetadata] | None = None
 
     @property
     def entries(self) -> int:

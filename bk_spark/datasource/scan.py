@@ -22,6 +22,7 @@ from bk_spark.datasource import connections
 from bk_spark.datasource.filters import Constraints
 from bk_spark.datasource.planning import ScanPartition, Slice, timestamp_bounds_us
 from bk_spark.errors import (
+    BKError,
     LogNotFoundError,
     LogTruncatedError,
     NoSuchEntryError,
@@ -62,13 +63,25 @@ def read_partition(spec: ScanSpec, partition: InputPartition) -> Iterator[pa.Rec
                 yield from _parquet_rows(spec, s)
                 continue
             try:
-                # the planner found the slice readable: no LAC read again (issue 28)
+                # the planner found the slice readable: no LAC read again, and a stream's
+                # planner gives the open ledger's metadata too (issue 28)
                 rh = bk.open_ledger(s.ledger_id, spec.password, recovery=False,
-                                    confirmed=s.last_entry)
-                for batch in (_arrow_rows(spec, s, rh) if spec.entry_format == "arrow"
-                              else _raw_rows(spec, s, rh)):
-                    yield batch
-                    done = _last_entry(batch, done)
+                                    confirmed=s.last_entry, metadata=s.metadata)
+                try:
+                    for batch in _ledger_rows(spec, s, rh):
+                        yield batch
+                        done = _last_entry(batch, done)
+                except BKError:
+                    if s.metadata is None or done == -2:
+                        raise
+                    # the planner's metadata may predate an ensemble change: read it and
+                    # go on from the first entry not yielded
+                    s = replace(s, first_entry=done + 1, metadata=None)
+                    rh = bk.open_ledger(s.ledger_id, spec.password, recovery=False,
+                                        confirmed=s.last_entry)
+                    for batch in _ledger_rows(spec, s, rh):
+                        yield batch
+                        done = _last_entry(batch, done)
             except (NoSuchLedgerError, NoSuchEntryError):
                 # Offloaded and dropped from the bookies after the plan: the rest from
                 # Parquet (the log still lists it); else a truncation, below.
@@ -82,6 +95,10 @@ def read_partition(spec: ScanSpec, partition: InputPartition) -> Iterator[pa.Rec
             if isinstance(exc, NoSuchEntryError) and not _vanished(bk, s):
                 raise  # entries missing from a ledger still in its log: not a truncation
             _lost(spec, s)
+
+
+def _ledger_rows(spec: ScanSpec, s: Slice, rh: ReadHandle) -> Iterator[pa.RecordBatch]:
+    return _arrow_rows(spec, s, rh) if spec.entry_format == "arrow" else _raw_rows(spec, s, rh)
 
 
 def _lost(spec: ScanSpec, s: Slice) -> None:

@@ -43,6 +43,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, wait
+from dataclasses import replace
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -379,7 +380,8 @@ class BookKeeperStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
             s = self._checked_start(view, starts.get(name))
             if e < s:
                 continue
-            slices.extend(sl for _info, sl in walk(view, s, e, o.password))
+            slices.extend(self._open.with_metadata(view, sl)
+                          for _info, sl in walk(view, s, e, o.password))
         target = ARROW_PARTITION_ENTRIES if self.spec.entry_format == "arrow" \
             else RAW_PARTITION_ENTRIES
         return list(pack(slices, target, o.min_partitions))
@@ -431,6 +433,18 @@ class OpenLedgers:
             rh = kept[info.ledger_id] = view.bk.open_ledger(info.ledger_id, password,
                                                             recovery=False)
         return rh
+
+    def with_metadata(self, view: LogView, sl: Slice) -> Slice:
+        """``sl`` carrying its ledger's metadata when its handle is kept (an open ledger
+        of the log: the read task then reads no ZooKeeper node, issue 28). The slice is
+        within a LAC this handle learned, so its entries are in fragments the metadata
+        read then lists (an ensemble change starts past the LAC); should a fragment have
+        been re-replicated since, the task reads the metadata again and goes on."""
+        rh = self._handles.get(view.name, {}).get(sl.ledger_id) \
+            if self.client is view.bk else None
+        if rh is None or sl.parquet is not None:
+            return sl
+        return replace(sl, metadata=rh.versioned_metadata)
 
     def end(self, view: LogView, password: bytes, ask_lac: bool = True) -> LogOffset:
         """``log_end`` of ``view`` through the kept handles; ``ask_lac`` False: a kept

@@ -42,12 +42,21 @@ class PendingLedgerStore:
         except NodeExistsError:
             pass
 
+    def make_directory(self, log_name: str) -> None:
+        """Create the znode holding ``log_name``'s records (and its parents) if missing."""
+        self._zk.retry(self._zk.ensure_path, self._dir(log_name))
+
     def ledger_ids(self, log_name: str) -> list[int]:
         """The ledger ids pending for ``log_name``, ascending."""
+        return self.listing(log_name) or []
+
+    def listing(self, log_name: str) -> list[int] | None:
+        """The ledger ids pending for ``log_name``, ascending; None: the directory of its
+        records does not exist (no ledger was ever pending for it)."""
         try:
             children = self._zk.retry(self._zk.get_children, self._dir(log_name))
         except NoNodeError:
-            return []
+            return None
         return sorted(int(c) for c in children if c.isdigit())
 
     def record(self, log_name: str, ledger_id: int) -> dict[str, Any] | None:

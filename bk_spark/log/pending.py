@@ -63,6 +63,13 @@ def record_znode(bk: BookKeeper, log_name: str, ledger_id: int, attempt: str,
     return _store(bk).znode(log_name, ledger_id, {"attempt": attempt, "txn": txn_key})
 
 
+def make_directory(bk: BookKeeper, log_name: str) -> None:
+    """Create the directory of ``log_name``'s records if missing: a writer that rolls does
+    it when it opens a log that has none (:func:`sweep_spares` said so), so that its first
+    spare's transaction, like every later one, is one ZooKeeper operation."""
+    _store(bk).make_directory(log_name)
+
+
 def record_path(bk: BookKeeper, log_name: str, ledger_id: int) -> str:
     """The znode of ``ledger_id``'s record: a transaction that deletes it claims the ledger
     (a log writer's roll claims its spare in the CAS that lists it)."""
@@ -96,12 +103,15 @@ def discard(bk: BookKeeper, log_name: str, ledger_ids: list[int], password: byte
 
 
 def sweep(bk: BookKeeper, log_name: str, *, attempt: str, txn_key: str | None,
-          password: bytes) -> list[int]:
+          password: bytes) -> list[int] | None:
     """Claim and delete the pending ledgers of ``attempt`` and of sink ``txn_key``; returns
-    their ids."""
+    their ids (None: the log has no directory of records, so nothing was pending)."""
     store = _store(bk)
     doomed = []
-    for lid in store.ledger_ids(log_name):
+    listing = store.listing(log_name)
+    if listing is None:
+        return None
+    for lid in listing:
         rec = store.record(log_name, lid)
         if rec is None:
             continue
@@ -113,9 +123,10 @@ def sweep(bk: BookKeeper, log_name: str, *, attempt: str, txn_key: str | None,
     return swept
 
 
-def sweep_spares(bk: BookKeeper, log_name: str, password: bytes) -> list[int]:
+def sweep_spares(bk: BookKeeper, log_name: str, password: bytes) -> list[int] | None:
     """Claim and delete the spare ledgers log writers of ``log_name`` prepared and never
     used (a writer that died, or one that lost the log, leaves its spare pending); returns
-    their ids. A live writer whose spare this sweeps loses its claim and creates its next
-    ledger itself."""
+    their ids, or None: the log has no directory of records yet (:func:`make_directory`).
+    A live writer whose spare this sweeps loses its claim and creates its next ledger
+    itself."""
     return sweep(bk, log_name, attempt=SPARE_ATTEMPT, txn_key=None, password=password)

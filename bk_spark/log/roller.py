@@ -14,6 +14,13 @@ next ledger once the current one is half-way. The roller does it:
   the next spare (:class:`~bk_spark.io.metadata_store.ReservedIds`), and placement reads
   the client's registration cache: one ZooKeeper operation per spare. A roll is then
   four: this one, the roll's CAS, closing the previous ledger and recording its end.
+  The first spare too (issue 28): its id was reserved by the transaction that created
+  the writer's first ledger (``ids``, from :func:`~bk_spark.log.open_log_writer`), and
+  the directory of the log's pending records was made at the open if it was missing.
+  Before, the first spare reserved an id, failed its transaction on the missing
+  directory and made it: 6-9 more ZooKeeper operations, 40-90 ms on a loaded machine,
+  so the first ledger was often full before its spare was ready and the appends
+  queued behind the first roll.
   The writer's roll takes it (:meth:`Roller.take_spare`) and claims it in its CAS; an
   unused one is deleted when the writer closes or stops (:meth:`Roller.discard_spare`).
 * **listing ahead** (issue 28): with the spare ready, once the current ledger would be
@@ -71,7 +78,8 @@ class Roller:
     step 4 of a roll whose switch an append made, ``unclosed()`` (under the writer's lock):
     one is due; ``stopped()`` (under the writer's lock): the writer closed or failed;
     ``fail(error)``: stop the writer with ``error`` (its appends waiting for the next
-    ledger fail with it).
+    ledger fail with it). ``ids``: the next ledger id, reserved when the writer's first
+    ledger was created (None: the first spare reserves one).
     """
 
     def __init__(self, bk: BookKeeper, name: str, password: bytes,
@@ -80,7 +88,8 @@ class Roller:
                  create_ledger: Callable[..., LedgerHandle], roll: Callable[[], object],
                  list_next: Callable[[], object], listed: Callable[[], bool],
                  close_previous: Callable[[], object], unclosed: Callable[[], bool],
-                 stopped: Callable[[], bool], fail: Callable[[BKError], object]) -> None:
+                 stopped: Callable[[], bool], fail: Callable[[BKError], object],
+                 ids: ReservedIds | None = None) -> None:
         self._bk, self.name, self._password = bk, name, password
         self._assign = assignment
         self._wakeup, self._meta_lock = wakeup, meta_lock
@@ -94,7 +103,8 @@ class Roller:
         self.hold: threading.Event | None = None
         #: The next ledger, created ahead and registered as pending (None: none).
         self.spare: LedgerHandle | None = None
-        self._ids = ReservedIds()  # the next spare's id, reserved by the last one's creation
+        # the next spare's id, reserved by the transaction that created the last ledger
+        self._ids = ids if ids is not None else ReservedIds()
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"log-roller-{name}")
 

@@ -19,7 +19,7 @@ from bk_spark.errors import (
     MetadataVersionError,
     NoSuchLedgerError,
 )
-from bk_spark.io.metadata_store import Versioned
+from bk_spark.io.metadata_store import ReservedIds, Versioned
 from bk_spark.log import pending
 from bk_spark.log.admin import create_log, delete_ledger_quietly
 from bk_spark.log.store import log_store, update_log
@@ -91,8 +91,9 @@ def fence_and_describe(bk: BookKeeper, md: LogMetadata, password: bytes
         return None
 
 
-def take_over(bk: BookKeeper, name: str, config: LogWriterConfig, create_if_missing: bool
-               ) -> tuple[LedgerHandle, Versioned[LogMetadata], int]:
+def take_over(bk: BookKeeper, name: str, config: LogWriterConfig, create_if_missing: bool,
+              ids: ReservedIds | None = None
+              ) -> tuple[LedgerHandle, Versioned[LogMetadata], int]:
     """Opening a log as its writer, exactly the seed's steps ("Opening a log"):
 
     1. Read the list of ledgers for the log
@@ -109,9 +110,12 @@ def take_over(bk: BookKeeper, name: str, config: LogWriterConfig, create_if_miss
 
     The CAS of step 5 also records the last entry and timestamp of the fenced ledgers.
     Returns the new ledger, the metadata written and the timestamp floor for its entries.
+    ``ids`` (a writer that rolls): step 3's transaction also reserves the id of the
+    writer's first spare into it (:meth:`BookKeeper.create_ledger`), so that spare is one
+    ZooKeeper operation like every later one.
     """
     for current in read_attempts(bk, name, config.max_open_attempts, create_if_missing):
-        taken = _take_over_from(bk, name, config, current)
+        taken = _take_over_from(bk, name, config, current, ids)
         if taken is not None:
             return taken
     raise LogOwnershipLostError(
@@ -120,7 +124,7 @@ def take_over(bk: BookKeeper, name: str, config: LogWriterConfig, create_if_miss
 
 
 def _take_over_from(bk: BookKeeper, name: str, config: LogWriterConfig,
-                    current: Versioned[LogMetadata]
+                    current: Versioned[LogMetadata], ids: ReservedIds | None = None
                     ) -> tuple[LedgerHandle, Versioned[LogMetadata], int] | None:
     """Steps 2-5 of :func:`take_over` from the list read in step 1; None: start again."""
     md = current.value
@@ -132,7 +136,7 @@ def _take_over_from(bk: BookKeeper, name: str, config: LogWriterConfig,
     if described is None:
         return None  # truncated meanwhile: the list changed
     # Step 3: create a new ledger.
-    lh = create_log_ledger(bk, name, config)
+    lh = create_log_ledger(bk, name, config, ids=ids)
     first_ts = [0]
 
     def make_change(m: LogMetadata) -> LogMetadata:
@@ -184,9 +188,11 @@ def open_log_writer(bk: BookKeeper, name: str, *, create_if_missing: bool = True
         ack_quorum_size=qa, password=password, digest=digest,
         roll_max_entries=roll_max_entries, roll_max_bytes=roll_max_bytes,
         roll_max_age_s=roll_max_age_s, limits=limits or LogLimits())
-    lh, md, ts_floor = take_over(bk, name, config, create_if_missing)
+    ids = ReservedIds() if config.rolls else None  # the first spare's id (the roller's)
+    lh, md, ts_floor = take_over(bk, name, config, create_if_missing, ids)
     # The previous writers' unused spare ledgers (a writer that died leaves its own): this
     # writer owns the log now, so they can never be listed.
+    swept: list[int] | None = []  # None: the log has no directory of pending ledgers
     try:
         swept = pending.sweep_spares(bk, name, password)
     except Exception as exc:  # kept pending: the next writer or delete_log sweeps them
@@ -196,6 +202,13 @@ def open_log_writer(bk: BookKeeper, name: str, *, create_if_missing: bool = True
         if swept:
             log.info("log %r: deleted the unused spare ledgers %s of earlier writers", name,
                      swept)
-    writer = LogWriter(bk, name, config, lh, md, ts_floor)
+    if swept is None and config.rolls:
+        # no directory of pending records: make it now, not in the first spare's
+        # transaction (issue 28: the first roll costs what every other roll costs)
+        try:
+            pending.make_directory(bk, name)
+        except Exception as exc:  # noqa: BLE001 - the first spare makes it then
+            log.debug("log %r: directory of pending ledgers not made: %s", name, exc)
+    writer = LogWriter(bk, name, config, lh, md, ts_floor, ids=ids)
     bk.close_with_client(writer)  # closing the client closes it (its last appends readable)
     return writer

@@ -66,7 +66,7 @@ from bk_spark.errors import (
     TooLargeError,
     copy_error,
 )
-from bk_spark.io.metadata_store import Versioned
+from bk_spark.io.metadata_store import ReservedIds, Versioned
 from bk_spark.log import pending
 from bk_spark.log.acks import AckSegment, AppendFuture, InOrderAcks
 from bk_spark.log.admin import delete_ledger_quietly, truncate_log
@@ -215,7 +215,10 @@ class LogWriter:
     _after_roll_cas: Callable[[int], None] | None = None
 
     def __init__(self, bk: BookKeeper, name: str, config: LogWriterConfig,
-                 lh: LedgerHandle, md: Versioned[LogMetadata], ts_floor: int) -> None:
+                 lh: LedgerHandle, md: Versioned[LogMetadata], ts_floor: int, *,
+                 ids: ReservedIds | None = None) -> None:
+        """``ids``: the next ledger id, reserved when ``lh`` was created, for the roller's
+        first spare (:class:`~bk_spark.log.roller.Roller`)."""
         self._bk = bk
         self.name = name
         self.config = config
@@ -271,7 +274,7 @@ class LogWriter:
                 close_previous=self._close_switched,
                 unclosed=lambda: bool(self._unclosed),
                 stopped=lambda: self._closed or self._error is not None,
-                fail=self._set_error)
+                fail=self._set_error, ids=ids)
             self._roller.start()
 
     # ----------------------------------------------------------------- state

@@ -58,6 +58,30 @@ def test_a_log_roll_takes_at_most_four_zookeeper_operations(bk: BookKeeper) -> N
     assert got == values
 
 
+def test_a_writers_first_roll_on_a_new_log_takes_the_operations_of_any_other_roll(
+        bk: BookKeeper) -> None:
+    """Issue 28: the first spare of a writer is as cheap as the later ones. Its id was
+    reserved by the transaction that created the writer's first ledger, and its pending
+    record's directory (missing on a log no writer rolled yet, as the sweep at open saw)
+    is created in the spare's own transaction. Before, the first spare reserved an id,
+    failed its transaction on the missing directory, made the directory (ensure_path)
+    and tried again: 40-90 ms on a busy machine, past the time the first ledger took to
+    fill, so appends queued behind the first roll. Counted from the writer's open to its
+    first roll's CAS: the spare's transaction and the CAS."""
+    at_cas: list[int] = []
+    w = open_log_writer(bk, "first-roll", password=PW, roll_max_entries=20)
+    opened = zk_operations(bk.zk).total()
+    after_roll_cas(w, lambda _new_id: at_cas.append(zk_operations(bk.zk).total()))
+    values = [f"v{i}".encode() for i in range(45)]
+    got = [w.append(v) for v in values]  # one by one: the spare is prepared half-way
+    w.close()
+    assert at_cas, "no roll"
+    assert at_cas[0] - opened <= 2, at_cas[0] - opened
+    assert got == sorted(got) and [p.ledger_id for p in got[19:21]] != [got[0].ledger_id] * 2
+    read = open_log_reader(bk, "first-roll", password=PW).read_available()
+    assert [(r.position, r.payload) for r in read] == list(zip(got, values, strict=True))
+
+
 def test_the_cache_follows_a_bookie_killed_and_one_started_by_watches_alone(
         cluster, metadata_uri: str) -> None:
     """No polling: the cache's ZooKeeper client sends nothing while no bookie comes or
