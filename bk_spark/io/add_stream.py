@@ -192,6 +192,7 @@ class AddStream:
         self.messages_sent = 0
         #: The bookie reads units (its answers say so): set by the reader, read unlocked.
         self.reads_adds = False
+        self._idle_since = time.monotonic()  # when nothing was last outstanding
         self._call = method(self._requests())
         self._reader = threading.Thread(target=self._read, daemon=True,
                                         name=f"bk-add-stream-{bookie_id}")
@@ -241,11 +242,15 @@ class AddStream:
                                              self._queued_bytes, **self._limits):
                         break
                     if not self._out and not queue:  # idle: end the stream after a while
-                        if not cv.wait(self._idle_s) and not self._out and not queue:
+                        idle = now - self._idle_since
+                        if idle >= self._idle_s:
                             self._ended = True  # submit() now opens a new stream
                             return
+                        cv.wait(self._idle_s - idle)
                         continue
-                    cv.wait(oldest - now if self._out else None)
+                    # An answer wakes this thread only when requests wait for the window
+                    # (_read): so it also looks at the idle clock at least every idle_s.
+                    cv.wait(min(oldest - now, self._idle_s))
                 if self._out and next(iter(self._out.values())).deadline <= now:
                     expired = True
                 else:
@@ -282,7 +287,13 @@ class AddStream:
                     self._answered = True
                     if sent is not None:
                         self._out_bytes -= sent.size
-                        self._cv.notify_all()
+                        if not self._out:
+                            self._idle_since = time.monotonic()
+                        # The sender is woken only if the freed window has requests to
+                        # send: a lone add's answer wakes its caller alone, not also this
+                        # stream's sender (a thread more to run on the answer's path).
+                        if self._queue:
+                            self._cv.notify_all()
                 if sent is None:
                     continue
                 if resp.reads_adds:

@@ -377,3 +377,71 @@ def test_ledgers_sharing_stream_messages_ack_in_their_own_order_and_tell_their_l
                 assert got == [payload(i) for i in range(per)]
         for lh in handles:  # left open, as a crashed writer leaves them
             lh.abandon("test: left open")
+
+
+class _CountingCondition(threading.Condition):
+    """A condition that counts how often a ``wait`` on it returned (each return is the
+    waiting thread woken, by a notify or its timeout)."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        try:
+            return super().wait(timeout)
+        finally:
+            self.wakes = getattr(self, "wakes", 0) + 1
+
+
+def test_a_lone_adds_answer_wakes_its_caller_and_not_the_streams_sender(
+        cluster, metadata_uri, monkeypatch) -> None:
+    """A lone add crosses one thread wake-up fewer: its answer, read by the stream's reader,
+    wakes the caller only; the stream's sender (gRPC's consumer thread, the only thread
+    waiting on the stream's condition) wakes once per message it sends, not also per
+    answer."""
+    from bk_spark.io import add_stream
+
+    # the streams this client opens wait on counting conditions
+    monkeypatch.setattr(add_stream.threading, "Condition", _CountingCondition)
+    with BookKeeper(metadata_uri) as bk:
+        lh = bk.create_ledger(3, 2, 2, password=PASSWORD)  # left open
+        for i in range(20):
+            lh.add_entry(payload(i))
+        streams = [bk.bookies.get(b)._stream for b in lh.metadata.ensembles[-1][1]]
+        assert all(s is not None and not s.ended for s in streams)
+        assert all(isinstance(s._cv, _CountingCondition) for s in streams)
+
+        def counts() -> tuple[int, int]:
+            return (sum(getattr(s._cv, "wakes", 0) for s in streams),
+                    sum(s.messages_sent for s in streams))
+
+        before = counts()
+        for i in range(20, 220):
+            lh.add_entry(payload(i))
+        after = counts()
+        per_message = (after[0] - before[0]) / (after[1] - before[1])
+        assert per_message < 1.5, per_message  # before: ~2 (the answer woke it too)
+        rh = bk.open_ledger(lh.id, PASSWORD, recovery=False)
+        assert [e.payload for e in rh.read_entries(0, 218)] == [payload(i) for i in range(219)]
+
+
+def test_a_stream_idle_for_idle_close_s_ends_after_its_last_answer(cluster, metadata_uri) -> None:
+    """The sender, no longer woken by answers, still ends an idle stream on time (it looks
+    at the idle clock itself): its threads and the bookie's stream slot are freed."""
+    from bk_spark.protocol.add_stream import IDLE_CLOSE_S
+
+    with BookKeeper(metadata_uri) as bk:
+        lh = bk.create_ledger(3, 2, 2, password=PASSWORD)
+        lh.add_entry(payload(0))
+        bookie = lh.metadata.ensembles[-1][1][1]  # in the write sets of entries 0 and 1
+        stream = bk.bookies.get(bookie)._stream
+        assert stream is not None and not stream.ended
+        t0 = time.monotonic()
+        while not stream.ended and time.monotonic() - t0 < IDLE_CLOSE_S + 5:
+            time.sleep(0.05)
+        # ended after the writer's explicit LAC (50 ms after the add) went idle
+        assert IDLE_CLOSE_S - 0.1 <= time.monotonic() - t0 <= IDLE_CLOSE_S + 1.5
+        deadline = time.monotonic() + 5
+        while stream_counts(bk, bookie)[0] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert stream_counts(bk, bookie)[0] == 0
+        lh.add_entry(payload(1))  # a new stream
+        assert bk.bookies.get(bookie)._stream is not stream
+        lh.close()
