@@ -68,6 +68,7 @@ from bk_spark.io.entry import (  # noqa: F401 - _varint, frame_entry: their old 
     add_request_head,
     frame_entry,
     record_of,
+    unit_answer_errors,
 )
 from bk_spark.io.tls import TlsOptions, refusal_for
 from bk_spark.proto import bookie_pb2 as pb
@@ -336,17 +337,27 @@ class BookieClient:
             request = add_request(head, entries[start:end])  # one copy of each entry
             chunk_tokens = tokens[start:end]
             size = len(request)
-            with self._cv:
-                while not self._closed and not self._may_send(size, ledger_id, recovery):
-                    flush_cork()  # what this thread queued corked must go before it waits
-                    self._cv.wait()
-                if self._closed:
-                    err = BookieUnavailableError(f"client for bookie {self.bookie_id} is closed")
-                    sink.on_added(chunk_tokens, err)
-                    return
-                key = (ledger_id, recovery)
-                self._in_flight[key] = self._in_flight.get(key, 0) + 1
-                self._in_flight_bytes += size
+            key = (ledger_id, recovery)
+            while True:
+                with self._cv:
+                    closed = self._closed
+                    if closed or self._may_send(size, ledger_id, recovery):
+                        if not closed:
+                            self._in_flight[key] = self._in_flight.get(key, 0) + 1
+                            self._in_flight_bytes += size
+                        break
+                # What this thread queued corked must go before it waits, and outside the
+                # client's lock: a unit whose stream ended sends its parts alone, and a part
+                # failing at once completes its ledger's adds (the ledger's lock, which
+                # LedgerHandle._ship holds while it asks this client for a window).
+                flush_cork()
+                with self._cv:
+                    if not self._closed and not self._may_send(size, ledger_id, recovery):
+                        self._cv.wait()
+            if closed:
+                err = BookieUnavailableError(f"client for bookie {self.bookie_id} is closed")
+                sink.on_added(chunk_tokens, err)
+                return
             self._send_add(request, end > start,
                            lambda err, t=chunk_tokens, n=size, k=key: self._batch_done(
                                sink, t, err, n, k))
@@ -390,16 +401,8 @@ class BookieClient:
         woken: list[Callable[[], None]] = []
         with self._cv:
             for part in parts:
-                if part is None:
-                    continue
-                key = part[3]
-                left = self._in_flight[key] - 1
-                if left:
-                    self._in_flight[key] = left
-                else:
-                    del self._in_flight[key]
-                self._in_flight_bytes -= part[2]
-                woken += self._window_waiters.pop(key, ())
+                if part is not None:
+                    woken += self._release_locked(part[3], part[2])
             self._cv.notify_all()
         for part, err in zip(parts, errors, strict=True):
             if part is None:
@@ -509,17 +512,24 @@ class BookieClient:
             return BookieUnavailableError(f"bookie {self.bookie_id}: {exc!r}")
         return add_answer_error(resp, self.bookie_id, sent_records)
 
+    def _release_locked(self, key: tuple[int, bool], size: int) -> list[Callable[[], None]]:
+        """Under ``_cv``: one answered request of ledger window ``key`` (``size`` bytes) out
+        of the window; returns the writers waiting for that window, to wake outside the
+        lock (the one accounting of :meth:`_may_send`'s window, for a request and for
+        each part of a unit alike)."""
+        left = self._in_flight[key] - 1
+        if left:
+            self._in_flight[key] = left
+        else:
+            del self._in_flight[key]
+        self._in_flight_bytes -= size
+        return self._window_waiters.pop(key, [])
+
     def _batch_done(self, sink: AddSink, tokens: Sequence[Any], err: BKError | None,
                     size: int, key: tuple[int, bool]) -> None:
         with self._cv:
-            left = self._in_flight[key] - 1
-            if left:
-                self._in_flight[key] = left
-            else:
-                del self._in_flight[key]
-            self._in_flight_bytes -= size
+            waiters = self._release_locked(key, size)
             self._cv.notify_all()
-            waiters = self._window_waiters.pop(key, ())
         try:
             sink.on_added(tokens, err)
         except Exception:
@@ -764,17 +774,9 @@ class _Unit:
         """The bookie's answer (or the error the stream failed with): one outcome per
         part; an answer without one status per part fails them all."""
         k = len(self.parts)
-        bookie = self.client.bookie_id
-        if isinstance(answer, BKError):
-            errors: list[BKError | None] = [answer] * k
-        elif len(answer.adds_status) != k:
-            errors = [BookieUnavailableError(
-                f"bookie {bookie}: no answer for the adds of {k} ledgers")] * k
-        else:
-            messages = answer.adds_message
-            errors = [None if st == pb.OK else
-                      error_for_code(st, f"bookie {bookie}: {messages[i]}")
-                      for i, st in enumerate(answer.adds_status)]
+        errors: list[BKError | None] = (
+            [answer] * k if isinstance(answer, BKError)
+            else unit_answer_errors(answer, k, self.client.bookie_id))
         self.client._parts_done(self.parts, errors)
 
 

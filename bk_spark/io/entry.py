@@ -132,6 +132,20 @@ def add_answer_error(resp: pb.AddResponse, bookie_id: str, sent_records: bool
         f"adds): upgrade it; the writer uses other bookies meanwhile")
 
 
+def unit_answer_errors(resp: pb.AddStreamResponse, parts: int, bookie_id: str
+                       ) -> list[BKError | None]:
+    """What a bookie's answer to a unit (``LedgerAdds`` of ``parts`` ledgers) means, beside
+    :func:`add_answer_error` for one request: per part, None when the bookie stored it,
+    else the typed error of its status. An answer without one status per part fails every
+    part (the writers move to other bookies rather than count adds it may not have
+    stored)."""
+    if len(resp.adds_status) != parts:
+        return [BookieUnavailableError(
+            f"bookie {bookie_id}: no answer for the adds of {parts} ledgers")] * parts
+    messages = resp.adds_message
+    return [None if st == pb.OK else error_for_code(st, f"bookie {bookie_id}: {messages[i]}")
+            for i, st in enumerate(resp.adds_status)]
+
 @dataclass(frozen=True)
 class LedgerEntry:
     """One entry read back from a ledger."""
