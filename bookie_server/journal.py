@@ -610,9 +610,10 @@ class Journal:
 
     @property
     def spares(self) -> int:
-        """Files released by checkpoints, waiting to be reused."""
-        with self._files_lock:
-            return len(self._spares)
+        """Files released by checkpoints, waiting to be reused. Read without the files'
+        lock (one ``len``, as :meth:`_pace_fill` reads it): the writer thread asks, and
+        :meth:`release_before` holds that lock across renames and unlinks."""
+        return len(self._spares)
 
     def _new_seq(self) -> int:
         with self._alloc_cond:

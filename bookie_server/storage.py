@@ -155,7 +155,6 @@ from bookie_server.location import (
 )
 from bookie_server.tombstones import DeletedLedgers
 from bookie_server.validation import (
-    MAX_DIGEST_SIZE,
     check_entries,
     check_entry_ids,
     check_entry_range,
@@ -163,6 +162,7 @@ from bookie_server.validation import (
     check_key,
     check_lac,
     check_records,
+    refused_records,
 )
 from bookie_server.writeback import Yielder
 
@@ -466,9 +466,11 @@ class BookieStorage:
         due = time.monotonic() + self.config.checkpoint_phase_s
         while True:
             self._checkpoint_wanted.wait(max(0.0, due - time.monotonic()))
+            # Cleared before the stop is looked at: close() sets the stop, then the event,
+            # so a stop arriving after this line still wakes the next wait at once.
+            self._checkpoint_wanted.clear()
             if self._stop.is_set() or self._failure is not None:
                 return
-            self._checkpoint_wanted.clear()
             if time.monotonic() >= due:
                 due += interval * max(1, int((time.monotonic() - due) // interval) + 1)
             try:
@@ -647,6 +649,19 @@ class BookieStorage:
             records.append(JournalRecord(LAC, body, _Op(LAC, lac=lac)))
         return records
 
+    def _keyed_state(self, ledger_id: int, master_key: bytes) -> tuple[LedgerState, bool]:
+        """Under the submit lock: the ledger's state for a request made with ``master_key``
+        (an add's or a fence's): a ledger this bookie never saw gets a new state with that
+        key, unless it was deleted; a known one must have that key. Returns the state and
+        whether it is new (the caller keeps it once its journal records are queued)."""
+        state = self._ledgers.get(ledger_id)
+        if state is None:
+            self._check_not_deleted(ledger_id)
+            return LedgerState(ledger_id, master_key), True
+        if not _key_matches(state, master_key):
+            raise _unauthorized(ledger_id)
+        return state, False
+
     def _accepting_state(self, ledger_id: int, master_key: bytes, recovery: bool
                          ) -> tuple[LedgerState, bool]:
         """Under the submit lock: the checks every add of a ledger passes before anything of
@@ -654,14 +669,8 @@ class BookieStorage:
         unit alike): not deleted, the master key, not fenced unless ``recovery``, not in a
         repair that refuses plain adds. Returns the ledger's state and whether it is new
         (the caller keeps it once its records are queued). Raises the typed error."""
-        state = self._ledgers.get(ledger_id)
-        created = state is None
-        if state is None:
-            self._check_not_deleted(ledger_id)
-            state = LedgerState(ledger_id, master_key)
-        elif not _key_matches(state, master_key):
-            raise _unauthorized(ledger_id)
-        elif state.fenced and not recovery:
+        state, created = self._keyed_state(ledger_id, master_key)
+        if state.fenced and not recovery:
             raise LedgerFencedError(
                 f"ledger {ledger_id} is fenced: it is being recovered, stop writing"
             )
@@ -720,9 +729,8 @@ class BookieStorage:
         psizes: list[int] = []
         if n:
             sizes = recs.payload_lengths
-            bad = ((recs.ledger_ids != np.asarray(ledger_ids, dtype=np.int64)[parts])
-                   | (recs.entry_ids < 0) | (recs.lacs < -1) | (sizes > max_size)
-                   | (recs.digest_lengths > MAX_DIGEST_SIZE))
+            bad = refused_records(recs, np.asarray(ledger_ids, dtype=np.int64)[parts],
+                                  max_size)
             for i in failing_parts(parts, bad):  # the part's own check says what is wrong
                 a, b = offsets[i], offsets[i + 1]
                 lo, hi = int(recs.starts[a]), int(recs.payload_ends[b - 1])
@@ -770,6 +778,12 @@ class BookieStorage:
                         state, created = self._accepting_state(lid, key, False)
                     except BKError as exc:
                         errors[i] = exc
+                        continue
+                    except Exception as exc:  # noqa: BLE001 - only this part fails: the
+                        # parts queued before it are written and answered as stored
+                        log.exception("unit part of ledger %d refused", lid)
+                        errors[i] = InvalidRequestError(
+                            f"ledger {lid}: the bookie could not accept the adds: {exc!r}")
                         continue
                     for record in part_records:
                         record.token.state = state
@@ -824,14 +838,8 @@ class BookieStorage:
         waiter = _Waiter()
         with self._submit_lock:
             self._check_writable()
-            state = self._ledgers.get(ledger_id)
-            created = state is None
-            if state is None:
-                self._check_not_deleted(ledger_id)
-                state = LedgerState(ledger_id, master_key)
-            elif not _key_matches(state, master_key):
-                raise _unauthorized(ledger_id)
-            elif state.fence_synced:
+            state, created = self._keyed_state(ledger_id, master_key)
+            if not created and state.fence_synced:
                 return state.lac, state.last_entry
             op = _Op(FENCE, waiter=waiter)
             op.state = state

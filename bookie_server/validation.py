@@ -152,6 +152,16 @@ def check_records(ledger_id: int, data: bytes, lengths: bytes, max_size: int, *,
     return recs, int(sizes.sum())
 
 
+def refused_records(recs: Records, ledger_ids: np.ndarray, max_size: int) -> np.ndarray:
+    """The mask of the records :func:`check_records` refuses, for records of many ledgers at
+    once (a unit: ``ledger_ids`` is the ledger each record must name): another ledger's
+    record, an id < 0, a lac < -1, a payload over ``max_size``, a digest over
+    :data:`MAX_DIGEST_SIZE`. The same rules as :func:`check_records`, which says which one
+    a part breaks."""
+    return ((recs.ledger_ids != ledger_ids) | (recs.entry_ids < 0) | (recs.lacs < -1)
+            | (recs.payload_lengths > max_size) | (recs.digest_lengths > MAX_DIGEST_SIZE))
+
+
 def _check_record_list(ledger_id: int, recs: RecordList, max_size: int
                        ) -> tuple[RecordList, int]:
     """:func:`check_records`' rules over a :class:`RecordList`, in the numpy path's order."""

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bk_spark.errors import InvalidRequestError, TooLargeError
-from bk_spark.protocol.records import ENTRY_HEADER, pack_records
+from bk_spark.protocol.records import ENTRY_HEADER, pack_records, parse_records
 from bookie_server.validation import (
     MAX_DIGEST_SIZE,
     MAX_ID,
@@ -24,6 +25,7 @@ from bookie_server.validation import (
     check_read_range,
     check_records,
     check_same_ledger,
+    refused_records,
 )
 
 
@@ -194,6 +196,23 @@ def test_both_paths_of_check_records_agree_on_random_records(entries, field, jun
     if cut and lengths:
         lengths = lengths[:-1]
     assert_same_on_both_paths(data, lengths)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(record, min_size=1, max_size=40))
+def test_a_units_mask_refuses_a_record_exactly_when_check_records_refuses_it(entries):
+    """The mask a unit's parts are checked with (``refused_records``) marks a record just
+    when ``check_records`` refuses that record alone (ledger 7 expected of every one)."""
+    data, lengths = pack_records(entries)
+    mask = refused_records(parse_records(data, lengths), np.full(len(entries), 7), MAX_SIZE)
+    for i, entry in enumerate(entries):
+        one, one_len = pack_records([entry])
+        try:
+            check_records(7, one, one_len, MAX_SIZE)
+            refused = False
+        except (InvalidRequestError, TooLargeError):
+            refused = True
+        assert bool(mask[i]) == refused, (i, entry)
 
 
 def _garbled(how: str) -> tuple[bytes, bytes]:
