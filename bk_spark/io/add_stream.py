@@ -190,6 +190,9 @@ class AddStream:
         self._answered = False
         self._ended = False
         self.messages_sent = 0
+        #: How often the sender woke from a wait (per message sent: 1 when only a request
+        #: to send wakes it; what a lone add's round trip costs in wake-ups).
+        self.sender_wakes = 0
         #: The bookie reads units (its answers say so): set by the reader, read unlocked.
         self.reads_adds = False
         self._idle_since = time.monotonic()  # when nothing was last outstanding
@@ -247,10 +250,12 @@ class AddStream:
                             self._ended = True  # submit() now opens a new stream
                             return
                         cv.wait(self._idle_s - idle)
+                        self.sender_wakes += 1
                         continue
                     # An answer wakes this thread only when requests wait for the window
                     # (_read): so it also looks at the idle clock at least every idle_s.
                     cv.wait(min(oldest - now, self._idle_s))
+                    self.sender_wakes += 1
                 if self._out and next(iter(self._out.values())).deadline <= now:
                     expired = True
                 else:

@@ -379,37 +379,21 @@ def test_ledgers_sharing_stream_messages_ack_in_their_own_order_and_tell_their_l
             lh.abandon("test: left open")
 
 
-class _CountingCondition(threading.Condition):
-    """A condition that counts how often a ``wait`` on it returned (each return is the
-    waiting thread woken, by a notify or its timeout)."""
-
-    def wait(self, timeout: float | None = None) -> bool:
-        try:
-            return super().wait(timeout)
-        finally:
-            self.wakes = getattr(self, "wakes", 0) + 1
-
-
 def test_a_lone_adds_answer_wakes_its_caller_and_not_the_streams_sender(
-        cluster, metadata_uri, monkeypatch) -> None:
+        cluster, metadata_uri) -> None:
     """A lone add crosses one thread wake-up fewer: its answer, read by the stream's reader,
     wakes the caller only; the stream's sender (gRPC's consumer thread, the only thread
     waiting on the stream's condition) wakes once per message it sends, not also per
     answer."""
-    from bk_spark.io import add_stream
-
-    # the streams this client opens wait on counting conditions
-    monkeypatch.setattr(add_stream.threading, "Condition", _CountingCondition)
     with BookKeeper(metadata_uri) as bk:
         lh = bk.create_ledger(3, 2, 2, password=PASSWORD)  # left open
         for i in range(20):
             lh.add_entry(payload(i))
         streams = [bk.bookies.get(b)._stream for b in lh.metadata.ensembles[-1][1]]
         assert all(s is not None and not s.ended for s in streams)
-        assert all(isinstance(s._cv, _CountingCondition) for s in streams)
 
         def counts() -> tuple[int, int]:
-            return (sum(getattr(s._cv, "wakes", 0) for s in streams),
+            return (sum(s.sender_wakes for s in streams),
                     sum(s.messages_sent for s in streams))
 
         before = counts()
