@@ -22,11 +22,13 @@ from bk_spark.datasource import connections
 from bk_spark.datasource.filters import Constraints
 from bk_spark.datasource.planning import ScanPartition, Slice, timestamp_bounds_us
 from bk_spark.errors import (
-    BKError,
+    BKTimeoutError,
+    BookieUnavailableError,
     LogNotFoundError,
     LogTruncatedError,
     NoSuchEntryError,
     NoSuchLedgerError,
+    NotEnoughBookiesError,
 )
 from bk_spark.io.entry_batches import arrow_batches, constant_column, raw_batches
 from bk_spark.log import open_log_view
@@ -34,6 +36,12 @@ from bk_spark.protocol import offload_rules
 from bk_spark.security import ClientSecurity
 
 log = logging.getLogger(__name__)
+
+#: What a read with metadata older than an ensemble change fails with (entries moved to a
+#: replacement bookie; the replaced one gone): the task reads the metadata again. Other
+#: errors (a wrong password, a refused request) would only fail again, and are raised.
+_STALE_ENSEMBLE = (NoSuchEntryError, BookieUnavailableError, NotEnoughBookiesError,
+                   BKTimeoutError)
 
 
 @dataclass(frozen=True)
@@ -71,11 +79,13 @@ def read_partition(spec: ScanSpec, partition: InputPartition) -> Iterator[pa.Rec
                     for batch in _ledger_rows(spec, s, rh):
                         yield batch
                         done = _last_entry(batch, done)
-                except BKError:
+                except _STALE_ENSEMBLE as exc:
                     if s.metadata is None or done == -2:
                         raise
                     # the planner's metadata may predate an ensemble change: read it and
                     # go on from the first entry not yielded
+                    log.debug("ledger %d: read with the planner's metadata failed (%s); "
+                              "reading it again", s.ledger_id, exc)
                     s = replace(s, first_entry=done + 1, metadata=None)
                     rh = bk.open_ledger(s.ledger_id, spec.password, recovery=False,
                                         confirmed=s.last_entry)

@@ -436,10 +436,12 @@ class OpenLedgers:
 
     def with_metadata(self, view: LogView, sl: Slice) -> Slice:
         """``sl`` carrying its ledger's metadata when its handle is kept (an open ledger
-        of the log: the read task then reads no ZooKeeper node, issue 28). The slice is
-        within a LAC this handle learned, so its entries are in fragments the metadata
-        read then lists (an ensemble change starts past the LAC); should a fragment have
-        been re-replicated since, the task reads the metadata again and goes on."""
+        of the log: the read task then reads no ZooKeeper node, issue 28). The carried
+        metadata can be older than the slice: the handle's LAC polls learn LACs from the
+        bookies without reading the metadata again, so an ensemble change (or a fragment
+        re-replicated) inside the slice is not in it. The read task is what keeps the
+        rows right: a read failing as a stale ensemble does (``scan._STALE_ENSEMBLE``)
+        reads the metadata again and goes on from the first entry not yielded."""
         rh = self._handles.get(view.name, {}).get(sl.ledger_id) \
             if self.client is view.bk else None
         if rh is None or sl.parquet is not None:
