@@ -397,7 +397,7 @@ HalfCallback = Callable[[], None]
 
 #: A journal file half written prompts a checkpoint (:func:`roll_wants_checkpoint`) only
 #: while the writer writes at least this many bytes/s into the journal...
-REUSE_MIN_RATE = 128 * MiB
+REUSE_MIN_RATE = 32 * MiB
 #: ...and at most once per this many seconds.
 REUSE_MIN_GAP_S = 0.25
 
@@ -410,9 +410,13 @@ def roll_wants_checkpoint(byte_rate: float, spares: int, since_checkpoint_s: flo
     while the allocator had already begun a fill). Zero-filling costs ~1.1 us of system CPU per
     KiB journaled, a third of a saturated bookie's CPU; a checkpoint costs two fdatasyncs
     (entry logs, index) on the journal's disk, which at paced loads made the add p99 2-3x
-    worse when prompted at every roll (bench/profiles.md, "The bookie's kernel time").
-    So: only when no spare is left, at throughput rates (:data:`REUSE_MIN_RATE`, above
-    what a paced ledger's bookie writes), and at most every :data:`REUSE_MIN_GAP_S`."""
+    worse when prompted at every roll, before checkpoints ran in slices (bench/profiles.md,
+    "The bookie's kernel time"). Since they do, the zero-fill is the worse of the two: at
+    100% offered the bookies' next files being zero-filled beside the journal's syncs set
+    the p99 ("The lone add's hand-offs and the bound at 100% offered"), and reuse from
+    :data:`REUSE_MIN_RATE` = 32 MiB/s (a ledger paced above ~25% of the sandbox's maximum)
+    halved it (the A/B in "Journal reuse from 32 MiB/s"). So: only when no spare is left,
+    from that rate, and at most every :data:`REUSE_MIN_GAP_S`."""
     return (spares == 0 and byte_rate >= REUSE_MIN_RATE
             and since_checkpoint_s >= REUSE_MIN_GAP_S)
 
