@@ -58,7 +58,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from bk_spark.errors import InvalidConfigError, NoSuchLedgerError, UnauthorizedError
+from bk_spark.errors import BKError, InvalidConfigError, NoSuchLedgerError, UnauthorizedError
 from bk_spark.io.metadata_store import ledger_path, list_ledger_ids
 from bk_spark.io.zk import connect_zk
 from bk_spark.metadata_uri import parse_metadata_service_uri
@@ -104,10 +104,12 @@ class RepairPeers(Protocol):
         under-replication record, if one names it (a hand-over before a restart with the
         password, or an Auditor's mark while it was down)."""
 
-    def copy(self, md: LedgerMetadata, password: bytes, entry_ids: Sequence[int]
-             ) -> tuple[int, int]:
+    def copy(self, md: LedgerMetadata, password: bytes, entry_ids: Sequence[int],
+             store: Callable[..., None] | None = None) -> tuple[int, int]:
         """Copy ``entry_ids`` from the other replicas (digest verified) to this bookie;
-        ``(entries, payload bytes)`` copied."""
+        ``(entries, payload bytes)`` copied. ``store``: write each batch straight into this
+        bookie's storage (``BookieStorage.add_entries_then`` as recovery adds) instead of
+        sending it to this bookie's own service."""
 
     def close(self) -> None: ...
 
@@ -201,6 +203,13 @@ class SelfRepair:
                 return
             self._stop.wait(self.retry_s)
 
+    def _store(self, ledger_id: int, key: bytes, entries: list[tuple[int, int, bytes, bytes]],
+               done: Callable[[BKError | None], None]) -> None:
+        """A copied batch into this bookie's storage: the recovery adds its own service
+        would accept (the same checks: master key, a fenced or repairing ledger takes
+        recovery adds), durable before ``done``."""
+        self.storage.add_entries_then(ledger_id, key, entries, done, recovery=True)
+
     def repair_ledger(self, ledger_id: int, mark: RepairMark) -> None:
         """Step 2 a-d for one ledger."""
         if self.peers is None:
@@ -233,7 +242,7 @@ class SelfRepair:
             ids += [e for e in entries_on_index(duty.first, duty.last, duty.index,
                                                 md.ensemble_size, md.write_quorum_size)
                     if e not in have]
-        n, nbytes = peers.copy(md, password, sorted(set(ids))) if ids else (0, 0)
+        n, nbytes = peers.copy(md, password, sorted(set(ids)), self._store) if ids else (0, 0)
         self.storage.clear_repair_mark(ledger_id, master_key(password), n, nbytes)  # d.
         peers.healed(md)
         log.info("self-repair: ledger %d repaired (%d entries, %d bytes copied)",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bk_spark.autorecovery.replicator import LedgerReplicator, ledger_password
+from bk_spark.autorecovery.replicator import LedgerReplicator, LocalStore, ledger_password
 from bk_spark.core.client import BookKeeper
 from bk_spark.core.context import BookKeeperConfig
 from bk_spark.io.entry import EntryCodec
@@ -67,12 +67,12 @@ class ReplicaPeers:
         UnderReplicationManager(bk.zk, bk.msu.root).mark_replicated(md.ledger_id,
                                                                     [self.bookie_id])
 
-    def copy(self, md: LedgerMetadata, password: bytes, entry_ids: Sequence[int]
-             ) -> tuple[int, int]:
+    def copy(self, md: LedgerMetadata, password: bytes, entry_ids: Sequence[int],
+             store: LocalStore | None = None) -> tuple[int, int]:
         replicator = self._client()[1]
         codec = EntryCodec(md.ledger_id, DigestManager(md.digest_type, password))
         return replicator._copy(md, codec, master_key(password), list(entry_ids),
-                                self.bookie_id)
+                                self.bookie_id, store)
 
     def close(self) -> None:
         if self._bk is not None:
