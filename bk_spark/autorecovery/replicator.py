@@ -479,15 +479,15 @@ def copy_entries(bk: BookKeeper, md: LedgerMetadata, codec: EntryCodec, key: byt
         chunk = ids[i:i + COPY_BATCH]
         got = fetch_entries(bk, md, codec, chunk, key)
         sink.sent(len(chunk))
-        if client is None:
-            entries = [(e, int(x.lac), x.payload, x.digest) for e, x in
-                       ((e, got[e]) for e in chunk)]
+        if store is not None:
+            entries = [(x.entry_id, x.lac, x.payload, x.digest)
+                       for x in map(got.__getitem__, chunk)]
             try:
-                store(md.ledger_id, key, entries,  # type: ignore[misc]
-                      lambda err, t=chunk: sink.on_added(t, err))
+                store(md.ledger_id, key, entries, lambda err, t=chunk: sink.on_added(t, err))
             except BKError as exc:  # refused before anything was written
                 sink.on_added(chunk, exc)
         else:
+            assert client is not None
             framed = [frame_entry(got[e].SerializeToString()) for e in chunk]
             client.send_batch(md.ledger_id, key, framed, chunk, sink, recovery=True)
         n += len(chunk)
